@@ -1,0 +1,3 @@
+module github.com/retryq/retryq
+
+go 1.26
