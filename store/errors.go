@@ -1,0 +1,44 @@
+package store
+
+import "errors"
+
+// Sentinel errors shared by all backends. Backends wrap them with context
+// ("get task t_123: %w"); callers test with errors.Is.
+var (
+	// ErrNotFound is returned when a task, type or other record does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrLeaseLost is returned (per item) when an outcome or heartbeat names a
+	// lease that is no longer current: the task is not running, it runs under
+	// another lease, or the lease expired.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrConflict is returned when a requested transition is not allowed from
+	// the task's current state (for example retrying a succeeded task). The
+	// wrapping message names the current state.
+	ErrConflict = errors.New("state conflict")
+	// ErrSchemaTooNew is returned by Open/Migrate when the database schema is
+	// newer than this binary knows.
+	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("store closed")
+	// ErrUnavailable wraps connection-level failures (database down, network
+	// reset) so callers can back off and retry the whole operation.
+	ErrUnavailable = errors.New("database unavailable")
+	// ErrInvalid is returned for params that can never succeed (empty id,
+	// non-positive limit, unknown state name).
+	ErrInvalid = errors.New("invalid argument")
+)
+
+// ConflictError describes a refused transition. It matches ErrConflict with
+// errors.Is.
+type ConflictError struct {
+	ID    string // task id
+	State State  // the state the task is actually in
+	Op    string // the refused operation, e.g. "retry", "cancel"
+}
+
+func (e *ConflictError) Error() string {
+	return "cannot " + e.Op + " task " + e.ID + " in state " + string(e.State)
+}
+
+// Is reports whether target is ErrConflict.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }

@@ -1,0 +1,310 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Store is the storage contract every backend implements. It is safe for
+// concurrent use. Methods that write several rows do so in one transaction:
+// a batch either happens whole or not at all. See docs/storage.md.
+type Store interface {
+	// InsertTasks inserts a batch of new tasks in one transaction. A task whose
+	// RunAt is after Now starts scheduled, otherwise pending. A task whose
+	// idempotency key already exists (in the table or earlier in the same
+	// batch) is not inserted: its result holds the existing task and
+	// Duplicate=true. Results are in input order.
+	InsertTasks(ctx context.Context, p InsertParams) ([]InsertResult, error)
+
+	// FetchTasks atomically leases up to Limit pending tasks of the given types
+	// (all types when empty), highest EffectivePrio first, then earliest RunAt,
+	// then id. Each returned task is running, has Attempt incremented, a fresh
+	// LeaseID never granted before, LeaseExpiresAt = Now+LeaseDuration,
+	// WorkerID and StartedAt = Now. Concurrent fetches never return the same
+	// task.
+	FetchTasks(ctx context.Context, p FetchParams) ([]Task, error)
+
+	// RecordOutcomes applies the outcomes of leased attempts in one
+	// transaction. Each outcome applies only if the task is running under the
+	// named lease and the lease has not expired at Now; otherwise its entry in
+	// the returned slice is ErrLeaseLost and nothing changes for that task.
+	RecordOutcomes(ctx context.Context, p OutcomeParams) ([]error, error)
+
+	// ExtendLeases moves the expiry of running leases. Entries for leases that
+	// are no longer current (or already expired at Now) are ErrLeaseLost.
+	ExtendLeases(ctx context.Context, p ExtendParams) ([]error, error)
+
+	// ExpiredLeases returns up to Limit running tasks whose lease expired
+	// before Now, oldest expiry first. It changes nothing: the caller decides
+	// and records an outcome under the expired lease via RecordOutcomes with
+	// ReapExpired set.
+	ExpiredLeases(ctx context.Context, p ExpiredParams) ([]Task, error)
+
+	// PromoteDue moves up to Limit scheduled and retry_waiting tasks whose RunAt
+	// is at or before Now to pending, earliest first, and returns how many.
+	PromoteDue(ctx context.Context, p PromoteParams) (int, error)
+
+	// NextWakeup returns the earliest RunAt among scheduled and retry_waiting
+	// tasks and the earliest lease expiry among running tasks (zero when
+	// none), so schedulers can sleep exactly until there is work.
+	NextWakeup(ctx context.Context) (Wakeup, error)
+
+	// GetTask returns one task or ErrNotFound.
+	GetTask(ctx context.Context, id string) (Task, error)
+	// ListAttempts returns a task's history in order (ErrNotFound for an
+	// unknown task).
+	ListAttempts(ctx context.Context, taskID string) ([]Attempt, error)
+	// ListTasks returns a page of tasks, newest id first, and the cursor of the
+	// next page ("" when there is none).
+	ListTasks(ctx context.Context, p ListParams) ([]Task, string, error)
+
+	// CancelTask moves a scheduled, pending, retry_waiting or running task to
+	// cancelled (dropping its lease). Any other state is a *ConflictError.
+	CancelTask(ctx context.Context, p CancelParams) (Task, error)
+	// RetryTask puts a dead or cancelled task back to pending with its attempt
+	// count, errors, first-failure time and dead reason reset and its
+	// EffectivePrio back to Priority; the history is kept. Any other state is
+	// a *ConflictError.
+	RetryTask(ctx context.Context, p RetryParams) (Task, error)
+
+	// ListDead lists dead tasks matching the filter, newest id first.
+	ListDead(ctx context.Context, p DeadFilter) ([]Task, string, error)
+	// DeadSummary counts dead tasks grouped by type, last error code and dead
+	// reason, largest group first.
+	DeadSummary(ctx context.Context, p SummaryParams) ([]DeadGroup, error)
+	// RedriveDead retries (as RetryTask) up to Limit dead tasks matching the
+	// filter in one transaction and returns how many moved.
+	RedriveDead(ctx context.Context, p DeadFilter) (int, error)
+	// PurgeDead deletes dead tasks matching the filter (and their history)
+	// and returns how many were deleted.
+	PurgeDead(ctx context.Context, p DeadFilter) (int, error)
+
+	// DeleteFinished enforces retention: it deletes up to Limit tasks (with
+	// their history) per class whose UpdatedAt is before the given cut-offs
+	// and reports exactly how many of each were deleted.
+	DeleteFinished(ctx context.Context, p RetentionParams) (RetentionResult, error)
+
+	// Stats returns per-type counts by state and attempt counts since Since.
+	Stats(ctx context.Context, p StatsParams) ([]TypeStats, error)
+
+	// PutType stores (inserts or replaces) a type's configuration.
+	PutType(ctx context.Context, t TypeConfig, now time.Time) (TypeConfig, error)
+	// GetType returns a type's configuration or ErrNotFound.
+	GetType(ctx context.Context, typ string) (TypeConfig, error)
+	// ListTypes returns all configured types ordered by name.
+	ListTypes(ctx context.Context) ([]TypeConfig, error)
+
+	// AcquireLeader takes or renews the named leadership lease for NodeID
+	// until Now+TTL if it is free, expired, or already held by NodeID. It
+	// returns the lease as it stands after the call; the caller leads iff
+	// lease.NodeID == NodeID.
+	AcquireLeader(ctx context.Context, p LeaderParams) (Lease, error)
+	// ReleaseLeader gives up the named lease if NodeID holds it.
+	ReleaseLeader(ctx context.Context, p LeaderParams) error
+	// HeartbeatNode upserts a node's registry row with LastSeen = now.
+	HeartbeatNode(ctx context.Context, n Node, now time.Time) error
+	// ListNodes lists registered nodes seen at or after since.
+	ListNodes(ctx context.Context, since time.Time) ([]Node, error)
+
+	// SchemaVersion reports the applied schema version and the newest version
+	// this binary knows.
+	SchemaVersion(ctx context.Context) (applied, known int, err error)
+	// Ping checks the database is reachable.
+	Ping(ctx context.Context) error
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Notifier is implemented by backends that can tell other processes that
+// tasks may have become due (PostgreSQL LISTEN/NOTIFY). Notifications only
+// speed things up: correctness never depends on receiving them.
+type Notifier interface {
+	// Wakeups returns a channel that receives a value whenever another
+	// process inserted, promoted or released tasks. It is closed when ctx is
+	// done. Lost notifications (for example across a reconnect) are allowed.
+	Wakeups(ctx context.Context) <-chan struct{}
+}
+
+// NewTask is a task to insert. ID is chosen by the caller.
+type NewTask struct {
+	ID             string
+	Type           string
+	Payload        json.RawMessage
+	Priority       int
+	MaxAttempts    int
+	IdempotencyKey string    // "" = none
+	RunAt          time.Time // zero = Now
+}
+
+// InsertParams is the input of InsertTasks.
+type InsertParams struct {
+	Tasks []NewTask
+	Now   time.Time
+}
+
+// InsertResult is the outcome of inserting one task.
+type InsertResult struct {
+	Task      Task
+	Duplicate bool // an existing task with the same idempotency key was returned
+}
+
+// FetchParams is the input of FetchTasks.
+type FetchParams struct {
+	Types         []string // empty = any type
+	Limit         int
+	WorkerID      string
+	LeaseDuration time.Duration
+	Now           time.Time
+}
+
+// Outcome is the decided result of one leased attempt.
+type Outcome struct {
+	TaskID  string
+	LeaseID string
+	// State is the new state: succeeded, retry_waiting, dead, or pending to
+	// release the lease without counting the attempt (graceful shutdown).
+	State State
+	// RunAt is when a retry_waiting task becomes due. A retry_waiting
+	// outcome whose RunAt is not after Now is stored as pending directly.
+	RunAt time.Time
+	// EffectivePrio is the new ordering priority (retry_waiting only).
+	EffectivePrio int
+	// Error is the attempt's classified error (nil on success).
+	Error *ErrorInfo
+	// DeadReason is set when State is dead.
+	DeadReason string
+	// LastDelay is the delay chosen after this attempt.
+	LastDelay time.Duration
+	// Detail is extra history detail (stack, response excerpt).
+	Detail string
+	// ReapExpired allows the outcome to apply to a lease that has already
+	// expired (the lease reaper's own outcome).
+	ReapExpired bool
+	// OutcomeKind is the history outcome (OutcomeSucceeded, OutcomeFailed,
+	// OutcomeLeaseExpired). Releases record no history.
+	OutcomeKind string
+}
+
+// OutcomeParams is the input of RecordOutcomes.
+type OutcomeParams struct {
+	Outcomes []Outcome
+	Now      time.Time
+}
+
+// LeaseRef names one lease to extend.
+type LeaseRef struct {
+	TaskID    string
+	LeaseID   string
+	ExpiresAt time.Time
+}
+
+// ExtendParams is the input of ExtendLeases.
+type ExtendParams struct {
+	Leases []LeaseRef
+	Now    time.Time
+}
+
+// ExpiredParams is the input of ExpiredLeases.
+type ExpiredParams struct {
+	Limit int
+	Now   time.Time
+}
+
+// PromoteParams is the input of PromoteDue.
+type PromoteParams struct {
+	Limit int
+	Now   time.Time
+}
+
+// Wakeup holds the next times a scheduler has work.
+type Wakeup struct {
+	NextRunAt       time.Time // earliest scheduled/retry_waiting RunAt; zero = none
+	NextLeaseExpiry time.Time // earliest running lease expiry; zero = none
+}
+
+// ListParams filters ListTasks.
+type ListParams struct {
+	Type   string  // "" = any
+	States []State // empty = any
+	Limit  int
+	Cursor string // from a previous page
+}
+
+// CancelParams is the input of CancelTask.
+type CancelParams struct {
+	ID  string
+	Now time.Time
+}
+
+// RetryParams is the input of RetryTask.
+type RetryParams struct {
+	ID  string
+	Now time.Time
+}
+
+// DeadFilter selects dead tasks. Zero fields do not filter.
+type DeadFilter struct {
+	Type      string
+	ErrorCode string
+	Reason    string
+	Since     time.Time // died (UpdatedAt) at or after
+	Before    time.Time // died before (purge's older_than)
+	IDs       []string
+	Limit     int    // 0 = no limit for redrive/purge; list requires > 0
+	Cursor    string // ListDead only
+	Now       time.Time
+}
+
+// SummaryParams is the input of DeadSummary.
+type SummaryParams struct {
+	Since time.Time // zero = all
+}
+
+// DeadGroup is one row of the DLQ summary.
+type DeadGroup struct {
+	Type      string
+	ErrorCode string
+	Reason    string
+	Count     int
+	Oldest    time.Time
+	Newest    time.Time
+}
+
+// RetentionParams is the input of DeleteFinished. A zero cut-off deletes
+// nothing of that class.
+type RetentionParams struct {
+	SucceededBefore time.Time
+	CancelledBefore time.Time
+	DeadBefore      time.Time
+	Limit           int
+}
+
+// RetentionResult counts what DeleteFinished deleted.
+type RetentionResult struct {
+	Succeeded int
+	Cancelled int
+	Dead      int
+}
+
+// StatsParams is the input of Stats.
+type StatsParams struct {
+	Since time.Time // attempt counts consider attempts finished at or after Since
+}
+
+// TypeStats are the statistics of one task type.
+type TypeStats struct {
+	Type          string
+	Counts        map[State]int
+	FirstAttempts int // attempts numbered 1 finished since Since
+	Retries       int // attempts numbered > 1 finished since Since
+	Failures      int // failed or lease-expired attempts since Since
+}
+
+// LeaderParams is the input of AcquireLeader and ReleaseLeader.
+type LeaderParams struct {
+	Name   string
+	NodeID string
+	TTL    time.Duration
+	Now    time.Time
+}
