@@ -1,0 +1,191 @@
+package retryq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/retry"
+	"github.com/retryq/retryq/store"
+)
+
+// Options configures a Client. Zero fields take the documented defaults.
+type Options struct {
+	Logger  *slog.Logger // default: discard
+	NodeID  string       // default: host-pid-random
+	Version string
+
+	// DefaultPolicy applies to task types with no stored policy
+	// (default retry.DefaultPolicy()).
+	DefaultPolicy retry.Policy
+	// DefaultTimeout is the per-attempt timeout of types with none (default 5m).
+	DefaultTimeout time.Duration
+	// LeaseDuration of in-process workers, extended by heartbeats (default 30s).
+	LeaseDuration time.Duration
+	// PollInterval bounds sleeps without wake-ups (default 1s).
+	PollInterval time.Duration
+	// Retention of finished tasks (defaults 24h, 24h, 30 days; negative keeps forever).
+	SucceededRetention, CancelledRetention, DeadRetention time.Duration
+	// NoScheduler disables the scheduler loops on this process (another
+	// process on the same database runs them).
+	NoScheduler bool
+}
+
+// Client enqueues and manages tasks. It also hosts the engine's commit and
+// scheduler loops: call Start before use and Close when done.
+type Client struct {
+	e *engine.Engine
+}
+
+// NewClient returns a Client over st.
+func NewClient(st store.Store, o Options) (*Client, error) {
+	e, err := engine.New(engine.Config{
+		Store: st, Logger: o.Logger, NodeID: o.NodeID, Version: o.Version,
+		DefaultPolicy: o.DefaultPolicy, DefaultTimeout: o.DefaultTimeout,
+		LeaseDuration: o.LeaseDuration, PollInterval: o.PollInterval,
+		SucceededRetention: o.SucceededRetention, CancelledRetention: o.CancelledRetention,
+		DeadRetention: o.DeadRetention, NoScheduler: o.NoScheduler,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("new client: %w", err)
+	}
+	return &Client{e: e}, nil
+}
+
+// Start launches the client's background loops.
+func (c *Client) Start(ctx context.Context) error { return c.e.Start(ctx) }
+
+// Close stops the background loops after flushing pending commits. Stop
+// workers first. It does not close the store.
+func (c *Client) Close() error { return c.e.Close() }
+
+// EnqueueOption adjusts one enqueue.
+type EnqueueOption func(*engine.EnqueueRequest)
+
+// WithPriority sets the task's priority (higher runs first).
+func WithPriority(p int) EnqueueOption { return func(r *engine.EnqueueRequest) { r.Priority = &p } }
+
+// WithDelay makes the task due after d.
+func WithDelay(d time.Duration) EnqueueOption { return func(r *engine.EnqueueRequest) { r.Delay = d } }
+
+// WithRunAt makes the task due at t.
+func WithRunAt(t time.Time) EnqueueOption { return func(r *engine.EnqueueRequest) { r.RunAt = t } }
+
+// WithMaxAttempts overrides the policy's max attempts for this task.
+func WithMaxAttempts(n int) EnqueueOption {
+	return func(r *engine.EnqueueRequest) { r.MaxAttempts = n }
+}
+
+// WithIdempotencyKey makes enqueue idempotent: a second enqueue with the same
+// key returns the existing task.
+func WithIdempotencyKey(k string) EnqueueOption {
+	return func(r *engine.EnqueueRequest) { r.IdempotencyKey = k }
+}
+
+// EnqueueResult is the result of an enqueue.
+type EnqueueResult struct {
+	Task      TaskInfo
+	Duplicate bool // an existing task with the same idempotency key
+}
+
+func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueRequest, error) {
+	r := engine.EnqueueRequest{Type: typ}
+	switch p := payload.(type) {
+	case nil:
+	case json.RawMessage:
+		r.Payload = p
+	case []byte:
+		r.Payload = p
+	default:
+		b, err := json.Marshal(payload)
+		if err != nil {
+			return r, fmt.Errorf("encode payload: %w", err)
+		}
+		r.Payload = b
+	}
+	for _, o := range opts {
+		o(&r)
+	}
+	return r, nil
+}
+
+// Enqueue durably enqueues one task. payload is marshalled to JSON
+// (json.RawMessage and []byte are taken as JSON as they are).
+func (c *Client) Enqueue(ctx context.Context, typ string, payload any, opts ...EnqueueOption) (EnqueueResult, error) {
+	r, err := request(typ, payload, opts)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	res, err := c.e.Enqueue(ctx, r)
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	return EnqueueResult{Task: res.Task, Duplicate: res.Duplicate}, nil
+}
+
+// NewTask describes one task of EnqueueMany.
+type NewTask struct {
+	Type    string
+	Payload any
+	Options []EnqueueOption
+}
+
+// EnqueueMany enqueues a batch atomically in one transaction.
+func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueResult, error) {
+	rs := make([]engine.EnqueueRequest, len(tasks))
+	for i, t := range tasks {
+		r, err := request(t.Type, t.Payload, t.Options)
+		if err != nil {
+			return nil, fmt.Errorf("tasks[%d]: %w", i, err)
+		}
+		rs[i] = r
+	}
+	res, err := c.e.EnqueueMany(ctx, rs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EnqueueResult, len(res))
+	for i := range res {
+		out[i] = EnqueueResult{Task: res[i].Task, Duplicate: res[i].Duplicate}
+	}
+	return out, nil
+}
+
+// Get returns a task.
+func (c *Client) Get(ctx context.Context, id string) (TaskInfo, error) { return c.e.Get(ctx, id) }
+
+// Attempts returns a task's attempt history.
+func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
+	return c.e.Attempts(ctx, id)
+}
+
+// ListParams filters List.
+type ListParams = store.ListParams
+
+// List returns a page of tasks, newest first, and the next page's cursor.
+func (c *Client) List(ctx context.Context, p ListParams) ([]TaskInfo, string, error) {
+	return c.e.List(ctx, p)
+}
+
+// Cancel cancels a task that has not finished.
+func (c *Client) Cancel(ctx context.Context, id string) (TaskInfo, error) { return c.e.Cancel(ctx, id) }
+
+// Retry puts a dead or cancelled task back to pending with fresh attempts.
+func (c *Client) Retry(ctx context.Context, id string) (TaskInfo, error) { return c.e.Retry(ctx, id) }
+
+// TypeConfig is a task type's stored configuration.
+type TypeConfig struct {
+	Type     string
+	Policy   retry.Policy
+	Timeout  time.Duration // per attempt
+	Priority int           // default priority of new tasks
+}
+
+// SetType stores a type's retry policy, timeout and default priority.
+func (c *Client) SetType(ctx context.Context, tc TypeConfig) error {
+	_, err := c.e.PutType(ctx, engine.TypeSpec{Type: tc.Type, Policy: tc.Policy, Timeout: tc.Timeout, Priority: tc.Priority})
+	return err
+}

@@ -1,0 +1,21 @@
+// Package retryq is a durable task queue and scheduler whose core is doing
+// failure right: errors are classified, retried with per-type policies in a
+// separate delayed queue, bounded in attempts and time, and what cannot
+// succeed lands in a dead-letter queue with its payload, reason and every
+// attempt.
+//
+// A Client enqueues and inspects tasks; a Worker runs them with handlers
+// registered on a Mux, shaped like net/http. Both sit on a store.Store
+// backend (store/sqlite embedded in a file, or store/postgres for many
+// nodes). Handlers only report outcomes: the engine alone decides whether a
+// failed attempt is retried, when, or dead-lettered.
+//
+//	st, _ := sqlite.Open(ctx, sqlite.Config{Path: "retryq.db"})
+//	client, _ := retryq.NewClient(st, retryq.Options{})
+//	client.Start(ctx)
+//	mux := retryq.NewMux()
+//	mux.HandleFunc("email.send", func(ctx context.Context, t *retryq.Task) error { ... })
+//	w, _ := retryq.NewWorker(client, retryq.WorkerConfig{Handler: mux, Concurrency: 20})
+//	go w.Run(ctx)
+//	client.Enqueue(ctx, "email.send", map[string]string{"to": "a@example.com"})
+package retryq

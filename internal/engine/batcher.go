@@ -1,0 +1,129 @@
+package engine
+
+import (
+	"context"
+	"sync"
+)
+
+// batcher coalesces concurrent requests into one call of fn (group commit).
+// A single loop takes the first waiting request, drains whatever else is
+// already queued up to max, and runs fn once for all of them. When idle a
+// request is committed at once, alone; under load many share one commit. No
+// timer is involved, so batching never adds latency.
+type batcher[Req, Res any] struct {
+	ch   chan batchCall[Req, Res]
+	max  int
+	fn   func(ctx context.Context, reqs []Req) ([]Res, []error, error)
+	done chan struct{}
+	once sync.Once
+}
+
+type batchCall[Req, Res any] struct {
+	req   Req
+	reply chan batchReply[Res] // nil for fire-and-forget
+	after func(Res, error)     // optional callback run by the loop
+}
+
+type batchReply[Res any] struct {
+	res Res
+	err error
+}
+
+func newBatcher[Req, Res any](max, queue int, fn func(ctx context.Context, reqs []Req) ([]Res, []error, error)) *batcher[Req, Res] {
+	return &batcher[Req, Res]{ch: make(chan batchCall[Req, Res], queue), max: max, fn: fn, done: make(chan struct{})}
+}
+
+// do submits req and waits for its result.
+func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
+	reply := make(chan batchReply[Res], 1)
+	select {
+	case b.ch <- batchCall[Req, Res]{req: req, reply: reply}:
+	case <-ctx.Done():
+		var zero Res
+		return zero, ctx.Err()
+	case <-b.done:
+		var zero Res
+		return zero, errEngineClosed
+	}
+	select {
+	case r := <-reply:
+		return r.res, r.err
+	case <-ctx.Done():
+		// The request is committed or failed regardless; we stop waiting.
+		var zero Res
+		return zero, ctx.Err()
+	}
+}
+
+// submit queues req without waiting; after (if not nil) runs with its result.
+// It blocks only when the queue is full (back-pressure).
+func (b *batcher[Req, Res]) submit(req Req, after func(Res, error)) {
+	select {
+	case b.ch <- batchCall[Req, Res]{req: req, after: after}:
+	case <-b.done:
+		if after != nil {
+			var zero Res
+			after(zero, errEngineClosed)
+		}
+	}
+}
+
+// run is the commit loop. It returns when ctx is done and the queue is empty.
+func (b *batcher[Req, Res]) run(ctx context.Context) {
+	calls := make([]batchCall[Req, Res], 0, b.max)
+	reqs := make([]Req, 0, b.max)
+	for {
+		calls, reqs = calls[:0], reqs[:0]
+		select {
+		case c := <-b.ch:
+			calls = append(calls, c)
+		case <-ctx.Done():
+			// Flush whatever is still queued, then stop accepting.
+			b.once.Do(func() { close(b.done) })
+			for {
+				select {
+				case c := <-b.ch:
+					b.commit(context.WithoutCancel(ctx), []batchCall[Req, Res]{c}, []Req{c.req})
+				default:
+					return
+				}
+			}
+		}
+	drain:
+		for len(calls) < b.max {
+			select {
+			case c := <-b.ch:
+				calls = append(calls, c)
+			default:
+				break drain
+			}
+		}
+		for _, c := range calls {
+			reqs = append(reqs, c.req)
+		}
+		b.commit(context.WithoutCancel(ctx), calls, reqs)
+	}
+}
+
+func (b *batcher[Req, Res]) commit(ctx context.Context, calls []batchCall[Req, Res], reqs []Req) {
+	res, errs, err := b.fn(ctx, reqs)
+	for i, c := range calls {
+		var r batchReply[Res]
+		if err != nil {
+			r.err = err
+		} else {
+			if i < len(res) {
+				r.res = res[i]
+			}
+			if i < len(errs) {
+				r.err = errs[i]
+			}
+		}
+		if c.after != nil {
+			c.after(r.res, r.err)
+		}
+		if c.reply != nil {
+			c.reply <- r
+		}
+	}
+}

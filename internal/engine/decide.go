@@ -1,0 +1,167 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/retryq/retryq/retry"
+	"github.com/retryq/retryq/store"
+)
+
+// ClassLeaseExpired is the error class recorded when a lease expired.
+const ClassLeaseExpired = "lease_expired"
+
+// Failure is a failed attempt as reported by whoever ran it.
+type Failure struct {
+	// Err is the handler's error (in-process workers). When set, the policy
+	// classifies it; Code, Class and RetryAfter below are then derived.
+	Err error
+	// Code, Message and Class describe a failure reported by a remote worker
+	// or a push delivery. Class may be ClassUnknown.
+	Code       string
+	Message    string
+	Class      retry.Class
+	RetryAfter time.Duration
+	// LeaseExpired marks the reaper's failure for an expired lease.
+	LeaseExpired bool
+	// Detail is extra history detail (a stack trace, a response excerpt).
+	Detail string
+}
+
+const maxMessageLen = 4096
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+// Decide is the single retry decision of retryq. Given a task that just
+// failed an attempt, the type's configuration and the failure, it returns the
+// outcome to record: retry_waiting with the delay chosen by the policy (or the
+// failure's Retry-After, capped by the policy), or dead with the reason. Every
+// path that ends an attempt in failure — in-process handlers, pull workers,
+// push deliveries, expired leases — goes through here.
+func (e *Engine) Decide(t *store.Task, spec *TypeSpec, f Failure, now time.Time) store.Outcome {
+	pol := &spec.Policy
+	class, code, retryAfter := f.Class, f.Code, f.RetryAfter
+	msg := f.Message
+	errClass := ""
+	switch {
+	case f.LeaseExpired:
+		class, code, errClass = retry.ClassTransient, ClassLeaseExpired, ClassLeaseExpired
+		if msg == "" {
+			msg = "lease expired before the attempt finished (worker crashed, hung or lost its connection)"
+		}
+	case f.Err != nil:
+		class, code, retryAfter = pol.Classify(f.Err)
+		if msg == "" {
+			msg = f.Err.Error()
+		}
+	default:
+		class = pol.ClassifyCode(code, class)
+	}
+	if errClass == "" {
+		errClass = class.String()
+	}
+	first := t.FirstFailureAt
+	if first.IsZero() {
+		first = now
+	}
+	d := pol.Decide(retry.Input{
+		Attempt:      t.Attempt,
+		MaxAttempts:  t.MaxAttempts,
+		FirstFailure: first,
+		Now:          now,
+		PrevDelay:    t.LastDelay,
+		Class:        class,
+		RetryAfter:   retryAfter,
+	}, e.cfg.Rand)
+	out := store.Outcome{
+		TaskID:      t.ID,
+		LeaseID:     t.LeaseID,
+		Error:       &store.ErrorInfo{Code: code, Message: truncate(msg, maxMessageLen), Class: errClass},
+		Detail:      f.Detail,
+		OutcomeKind: store.OutcomeFailed,
+		ReapExpired: f.LeaseExpired,
+	}
+	if f.LeaseExpired {
+		out.OutcomeKind = store.OutcomeLeaseExpired
+	}
+	if d.Retry {
+		out.State = store.StateRetryWaiting
+		out.RunAt = now.Add(d.Delay)
+		out.LastDelay = d.Delay
+		out.EffectivePrio = sinkPriority(t.Priority, t.Attempt, effectiveMax(t, pol))
+	} else {
+		out.State = store.StateDead
+		out.DeadReason = string(d.Stop)
+		if out.DeadReason == "" {
+			out.DeadReason = store.DeadMaxAttempts
+		}
+	}
+	return out
+}
+
+func effectiveMax(t *store.Task, pol *retry.Policy) int {
+	if t.MaxAttempts > 0 {
+		return t.MaxAttempts
+	}
+	return pol.MaxAttempts
+}
+
+// sinkPriority lowers a task's ordering priority by one per failed attempt so
+// that fresh work is not starved by retries, except for its last chance: the
+// attempt before the dead-letter queue runs at the task's own priority again.
+func sinkPriority(base, failed, max int) int {
+	if max > 0 && failed+1 >= max {
+		return base
+	}
+	p := base - failed
+	if p < -MaxPriority {
+		p = -MaxPriority
+	}
+	return p
+}
+
+// PanicError is the error recorded when a handler panics.
+type PanicError struct {
+	Value any
+	Stack string
+}
+
+func (p *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", p.Value) }
+
+// classifyPanic: panics are unknown errors (retried, counted apart) with code "panic".
+func panicFailure(p *PanicError) Failure {
+	return Failure{Code: "panic", Message: p.Error(), Class: retry.ClassUnknown, Detail: p.Stack}
+}
+
+// ReportedError is a failure reported by a remote (pull) worker.
+type ReportedError struct {
+	Code       string
+	Message    string
+	Retryable  *bool // nil = let the policy classify the code
+	RetryAfter time.Duration
+}
+
+// failureOf converts a remote report into a Failure.
+func (r ReportedError) failure() Failure {
+	f := Failure{Code: r.Code, Message: r.Message, Class: retry.ClassUnknown, RetryAfter: r.RetryAfter}
+	if r.Retryable != nil {
+		if *r.Retryable {
+			f.Class = retry.ClassTransient
+		} else {
+			f.Class = retry.ClassPermanent
+		}
+	} else if r.RetryAfter > 0 {
+		f.Class = retry.ClassTransient
+	} else if n, err := strconv.Atoi(r.Code); err == nil && n >= 400 && n <= 599 {
+		var he = &retry.HTTPError{StatusCode: n}
+		f.Class, _, _ = retry.Classify(he)
+	}
+	return f
+}
+

@@ -1,0 +1,267 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq/retry"
+	"github.com/retryq/retryq/store"
+)
+
+var errEngineClosed = errors.New("engine closed")
+
+// ErrClosed is returned by operations after the engine was closed.
+var ErrClosed = errEngineClosed
+
+// Clock tells the time. Tests may inject a fake; timers always use real time.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+type globalRand struct{}
+
+func (globalRand) Float64() float64 { return rand.Float64() }
+
+// Config configures an Engine. Zero fields take the documented defaults.
+type Config struct {
+	Store  store.Store
+	Logger *slog.Logger // default: discard
+	Clock  Clock        // default: system clock
+	Rand   retry.Rand   // default: math/rand/v2 global source
+
+	NodeID  string // default: host-pid-random
+	Version string // recorded in the node registry
+
+	// DefaultPolicy applies to task types with no stored policy.
+	DefaultPolicy retry.Policy // default: retry.DefaultPolicy()
+	// DefaultTimeout is the per-attempt timeout of types that set none. Default 5m.
+	DefaultTimeout time.Duration
+	// LeaseDuration is the lease granted to in-process workers; heartbeats
+	// extend it every third of it. Default 30s.
+	LeaseDuration time.Duration
+	// PollInterval bounds how long fetchers and the scheduler sleep without a
+	// wake-up (the fallback for lost notifications). Default 1s.
+	PollInterval time.Duration
+
+	// Retention: finished tasks are deleted this long after their last
+	// update. Zero takes the default; a negative value keeps them forever.
+	SucceededRetention time.Duration // default 24h
+	CancelledRetention time.Duration // default 24h
+	DeadRetention      time.Duration // default 30 days
+	RetentionInterval  time.Duration // default 1m
+
+	// LeaderTTL is the leadership lease of the scheduler loops. Default 10s.
+	LeaderTTL time.Duration
+	// NoScheduler disables the scheduler loops (and the election) on this node.
+	NoScheduler bool
+
+	// MaxEnqueueBatch caps how many coalesced enqueues share one commit. Default 1000.
+	MaxEnqueueBatch int
+	// MaxOutcomeBatch caps how many outcomes share one commit. Default 1000.
+	MaxOutcomeBatch int
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	out := *c
+	if out.Store == nil {
+		return out, errors.New("engine config: Store: required")
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	if out.Clock == nil {
+		out.Clock = systemClock{}
+	}
+	if out.Rand == nil {
+		out.Rand = globalRand{}
+	}
+	if out.NodeID == "" {
+		host, _ := os.Hostname()
+		out.NodeID = fmt.Sprintf("%s-%d-%04x", host, os.Getpid(), rand.IntN(1<<16))
+	}
+	if isZeroPolicy(out.DefaultPolicy) {
+		out.DefaultPolicy = retry.DefaultPolicy()
+	} else {
+		out.DefaultPolicy = out.DefaultPolicy.WithDefaults()
+	}
+	if err := out.DefaultPolicy.Validate(); err != nil {
+		return out, fmt.Errorf("engine config: DefaultPolicy: %w", err)
+	}
+	def := func(d *time.Duration, v time.Duration, name string) error {
+		if *d == 0 {
+			*d = v
+		}
+		if *d < 0 {
+			return fmt.Errorf("engine config: %s: must be positive", name)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		d    *time.Duration
+		v    time.Duration
+		name string
+	}{
+		{&out.DefaultTimeout, 5 * time.Minute, "DefaultTimeout"},
+		{&out.LeaseDuration, 30 * time.Second, "LeaseDuration"},
+		{&out.PollInterval, time.Second, "PollInterval"},
+		{&out.RetentionInterval, time.Minute, "RetentionInterval"},
+		{&out.LeaderTTL, 10 * time.Second, "LeaderTTL"},
+	} {
+		if err := def(f.d, f.v, f.name); err != nil {
+			return out, err
+		}
+	}
+	if out.SucceededRetention == 0 {
+		out.SucceededRetention = 24 * time.Hour
+	}
+	if out.CancelledRetention == 0 {
+		out.CancelledRetention = 24 * time.Hour
+	}
+	if out.DeadRetention == 0 {
+		out.DeadRetention = 30 * 24 * time.Hour
+	}
+	if out.MaxEnqueueBatch <= 0 {
+		out.MaxEnqueueBatch = 1000
+	}
+	if out.MaxOutcomeBatch <= 0 {
+		out.MaxOutcomeBatch = 1000
+	}
+	if out.LeaseDuration < 3*time.Millisecond {
+		return out, errors.New("engine config: LeaseDuration: must be at least 3ms")
+	}
+	return out, nil
+}
+
+func isZeroPolicy(p retry.Policy) bool {
+	return p.Backoff == "" && p.InitialDelay == 0 && p.Multiplier == 0 && p.MaxDelay == 0 &&
+		p.MaxDoublings == 0 && p.Jitter == "" && p.JitterFraction == 0 && p.MaxAttempts == 0 &&
+		p.RetryWindow == 0 && len(p.RetryOn) == 0 && len(p.NoRetryOn) == 0
+}
+
+// Engine is the durable task engine. Create it with New, start it with Start
+// and stop it with Close.
+type Engine struct {
+	cfg   Config
+	st    store.Store
+	log   *slog.Logger
+	types *typeCache
+
+	wake     *broadcaster // wakes fetchers: tasks may be due
+	sched    *schedPoke   // wakes the scheduler: a retry or lease deadline appeared
+	inserts  *batcher[store.NewTask, store.InsertResult]
+	outcomes *batcher[store.Outcome, struct{}]
+	leases   *leaseTable
+	retained retentionCounts
+
+	leading  leaderState
+	startMu  sync.Mutex
+	started  bool
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	loopsCtx context.Context
+}
+
+// New validates cfg and returns an engine that is not yet running.
+func New(cfg Config) (*Engine, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg:    c,
+		st:     c.Store,
+		log:    c.Logger,
+		wake:   newBroadcaster(),
+		sched:  newSchedPoke(),
+		leases: newLeaseTable(),
+	}
+	e.types = newTypeCache(e)
+	e.inserts = newBatcher(c.MaxEnqueueBatch, 4*c.MaxEnqueueBatch, e.commitInserts)
+	e.outcomes = newBatcher(c.MaxOutcomeBatch, 4*c.MaxOutcomeBatch, e.commitOutcomes)
+	return e, nil
+}
+
+// Config returns the engine's effective configuration (defaults applied).
+func (e *Engine) Config() Config { return e.cfg }
+
+// Store returns the engine's store.
+func (e *Engine) Store() store.Store { return e.st }
+
+// NodeID returns this node's id.
+func (e *Engine) NodeID() string { return e.cfg.NodeID }
+
+// now returns the engine clock's time.
+func (e *Engine) now() time.Time { return e.cfg.Clock.Now() }
+
+// Start launches the commit loops, the node heartbeat and (unless
+// NoScheduler) the leader election that runs the scheduler loops. It returns
+// at once; Close stops everything.
+func (e *Engine) Start(ctx context.Context) error {
+	e.startMu.Lock()
+	defer e.startMu.Unlock()
+	if e.started {
+		return errors.New("start engine: already started")
+	}
+	e.started = true
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	e.loopsCtx = ctx
+	e.goLoop(func() { e.inserts.run(ctx) })
+	e.goLoop(func() { e.outcomes.run(ctx) })
+	e.goLoop(func() { e.heartbeatLoop(ctx) })
+	e.goLoop(func() { e.nodeLoop(ctx) })
+	if n, ok := e.st.(store.Notifier); ok {
+		e.goLoop(func() { e.notifyLoop(ctx, n) })
+	}
+	if !e.cfg.NoScheduler {
+		e.goLoop(func() { e.electionLoop(ctx) })
+	}
+	return nil
+}
+
+func (e *Engine) goLoop(f func()) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		f()
+	}()
+}
+
+// Close stops the engine's loops after flushing queued commits. Workers must
+// be stopped first (their Run returns) so their outcomes are flushed too. It
+// does not close the store.
+func (e *Engine) Close() error {
+	e.startMu.Lock()
+	cancel := e.cancel
+	e.startMu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	e.wg.Wait()
+	return nil
+}
+
+// notifyLoop turns cross-process notifications into local wake-ups.
+func (e *Engine) notifyLoop(ctx context.Context, n store.Notifier) {
+	ch := n.Wakeups(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			e.wake.broadcast()
+			e.sched.poke(time.Time{})
+		}
+	}
+}

@@ -1,0 +1,191 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+
+	"github.com/retryq/retryq/store"
+)
+
+// ErrInvalid is matched (errors.Is) by every *FieldError.
+var ErrInvalid = errors.New("invalid input")
+
+// FieldError is a validation error that names the offending field.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Is reports whether target is ErrInvalid.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Limits on enqueued values.
+const (
+	MaxTypeLen        = 128
+	MaxIdempotencyLen = 255
+	MaxPriority       = 1_000_000
+	MaxMaxAttempts    = 10_000
+	MaxBatch          = 10_000
+)
+
+// EnqueueRequest describes a task to enqueue.
+type EnqueueRequest struct {
+	Type           string
+	Payload        json.RawMessage // must be valid JSON; empty means null
+	Priority       *int            // nil = the type's default priority
+	MaxAttempts    int             // 0 = the type's policy decides
+	IdempotencyKey string
+	RunAt          time.Time     // absolute first run time; zero = now (+Delay)
+	Delay          time.Duration // relative first run time; not with RunAt
+}
+
+// ValidateType checks a task type name.
+func ValidateType(field, typ string) error {
+	if typ == "" {
+		return fieldErr(field, "is required")
+	}
+	if len(typ) > MaxTypeLen {
+		return fieldErr(field, "is longer than %d bytes", MaxTypeLen)
+	}
+	for _, r := range typ {
+		if !(unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_' || r == '-' || r == '.' || r == ':' || r == '/') {
+			return fieldErr(field, "may contain only letters, digits and _ - . : / (got %q)", r)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) prepare(ctx context.Context, prefix string, r EnqueueRequest, now time.Time) (store.NewTask, error) {
+	if err := ValidateType(prefix+"type", r.Type); err != nil {
+		return store.NewTask{}, err
+	}
+	payload := r.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	} else if !json.Valid(payload) {
+		return store.NewTask{}, fieldErr(prefix+"payload", "is not valid JSON")
+	}
+	if r.MaxAttempts < 0 || r.MaxAttempts > MaxMaxAttempts {
+		return store.NewTask{}, fieldErr(prefix+"max_attempts", "must be between 0 and %d (got %d)", MaxMaxAttempts, r.MaxAttempts)
+	}
+	if len(r.IdempotencyKey) > MaxIdempotencyLen {
+		return store.NewTask{}, fieldErr(prefix+"idempotency_key", "is longer than %d bytes", MaxIdempotencyLen)
+	}
+	if r.Delay < 0 {
+		return store.NewTask{}, fieldErr(prefix+"delay_seconds", "must not be negative")
+	}
+	if r.Delay > 0 && !r.RunAt.IsZero() {
+		return store.NewTask{}, fieldErr(prefix+"run_at", "cannot be combined with a delay")
+	}
+	runAt := r.RunAt
+	if runAt.IsZero() {
+		runAt = now.Add(r.Delay)
+	}
+	var prio int
+	if r.Priority != nil {
+		prio = *r.Priority
+		if prio < -MaxPriority || prio > MaxPriority {
+			return store.NewTask{}, fieldErr(prefix+"priority", "must be between %d and %d (got %d)", -MaxPriority, MaxPriority, prio)
+		}
+	} else {
+		tc, err := e.types.get(ctx, r.Type)
+		if err != nil {
+			return store.NewTask{}, err
+		}
+		prio = tc.priority
+	}
+	return store.NewTask{
+		ID:             NewID(now),
+		Type:           r.Type,
+		Payload:        payload,
+		Priority:       prio,
+		MaxAttempts:    r.MaxAttempts,
+		IdempotencyKey: r.IdempotencyKey,
+		RunAt:          runAt,
+	}, nil
+}
+
+// Enqueue validates and durably enqueues one task. Concurrent calls are
+// coalesced into shared commits. A repeated idempotency key returns the
+// existing task with Duplicate set.
+func (e *Engine) Enqueue(ctx context.Context, r EnqueueRequest) (store.InsertResult, error) {
+	nt, err := e.prepare(ctx, "", r, e.now())
+	if err != nil {
+		return store.InsertResult{}, err
+	}
+	res, err := e.inserts.do(ctx, nt)
+	if err != nil {
+		return store.InsertResult{}, fmt.Errorf("enqueue task: %w", err)
+	}
+	return res, nil
+}
+
+// EnqueueMany validates and enqueues a batch atomically: all tasks are
+// inserted in one transaction, or none when any is invalid.
+func (e *Engine) EnqueueMany(ctx context.Context, rs []EnqueueRequest) ([]store.InsertResult, error) {
+	if len(rs) == 0 {
+		return nil, fieldErr("tasks", "must not be empty")
+	}
+	if len(rs) > MaxBatch {
+		return nil, fieldErr("tasks", "has %d tasks; at most %d per batch", len(rs), MaxBatch)
+	}
+	now := e.now()
+	nts := make([]store.NewTask, len(rs))
+	for i, r := range rs {
+		nt, err := e.prepare(ctx, fmt.Sprintf("tasks[%d].", i), r, now)
+		if err != nil {
+			return nil, err
+		}
+		nts[i] = nt
+	}
+	res, err := e.st.InsertTasks(ctx, store.InsertParams{Tasks: nts, Now: now})
+	if err != nil {
+		return nil, fmt.Errorf("enqueue tasks: %w", err)
+	}
+	e.afterInsert(res, now)
+	return res, nil
+}
+
+func (e *Engine) commitInserts(ctx context.Context, nts []store.NewTask) ([]store.InsertResult, []error, error) {
+	now := e.now()
+	res, err := e.st.InsertTasks(ctx, store.InsertParams{Tasks: nts, Now: now})
+	if err != nil {
+		return nil, nil, err
+	}
+	e.afterInsert(res, now)
+	return res, nil, nil
+}
+
+// afterInsert wakes fetchers for ready tasks and the scheduler for future ones.
+func (e *Engine) afterInsert(res []store.InsertResult, now time.Time) {
+	ready := false
+	var earliest time.Time
+	for i := range res {
+		if res[i].Duplicate {
+			continue
+		}
+		t := &res[i].Task
+		if t.State == store.StatePending {
+			ready = true
+		} else if t.State == store.StateScheduled && (earliest.IsZero() || t.RunAt.Before(earliest)) {
+			earliest = t.RunAt
+		}
+		e.log.Debug("task enqueued", "task_id", t.ID, "type", t.Type, "state", t.State)
+	}
+	if ready {
+		e.wake.broadcast()
+	}
+	if !earliest.IsZero() {
+		e.sched.poke(earliest)
+	}
+}

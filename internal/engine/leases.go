@@ -1,0 +1,87 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// errLeaseLost is the cancellation cause of a handler whose lease was lost.
+var errLeaseLost = errors.New("lease lost: the task was reaped, cancelled or taken by another worker")
+
+// leaseTable tracks the leases held by in-process handlers so one heartbeat
+// loop can extend them all in a single batch.
+type leaseTable struct {
+	mu sync.Mutex
+	m  map[string]*heldLease
+}
+
+type heldLease struct {
+	leaseID string
+	cancel  context.CancelCauseFunc
+}
+
+func newLeaseTable() *leaseTable { return &leaseTable{m: make(map[string]*heldLease)} }
+
+func (lt *leaseTable) add(taskID, leaseID string, cancel context.CancelCauseFunc) {
+	lt.mu.Lock()
+	lt.m[taskID] = &heldLease{leaseID: leaseID, cancel: cancel}
+	lt.mu.Unlock()
+}
+
+func (lt *leaseTable) remove(taskID string) {
+	lt.mu.Lock()
+	delete(lt.m, taskID)
+	lt.mu.Unlock()
+}
+
+func (lt *leaseTable) snapshot() ([]store.LeaseRef, []*heldLease) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	refs := make([]store.LeaseRef, 0, len(lt.m))
+	held := make([]*heldLease, 0, len(lt.m))
+	for id, h := range lt.m {
+		refs = append(refs, store.LeaseRef{TaskID: id, LeaseID: h.leaseID})
+		held = append(held, h)
+	}
+	return refs, held
+}
+
+// heartbeatLoop extends every in-process lease each third of the lease
+// duration. A lease found lost cancels its handler's context.
+func (e *Engine) heartbeatLoop(ctx context.Context) {
+	tick := time.NewTicker(e.cfg.LeaseDuration / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		refs, held := e.leases.snapshot()
+		if len(refs) == 0 {
+			continue
+		}
+		now := e.now()
+		for i := range refs {
+			refs[i].ExpiresAt = now.Add(e.cfg.LeaseDuration)
+		}
+		for start := 0; start < len(refs); start += 1000 {
+			end := min(start+1000, len(refs))
+			errs, err := e.st.ExtendLeases(ctx, store.ExtendParams{Leases: refs[start:end], Now: now})
+			if err != nil {
+				e.log.Warn("heartbeat failed", "leases", end-start, "err", err)
+				break
+			}
+			for i, err := range errs {
+				if err != nil {
+					e.log.Warn("lease lost; cancelling handler", "task_id", refs[start+i].TaskID, "err", err)
+					held[start+i].cancel(errLeaseLost)
+				}
+			}
+		}
+	}
+}

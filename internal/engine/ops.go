@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// MaxListLimit caps page sizes of list operations.
+const MaxListLimit = 1000
+
+// ValidateID checks a task id supplied by a caller.
+func ValidateID(id string) error {
+	if id == "" {
+		return fieldErr("id", "is required")
+	}
+	if len(id) > 64 {
+		return fieldErr("id", "is longer than 64 bytes")
+	}
+	return nil
+}
+
+// Get returns a task.
+func (e *Engine) Get(ctx context.Context, id string) (store.Task, error) {
+	if err := ValidateID(id); err != nil {
+		return store.Task{}, err
+	}
+	t, err := e.st.GetTask(ctx, id)
+	if err != nil {
+		return store.Task{}, fmt.Errorf("get task %s: %w", id, err)
+	}
+	return t, nil
+}
+
+// Attempts returns a task's attempt history.
+func (e *Engine) Attempts(ctx context.Context, id string) ([]store.Attempt, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	as, err := e.st.ListAttempts(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of %s: %w", id, err)
+	}
+	return as, nil
+}
+
+func checkLimit(limit int) (int, error) {
+	if limit == 0 {
+		return 100, nil
+	}
+	if limit < 0 || limit > MaxListLimit {
+		return 0, fieldErr("limit", "must be between 1 and %d (got %d)", MaxListLimit, limit)
+	}
+	return limit, nil
+}
+
+// List returns a page of tasks, newest first.
+func (e *Engine) List(ctx context.Context, p store.ListParams) ([]store.Task, string, error) {
+	var err error
+	if p.Limit, err = checkLimit(p.Limit); err != nil {
+		return nil, "", err
+	}
+	if p.Type != "" {
+		if err := ValidateType("type", p.Type); err != nil {
+			return nil, "", err
+		}
+	}
+	for _, s := range p.States {
+		if !s.Valid() {
+			return nil, "", fieldErr("state", "unknown state %q (want one of scheduled, pending, running, retry_waiting, succeeded, dead, cancelled)", s)
+		}
+	}
+	ts, next, err := e.st.ListTasks(ctx, p)
+	if err != nil {
+		return nil, "", fmt.Errorf("list tasks: %w", err)
+	}
+	return ts, next, nil
+}
+
+// Cancel cancels a task that has not finished.
+func (e *Engine) Cancel(ctx context.Context, id string) (store.Task, error) {
+	if err := ValidateID(id); err != nil {
+		return store.Task{}, err
+	}
+	t, err := e.st.CancelTask(ctx, store.CancelParams{ID: id, Now: e.now()})
+	if err != nil {
+		return store.Task{}, fmt.Errorf("cancel task %s: %w", id, err)
+	}
+	e.log.Info("task cancelled", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
+	return t, nil
+}
+
+// Retry manually retries a dead or cancelled task.
+func (e *Engine) Retry(ctx context.Context, id string) (store.Task, error) {
+	if err := ValidateID(id); err != nil {
+		return store.Task{}, err
+	}
+	t, err := e.st.RetryTask(ctx, store.RetryParams{ID: id, Now: e.now()})
+	if err != nil {
+		return store.Task{}, fmt.Errorf("retry task %s: %w", id, err)
+	}
+	e.log.Info("task retried manually", "task_id", t.ID, "type", t.Type)
+	e.wake.broadcast()
+	return t, nil
+}
+
+func (e *Engine) checkDeadFilter(f *store.DeadFilter) error {
+	if f.Type != "" {
+		if err := ValidateType("type", f.Type); err != nil {
+			return err
+		}
+	}
+	if f.Reason != "" && f.Reason != store.DeadNonRetryable && f.Reason != store.DeadMaxAttempts && f.Reason != store.DeadRetryWindow {
+		return fieldErr("reason", "unknown dead reason %q (want non_retryable, max_attempts or retry_window)", f.Reason)
+	}
+	if len(f.IDs) > MaxBatch {
+		return fieldErr("ids", "has %d ids; at most %d", len(f.IDs), MaxBatch)
+	}
+	for i, id := range f.IDs {
+		if err := ValidateID(id); err != nil {
+			return fieldErr(fmt.Sprintf("ids[%d]", i), "%s", err.(*FieldError).Message)
+		}
+	}
+	if f.Limit < 0 {
+		return fieldErr("limit", "must not be negative")
+	}
+	f.Now = e.now()
+	return nil
+}
+
+// ListDead lists dead-lettered tasks.
+func (e *Engine) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task, string, error) {
+	var err error
+	if f.Limit, err = checkLimit(f.Limit); err != nil {
+		return nil, "", err
+	}
+	if err := e.checkDeadFilter(&f); err != nil {
+		return nil, "", err
+	}
+	ts, next, err := e.st.ListDead(ctx, f)
+	if err != nil {
+		return nil, "", fmt.Errorf("list dead tasks: %w", err)
+	}
+	return ts, next, nil
+}
+
+// DeadSummary groups the DLQ by type, error code and reason.
+func (e *Engine) DeadSummary(ctx context.Context, since time.Time) ([]store.DeadGroup, error) {
+	gs, err := e.st.DeadSummary(ctx, store.SummaryParams{Since: since})
+	if err != nil {
+		return nil, fmt.Errorf("summarize dead tasks: %w", err)
+	}
+	return gs, nil
+}
+
+// Redrive puts dead tasks matching the filter back to pending.
+func (e *Engine) Redrive(ctx context.Context, f store.DeadFilter) (int, error) {
+	if err := e.checkDeadFilter(&f); err != nil {
+		return 0, err
+	}
+	n, err := e.st.RedriveDead(ctx, f)
+	if err != nil {
+		return 0, fmt.Errorf("redrive dead tasks: %w", err)
+	}
+	e.log.Info("dead tasks redriven", "count", n, "type", f.Type, "error_code", f.ErrorCode, "reason", f.Reason)
+	if n > 0 {
+		e.wake.broadcast()
+	}
+	return n, nil
+}
+
+// Purge deletes dead tasks matching the filter.
+func (e *Engine) Purge(ctx context.Context, f store.DeadFilter) (int, error) {
+	if err := e.checkDeadFilter(&f); err != nil {
+		return 0, err
+	}
+	n, err := e.st.PurgeDead(ctx, f)
+	if err != nil {
+		return 0, fmt.Errorf("purge dead tasks: %w", err)
+	}
+	e.log.Info("dead tasks purged", "count", n, "type", f.Type, "error_code", f.ErrorCode, "reason", f.Reason)
+	return n, nil
+}
+
+// Stats returns per-type statistics over the last window.
+func (e *Engine) Stats(ctx context.Context, window time.Duration) ([]store.TypeStats, error) {
+	ss, err := e.st.Stats(ctx, store.StatsParams{Since: e.now().Add(-window)})
+	if err != nil {
+		return nil, fmt.Errorf("compute stats: %w", err)
+	}
+	return ss, nil
+}

@@ -1,0 +1,76 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// commitOutcomes records a batch of outcomes in one transaction and wakes
+// whoever the new states concern.
+func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]struct{}, []error, error) {
+	now := e.now()
+	errs, err := e.st.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now})
+	if err != nil {
+		return nil, nil, err
+	}
+	ready := false
+	var earliest time.Time
+	for i := range outs {
+		if i < len(errs) && errs[i] != nil {
+			continue
+		}
+		o := &outs[i]
+		switch o.State {
+		case store.StatePending:
+			ready = true
+		case store.StateRetryWaiting:
+			if !o.RunAt.After(now) {
+				ready = true
+			} else if earliest.IsZero() || o.RunAt.Before(earliest) {
+				earliest = o.RunAt
+			}
+		}
+	}
+	if ready {
+		e.wake.broadcast()
+	}
+	if !earliest.IsZero() {
+		e.sched.poke(earliest)
+	}
+	return nil, errs, nil
+}
+
+// logOutcome writes the structured log line of a state change.
+func (e *Engine) logOutcome(t *store.Task, o *store.Outcome, err error) {
+	if err != nil {
+		if errors.Is(err, store.ErrLeaseLost) {
+			e.log.Warn("outcome refused: lease lost", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "outcome", o.State)
+		} else {
+			e.log.Error("record outcome failed", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "err", err)
+		}
+		return
+	}
+	switch o.State {
+	case store.StateSucceeded:
+		e.log.Info("task succeeded", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
+	case store.StateRetryWaiting:
+		e.log.Warn("task will retry", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt,
+			"error_code", o.Error.Code, "error_class", o.Error.Class, "error", o.Error.Message,
+			"delay_seconds", o.LastDelay.Seconds())
+	case store.StateDead:
+		e.log.Error("task dead", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt,
+			"reason", o.DeadReason, "error_code", o.Error.Code, "error_class", o.Error.Class, "error", o.Error.Message)
+	case store.StatePending:
+		e.log.Info("task released", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
+	}
+}
+
+// record submits an outcome and waits until it is committed.
+func (e *Engine) record(ctx context.Context, t *store.Task, o store.Outcome) error {
+	_, err := e.outcomes.do(ctx, o)
+	e.logOutcome(t, &o, err)
+	return err
+}

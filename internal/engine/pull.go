@@ -1,0 +1,194 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// Limits of the pull-worker protocol.
+const (
+	MaxLeaseWait     = 30 * time.Second
+	MaxLeaseDuration = time.Hour
+	MaxLeaseBatch    = 100
+	defaultPullLease = 30 * time.Second
+)
+
+// LeaseRequest asks for tasks on behalf of a remote (pull) worker.
+type LeaseRequest struct {
+	WorkerID      string
+	Types         []string
+	Max           int           // default 1, at most MaxLeaseBatch
+	Wait          time.Duration // long-poll up to this long; 0 = answer at once
+	LeaseDuration time.Duration // 0 = the types' timeout, else 30s
+}
+
+// LeaseToken is the opaque lease id handed to remote workers: it names the
+// task and the store's lease.
+func LeaseToken(t *store.Task) string { return t.ID + "." + t.LeaseID }
+
+// ParseLeaseToken splits a token made by LeaseToken.
+func ParseLeaseToken(tok string) (taskID, leaseID string, err error) {
+	i := strings.IndexByte(tok, '.')
+	if i <= 0 || i == len(tok)-1 || len(tok) > 200 {
+		return "", "", fieldErr("lease_id", "is not a lease id issued by this server")
+	}
+	return tok[:i], tok[i+1:], nil
+}
+
+// Lease leases tasks to a remote worker, long-polling up to r.Wait.
+func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error) {
+	if r.WorkerID == "" || len(r.WorkerID) > 200 {
+		return nil, fieldErr("worker_id", "is required (at most 200 bytes)")
+	}
+	if len(r.Types) == 0 {
+		return nil, fieldErr("types", "must name at least one type")
+	}
+	for i, t := range r.Types {
+		if err := ValidateType(fmt.Sprintf("types[%d]", i), t); err != nil {
+			return nil, err
+		}
+	}
+	if r.Max == 0 {
+		r.Max = 1
+	}
+	if r.Max < 0 || r.Max > MaxLeaseBatch {
+		return nil, fieldErr("max", "must be between 1 and %d (got %d)", MaxLeaseBatch, r.Max)
+	}
+	if r.Wait < 0 || r.Wait > MaxLeaseWait {
+		return nil, fieldErr("wait_seconds", "must be between 0 and %d", int(MaxLeaseWait.Seconds()))
+	}
+	if r.LeaseDuration < 0 || r.LeaseDuration > MaxLeaseDuration {
+		return nil, fieldErr("lease_seconds", "must be between 0 and %d", int(MaxLeaseDuration.Seconds()))
+	}
+	if r.LeaseDuration == 0 {
+		r.LeaseDuration = defaultPullLease
+		var longest time.Duration
+		for _, typ := range r.Types {
+			if ent, err := e.types.get(ctx, typ); err == nil && ent.spec.Stored && ent.spec.Timeout > longest {
+				longest = ent.spec.Timeout
+			}
+		}
+		if longest > 0 {
+			r.LeaseDuration = longest
+		}
+	}
+	deadline := time.Now().Add(r.Wait)
+	sub := e.wake.subscribe()
+	defer e.wake.unsubscribe(sub)
+	for {
+		tasks, err := e.st.FetchTasks(ctx, store.FetchParams{Types: r.Types, Limit: r.Max, WorkerID: r.WorkerID, LeaseDuration: r.LeaseDuration, Now: e.now()})
+		if err != nil {
+			return nil, fmt.Errorf("lease tasks: %w", err)
+		}
+		if len(tasks) > 0 || r.Wait == 0 {
+			for i := range tasks {
+				e.log.Debug("task leased", "task_id", tasks[i].ID, "type", tasks[i].Type, "attempt", tasks[i].Attempt, "worker", r.WorkerID)
+			}
+			return tasks, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil
+		}
+		t := time.NewTimer(min(left, e.cfg.PollInterval))
+		select {
+		case <-sub:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		}
+		t.Stop()
+	}
+}
+
+// Heartbeat extends a remote worker's lease by d (0 = 30s). It returns the new expiry.
+func (e *Engine) Heartbeat(ctx context.Context, token string, d time.Duration) (time.Time, error) {
+	taskID, leaseID, err := ParseLeaseToken(token)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if d < 0 || d > MaxLeaseDuration {
+		return time.Time{}, fieldErr("lease_seconds", "must be between 0 and %d", int(MaxLeaseDuration.Seconds()))
+	}
+	if d == 0 {
+		d = defaultPullLease
+	}
+	now := e.now()
+	exp := now.Add(d)
+	errs, err := e.st.ExtendLeases(ctx, store.ExtendParams{Leases: []store.LeaseRef{{TaskID: taskID, LeaseID: leaseID, ExpiresAt: exp}}, Now: now})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("heartbeat lease: %w", err)
+	}
+	if len(errs) > 0 && errs[0] != nil {
+		return time.Time{}, fmt.Errorf("heartbeat lease: %w", errs[0])
+	}
+	return exp, nil
+}
+
+// leasedTask loads a task and checks that the token's lease is current.
+func (e *Engine) leasedTask(ctx context.Context, id, token string) (store.Task, error) {
+	taskID, leaseID, err := ParseLeaseToken(token)
+	if err != nil {
+		return store.Task{}, err
+	}
+	if taskID != id {
+		return store.Task{}, fmt.Errorf("lease %s is for another task: %w", token, store.ErrLeaseLost)
+	}
+	t, err := e.Get(ctx, id)
+	if err != nil {
+		return store.Task{}, err
+	}
+	if t.State != store.StateRunning || t.LeaseID != leaseID || !e.now().Before(t.LeaseExpiresAt) {
+		return store.Task{}, fmt.Errorf("task %s (state %s): %w", id, t.State, store.ErrLeaseLost)
+	}
+	return t, nil
+}
+
+// Complete records the success of a remotely run attempt.
+func (e *Engine) Complete(ctx context.Context, id, token string) error {
+	t, err := e.leasedTask(ctx, id, token)
+	if err != nil {
+		return err
+	}
+	out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StateSucceeded, OutcomeKind: store.OutcomeSucceeded}
+	if err := e.record(ctx, &t, out); err != nil {
+		return fmt.Errorf("complete task %s: %w", id, err)
+	}
+	return nil
+}
+
+// Fail records the failure of a remotely run attempt and returns the
+// engine's decision (retry_waiting with its run time, or dead).
+func (e *Engine) Fail(ctx context.Context, id, token string, rep ReportedError) (store.Outcome, error) {
+	if rep.Message == "" {
+		return store.Outcome{}, fieldErr("error.message", "is required")
+	}
+	if len(rep.Code) > 200 {
+		return store.Outcome{}, fieldErr("error.code", "is longer than 200 bytes")
+	}
+	if rep.RetryAfter < 0 {
+		return store.Outcome{}, fieldErr("error.retry_after_seconds", "must not be negative")
+	}
+	t, err := e.leasedTask(ctx, id, token)
+	if err != nil {
+		return store.Outcome{}, err
+	}
+	spec, err := e.TypeSpec(ctx, t.Type)
+	if err != nil {
+		return store.Outcome{}, err
+	}
+	out := e.Decide(&t, &spec, rep.failure(), e.now())
+	if err := e.record(ctx, &t, out); err != nil {
+		return store.Outcome{}, fmt.Errorf("fail task %s: %w", id, err)
+	}
+	return out, nil
+}
+
+// IsLeaseLost reports whether err means the caller's lease is gone.
+func IsLeaseLost(err error) bool { return errors.Is(err, store.ErrLeaseLost) }

@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+const (
+	promoteBatch = 1000
+	reapBatch    = 500
+)
+
+// schedPoke tells the scheduler that something is due at a given time
+// (zero: "look again"), without a database read.
+type schedPoke struct {
+	mu       sync.Mutex
+	earliest time.Time
+	recheck  bool
+	ch       chan struct{}
+}
+
+func newSchedPoke() *schedPoke { return &schedPoke{ch: make(chan struct{}, 1)} }
+
+func (s *schedPoke) poke(at time.Time) {
+	s.mu.Lock()
+	if at.IsZero() {
+		s.recheck = true
+	} else if s.earliest.IsZero() || at.Before(s.earliest) {
+		s.earliest = at
+	}
+	s.mu.Unlock()
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (s *schedPoke) take() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	at, re := s.earliest, s.recheck
+	s.earliest, s.recheck = time.Time{}, false
+	return at, re
+}
+
+// runScheduler runs the central scheduler loops while ctx (the leadership
+// context) lives: retry/scheduled promotion and lease reaping, woken exactly
+// at the next due time, and retention every RetentionInterval.
+func (e *Engine) runScheduler(ctx context.Context) {
+	e.log.Info("scheduler loops started", "node", e.cfg.NodeID)
+	defer e.log.Info("scheduler loops stopped", "node", e.cfg.NodeID)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	nextRetention := time.Now()
+	var next time.Time // wall-clock time the timer is set for
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.sched.ch:
+			at, recheck := e.sched.take()
+			if recheck {
+				at = time.Now()
+			}
+			if at.IsZero() || (!next.IsZero() && !at.Before(next)) {
+				continue
+			}
+			next = at
+			resetTimer(timer, time.Until(at))
+			continue
+		case <-timer.C:
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		e.promote(ctx)
+		e.reap(ctx)
+		if !time.Now().Before(nextRetention) {
+			e.retention(ctx)
+			nextRetention = time.Now().Add(e.cfg.RetentionInterval)
+		}
+		// Sleep until the earliest of: the next due task, the next lease
+		// expiry, the next retention run, and the poll interval (the
+		// fallback for work made due by other nodes).
+		next = time.Now().Add(e.cfg.PollInterval)
+		if wk, err := e.st.NextWakeup(ctx); err == nil {
+			for _, t := range []time.Time{wk.NextRunAt, wk.NextLeaseExpiry} {
+				if !t.IsZero() && t.Before(next) {
+					next = t
+				}
+			}
+		} else if ctx.Err() == nil {
+			e.log.Warn("scheduler: next wake-up lookup failed", "err", err)
+		}
+		if nextRetention.Before(next) {
+			next = nextRetention
+		}
+		resetTimer(timer, time.Until(next))
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	if d < 0 {
+		d = 0
+	}
+	t.Reset(d)
+}
+
+// promote moves due scheduled and retry_waiting tasks to pending.
+func (e *Engine) promote(ctx context.Context) {
+	total := 0
+	for i := 0; i < 100 && ctx.Err() == nil; i++ { // bounded: at most 100 batches per wake-up
+		n, err := e.st.PromoteDue(ctx, store.PromoteParams{Limit: promoteBatch, Now: e.now()})
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("promote due tasks failed", "err", err)
+			}
+			break
+		}
+		total += n
+		if n > 0 {
+			e.wake.broadcast()
+		}
+		if n < promoteBatch {
+			break
+		}
+	}
+	if total > 0 {
+		e.log.Debug("promoted due tasks", "count", total)
+	}
+}
+
+// reap applies the retry decision to tasks whose lease expired.
+func (e *Engine) reap(ctx context.Context) {
+	for i := 0; i < 20 && ctx.Err() == nil; i++ {
+		now := e.now()
+		tasks, err := e.st.ExpiredLeases(ctx, store.ExpiredParams{Limit: reapBatch, Now: now})
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("list expired leases failed", "err", err)
+			}
+			return
+		}
+		if len(tasks) == 0 {
+			return
+		}
+		outs := make([]store.Outcome, len(tasks))
+		for j := range tasks {
+			spec := e.defaultSpec(tasks[j].Type)
+			if ent, err := e.types.get(ctx, tasks[j].Type); err == nil {
+				spec = ent.spec
+			}
+			outs[j] = e.Decide(&tasks[j], &spec, Failure{LeaseExpired: true}, now)
+		}
+		errs, err := e.st.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now})
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("record reaped outcomes failed", "err", err)
+			}
+			return
+		}
+		woke := false
+		for j := range tasks {
+			var oerr error
+			if j < len(errs) {
+				oerr = errs[j]
+			}
+			if oerr == nil && outs[j].State == store.StateRetryWaiting {
+				woke = true
+			}
+			e.logOutcome(&tasks[j], &outs[j], oerr)
+		}
+		if woke {
+			e.sched.poke(time.Time{})
+		}
+		if len(tasks) < reapBatch {
+			return
+		}
+	}
+}
+
+// retention deletes finished tasks past their age and logs the counts.
+func (e *Engine) retention(ctx context.Context) {
+	now := e.now()
+	p := store.RetentionParams{Limit: 10000}
+	if e.cfg.SucceededRetention > 0 {
+		p.SucceededBefore = now.Add(-e.cfg.SucceededRetention)
+	}
+	if e.cfg.CancelledRetention > 0 {
+		p.CancelledBefore = now.Add(-e.cfg.CancelledRetention)
+	}
+	if e.cfg.DeadRetention > 0 {
+		p.DeadBefore = now.Add(-e.cfg.DeadRetention)
+	}
+	if p.SucceededBefore.IsZero() && p.CancelledBefore.IsZero() && p.DeadBefore.IsZero() {
+		return
+	}
+	res, err := e.st.DeleteFinished(ctx, p)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("retention failed", "err", err)
+		}
+		return
+	}
+	e.retained.add(res)
+	if res.Succeeded+res.Cancelled+res.Dead > 0 {
+		e.log.Info("retention deleted finished tasks", "succeeded", res.Succeeded, "cancelled", res.Cancelled, "dead", res.Dead)
+	}
+}
+
+// retentionCounts accumulates what retention deleted since start.
+type retentionCounts struct {
+	mu  sync.Mutex
+	sum store.RetentionResult
+}
+
+func (r *retentionCounts) add(x store.RetentionResult) {
+	r.mu.Lock()
+	r.sum.Succeeded += x.Succeeded
+	r.sum.Cancelled += x.Cancelled
+	r.sum.Dead += x.Dead
+	r.mu.Unlock()
+}
+
+// Retained returns how many finished tasks retention deleted on this node.
+func (e *Engine) Retained() store.RetentionResult {
+	e.retained.mu.Lock()
+	defer e.retained.mu.Unlock()
+	return e.retained.sum
+}

@@ -1,0 +1,212 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq/retry"
+	"github.com/retryq/retryq/store"
+)
+
+// typeCacheTTL bounds how stale another node's view of a type may be.
+const typeCacheTTL = 5 * time.Second
+
+// Target is a push target: the engine delivers tasks of the type itself by
+// HTTP instead of handing them to workers.
+type Target struct {
+	URL            string            `json:"url"`
+	Method         string            `json:"method,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty"`
+	Concurrency    int               `json:"concurrency,omitempty"`
+}
+
+// Validate checks a target and names the offending field.
+func (t *Target) Validate() error {
+	u, err := url.Parse(t.URL)
+	if t.URL == "" {
+		return fieldErr("target.url", "is required")
+	}
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fieldErr("target.url", "must be an absolute http or https URL (got %q)", t.URL)
+	}
+	switch t.Method {
+	case "", "POST", "PUT", "PATCH", "GET", "DELETE":
+	default:
+		return fieldErr("target.method", "must be one of POST, PUT, PATCH, GET, DELETE (got %q)", t.Method)
+	}
+	if t.TimeoutSeconds < 0 || t.TimeoutSeconds > 3600 {
+		return fieldErr("target.timeout_seconds", "must be between 0 and 3600 (got %g)", t.TimeoutSeconds)
+	}
+	if t.Concurrency < 0 || t.Concurrency > 1000 {
+		return fieldErr("target.concurrency", "must be between 0 and 1000 (got %d)", t.Concurrency)
+	}
+	return nil
+}
+
+// TypeSpec is a task type's configuration in its decoded form.
+type TypeSpec struct {
+	Type     string
+	Policy   retry.Policy
+	Timeout  time.Duration
+	Priority int
+	Target   *Target
+	// Stored reports whether the type has a stored configuration (false:
+	// defaults for an unknown type).
+	Stored    bool
+	UpdatedAt time.Time
+}
+
+type typeEntry struct {
+	spec     TypeSpec
+	priority int
+	timeout  time.Duration
+	loaded   time.Time
+}
+
+type typeCache struct {
+	e  *Engine
+	mu sync.RWMutex
+	m  map[string]*typeEntry
+}
+
+func newTypeCache(e *Engine) *typeCache { return &typeCache{e: e, m: make(map[string]*typeEntry)} }
+
+func (c *typeCache) get(ctx context.Context, typ string) (*typeEntry, error) {
+	now := time.Now()
+	c.mu.RLock()
+	ent := c.m[typ]
+	c.mu.RUnlock()
+	if ent != nil && now.Sub(ent.loaded) < typeCacheTTL {
+		return ent, nil
+	}
+	spec, err := c.e.loadType(ctx, typ)
+	if err != nil {
+		if ent != nil { // keep serving the last known config while the db is away
+			return ent, nil
+		}
+		return nil, err
+	}
+	ent = &typeEntry{spec: spec, priority: spec.Priority, timeout: spec.Timeout, loaded: now}
+	c.mu.Lock()
+	c.m[typ] = ent
+	c.mu.Unlock()
+	return ent, nil
+}
+
+func (c *typeCache) invalidate(typ string) {
+	c.mu.Lock()
+	delete(c.m, typ)
+	c.mu.Unlock()
+}
+
+func (e *Engine) defaultSpec(typ string) TypeSpec {
+	return TypeSpec{Type: typ, Policy: e.cfg.DefaultPolicy, Timeout: e.cfg.DefaultTimeout}
+}
+
+func (e *Engine) loadType(ctx context.Context, typ string) (TypeSpec, error) {
+	tc, err := e.st.GetType(ctx, typ)
+	if errors.Is(err, store.ErrNotFound) {
+		return e.defaultSpec(typ), nil
+	}
+	if err != nil {
+		return TypeSpec{}, fmt.Errorf("load type %s: %w", typ, err)
+	}
+	return e.decodeType(tc)
+}
+
+func (e *Engine) decodeType(tc store.TypeConfig) (TypeSpec, error) {
+	spec := e.defaultSpec(tc.Type)
+	spec.Stored = true
+	spec.UpdatedAt = tc.UpdatedAt
+	spec.Priority = tc.Priority
+	if tc.Timeout > 0 {
+		spec.Timeout = tc.Timeout
+	}
+	if len(bytes.TrimSpace(tc.Policy)) > 0 && string(bytes.TrimSpace(tc.Policy)) != "null" {
+		var p retry.Policy
+		if err := json.Unmarshal(tc.Policy, &p); err != nil {
+			return spec, fmt.Errorf("decode policy of type %s: %w", tc.Type, err)
+		}
+		spec.Policy = p.WithDefaults()
+	}
+	if len(bytes.TrimSpace(tc.Target)) > 0 && string(bytes.TrimSpace(tc.Target)) != "null" {
+		var t Target
+		if err := json.Unmarshal(tc.Target, &t); err != nil {
+			return spec, fmt.Errorf("decode target of type %s: %w", tc.Type, err)
+		}
+		spec.Target = &t
+	}
+	return spec, nil
+}
+
+// TypeSpec returns the effective configuration of a type (defaults for an
+// unknown type, with Stored false).
+func (e *Engine) TypeSpec(ctx context.Context, typ string) (TypeSpec, error) {
+	if err := ValidateType("type", typ); err != nil {
+		return TypeSpec{}, err
+	}
+	ent, err := e.types.get(ctx, typ)
+	if err != nil {
+		return TypeSpec{}, err
+	}
+	return ent.spec, nil
+}
+
+// ListTypes returns the stored type configurations.
+func (e *Engine) ListTypes(ctx context.Context) ([]TypeSpec, error) {
+	tcs, err := e.st.ListTypes(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list types: %w", err)
+	}
+	out := make([]TypeSpec, 0, len(tcs))
+	for _, tc := range tcs {
+		spec, err := e.decodeType(tc)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, spec)
+	}
+	return out, nil
+}
+
+// PutType validates and stores a type's configuration.
+func (e *Engine) PutType(ctx context.Context, spec TypeSpec) (TypeSpec, error) {
+	if err := ValidateType("type", spec.Type); err != nil {
+		return TypeSpec{}, err
+	}
+	if err := spec.Policy.Validate(); err != nil {
+		return TypeSpec{}, &FieldError{Field: "retry", Message: err.Error()}
+	}
+	if spec.Timeout < 0 || spec.Timeout > 24*time.Hour {
+		return TypeSpec{}, fieldErr("timeout_seconds", "must be between 0 and 86400")
+	}
+	if spec.Priority < -MaxPriority || spec.Priority > MaxPriority {
+		return TypeSpec{}, fieldErr("priority", "must be between %d and %d", -MaxPriority, MaxPriority)
+	}
+	pol, err := json.Marshal(spec.Policy)
+	if err != nil {
+		return TypeSpec{}, fmt.Errorf("encode policy: %w", err)
+	}
+	tc := store.TypeConfig{Type: spec.Type, Policy: pol, Timeout: spec.Timeout, Priority: spec.Priority}
+	if spec.Target != nil {
+		if err := spec.Target.Validate(); err != nil {
+			return TypeSpec{}, err
+		}
+		if tc.Target, err = json.Marshal(spec.Target); err != nil {
+			return TypeSpec{}, fmt.Errorf("encode target: %w", err)
+		}
+	}
+	saved, err := e.st.PutType(ctx, tc, e.now())
+	if err != nil {
+		return TypeSpec{}, fmt.Errorf("put type %s: %w", spec.Type, err)
+	}
+	e.types.invalidate(spec.Type)
+	return e.decodeType(saved)
+}

@@ -1,0 +1,291 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// HandleFunc runs one attempt of a task in process.
+type HandleFunc func(ctx context.Context, t *store.Task) error
+
+// WorkerConfig configures an in-process worker.
+type WorkerConfig struct {
+	// ID names the worker in leases and history. Default: node id + "/w" + n.
+	ID string
+	// Types the worker handles; required.
+	Types []string
+	// Concurrency is how many handlers run at once. Default 10.
+	Concurrency int
+	// Handle runs one attempt; required.
+	Handle HandleFunc
+	// ShutdownGrace is how long running handlers may finish after the worker
+	// is asked to stop, before their contexts are cancelled and their leases
+	// released for another worker. Default 10s.
+	ShutdownGrace time.Duration
+	// FetchBatch caps how many tasks one fetch leases. Default min(Concurrency, 200).
+	FetchBatch int
+}
+
+var workerSeq atomic.Int64
+
+// errAttemptTimeout is the cancellation cause when an attempt runs past its
+// type's timeout.
+var errAttemptTimeout = errors.New("attempt timed out")
+
+// RunWorker fetches and runs tasks until ctx is cancelled, then shuts down
+// gracefully: it stops fetching, lets running handlers finish within
+// ShutdownGrace, releases the leases of those still running so another
+// worker takes them at once, and flushes every outcome before returning.
+func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
+	if cfg.Handle == nil {
+		return errors.New("run worker: Handle: required")
+	}
+	if len(cfg.Types) == 0 {
+		return errors.New("run worker: Types: at least one type is required")
+	}
+	for _, t := range cfg.Types {
+		if err := ValidateType("Types", t); err != nil {
+			return fmt.Errorf("run worker: %w", err)
+		}
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 10
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	if cfg.FetchBatch <= 0 {
+		cfg.FetchBatch = min(cfg.Concurrency, 200)
+	}
+	if cfg.ID == "" {
+		cfg.ID = fmt.Sprintf("%s/w%d", e.cfg.NodeID, workerSeq.Add(1))
+	}
+	w := &workerRun{e: e, cfg: cfg, freed: make(chan struct{}, 1)}
+	w.handlerCtx, w.cancelHandlers = context.WithCancel(context.WithoutCancel(ctx))
+	defer w.cancelHandlers()
+	w.loop(ctx)
+	w.shutdown()
+	return nil
+}
+
+type workerRun struct {
+	e              *Engine
+	cfg            WorkerConfig
+	running        atomic.Int64
+	freed          chan struct{}
+	handlers       sync.WaitGroup // running handlers
+	pending        counter        // outcomes submitted but not yet committed
+	handlerCtx     context.Context
+	cancelHandlers context.CancelFunc
+	mu             sync.Mutex
+	active         map[string]*store.Task // running tasks by id (for release)
+}
+
+func (w *workerRun) loop(ctx context.Context) {
+	e := w.e
+	sub := e.wake.subscribe()
+	defer e.wake.unsubscribe(sub)
+	timer := time.NewTimer(e.cfg.PollInterval)
+	defer timer.Stop()
+	backoff := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		free := int64(w.cfg.Concurrency) - w.running.Load()
+		if free <= 0 {
+			select {
+			case <-w.freed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		limit := int(min(free, int64(w.cfg.FetchBatch)))
+		tasks, err := e.st.FetchTasks(ctx, store.FetchParams{
+			Types: w.cfg.Types, Limit: limit, WorkerID: w.cfg.ID,
+			LeaseDuration: e.cfg.LeaseDuration, Now: e.now(),
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			e.log.Warn("fetch failed; backing off", "worker", w.cfg.ID, "err", err, "backoff", backoff)
+			sleepCtx(ctx, backoff)
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		for i := range tasks {
+			w.start(&tasks[i])
+		}
+		if len(tasks) == limit {
+			continue // there may be more
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(e.cfg.PollInterval)
+		select {
+		case <-sub:
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (w *workerRun) start(t *store.Task) {
+	w.running.Add(1)
+	w.handlers.Add(1)
+	w.mu.Lock()
+	if w.active == nil {
+		w.active = make(map[string]*store.Task)
+	}
+	w.active[t.ID] = t
+	w.mu.Unlock()
+	go w.execute(t)
+}
+
+func (w *workerRun) execute(t *store.Task) {
+	e := w.e
+	defer func() {
+		w.mu.Lock()
+		delete(w.active, t.ID)
+		w.mu.Unlock()
+		w.running.Add(-1)
+		select {
+		case w.freed <- struct{}{}:
+		default:
+		}
+		w.handlers.Done()
+	}()
+	spec := e.defaultSpec(t.Type)
+	if ent, err := e.types.get(w.handlerCtx, t.Type); err == nil {
+		spec = ent.spec
+	}
+	leaseCtx, cancelLease := context.WithCancelCause(w.handlerCtx)
+	ctx, cancel := context.WithTimeoutCause(leaseCtx, spec.Timeout, errAttemptTimeout)
+	e.leases.add(t.ID, t.LeaseID, cancelLease)
+	e.log.Debug("task started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
+	err := callHandler(ctx, w.cfg.Handle, t)
+	cause := context.Cause(ctx)
+	cancel()
+	cancelLease(nil)
+	e.leases.remove(t.ID)
+
+	now := e.now()
+	var out store.Outcome
+	if err == nil {
+		out = store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StateSucceeded, OutcomeKind: store.OutcomeSucceeded}
+	} else {
+		var f Failure
+		var pe *PanicError
+		switch {
+		case errors.As(err, &pe):
+			f = panicFailure(pe)
+		case errors.Is(cause, errAttemptTimeout) && errors.Is(err, context.DeadlineExceeded):
+			f = Failure{Err: fmt.Errorf("attempt timed out after %s: %w", spec.Timeout, err)}
+		default:
+			f = Failure{Err: err}
+		}
+		out = e.Decide(t, &spec, f, now)
+	}
+	w.pending.Add(1)
+	e.outcomes.submit(out, func(_ struct{}, err error) {
+		e.logOutcome(t, &out, err)
+		w.pending.Done()
+	})
+}
+
+// callHandler runs the handler, turning a panic into a *PanicError.
+func callHandler(ctx context.Context, h HandleFunc, t *store.Task) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: string(debug.Stack())}
+		}
+	}()
+	return h(ctx, t)
+}
+
+func (w *workerRun) shutdown() {
+	e := w.e
+	done := make(chan struct{})
+	go func() {
+		w.handlers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.ShutdownGrace):
+		// Release what is still running so another worker starts it at once.
+		w.mu.Lock()
+		var rel []*store.Task
+		for _, t := range w.active {
+			rel = append(rel, t)
+		}
+		w.mu.Unlock()
+		for _, t := range rel {
+			e.leases.remove(t.ID)
+			out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
+			w.pending.Add(1)
+			e.outcomes.submit(out, func(_ struct{}, err error) {
+				e.logOutcome(t, &out, err)
+				w.pending.Done()
+			})
+		}
+		w.cancelHandlers()
+		// Give cancelled handlers a moment to return; their outcomes are
+		// refused (the lease is gone) and only logged.
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+			e.log.Warn("handlers ignored cancellation at shutdown", "worker", w.cfg.ID)
+		}
+	}
+	w.pending.Wait()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// counter is a WaitGroup that tolerates Add after Wait began (a handler that
+// ignored cancellation may still report after shutdown stopped waiting).
+type counter struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	n    int
+}
+
+func (c *counter) Add(d int) {
+	c.mu.Lock()
+	c.n += d
+	if c.n <= 0 && c.cond != nil {
+		c.cond.Broadcast()
+	}
+	c.mu.Unlock()
+}
+
+func (c *counter) Done() { c.Add(-1) }
+
+func (c *counter) Wait() {
+	c.mu.Lock()
+	if c.cond == nil {
+		c.cond = sync.NewCond(&c.mu)
+	}
+	for c.n > 0 {
+		c.cond.Wait()
+	}
+	c.mu.Unlock()
+}
