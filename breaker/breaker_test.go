@@ -1,0 +1,281 @@
+package breaker
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type recorder struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (r *recorder) hook(t Transition) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.list = append(r.list, t.From.String()+">"+t.To.String()+":"+t.Reason)
+}
+
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.list, " ")
+}
+
+func mustNew(t testing.TB, cfg Config) *Breaker {
+	t.Helper()
+	b, err := New("db", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestConsecutiveFailuresOpenAndProbesClose(t *testing.T) {
+	var rec recorder
+	b := mustNew(t, Config{ConsecutiveFailures: 3, CoolDown: 10 * time.Second, OnStateChange: rec.hook})
+	now := t0
+	b.Failure(now)
+	b.Failure(now)
+	b.Success(now) // resets the run
+	b.Failure(now)
+	b.Failure(now)
+	if b.State(now) != Closed {
+		t.Fatal("opened before 3 consecutive failures")
+	}
+	b.Failure(now)
+	if ok, at := b.Allow(now.Add(time.Second)); ok || !at.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("open breaker: Allow = %v, %v", ok, at)
+	}
+	now = t0.Add(10 * time.Second)
+	if ok, _ := b.Allow(now); !ok {
+		t.Fatal("first probe refused after cool-down")
+	}
+	if ok, at := b.Allow(now); ok || !at.Equal(now.Add(10*time.Second)) {
+		t.Fatalf("second concurrent probe: %v, %v", ok, at)
+	}
+	b.Success(now)
+	if b.State(now) != HalfOpen {
+		t.Fatal("closed after one probe success; want two")
+	}
+	if ok, _ := b.Allow(now); !ok {
+		t.Fatal("next probe refused")
+	}
+	b.Success(now)
+	if b.State(now) != Closed {
+		t.Fatal("not closed after two probe successes")
+	}
+	want := "closed>open:consecutive_failures open>half_open:cool_down half_open>closed:probes_succeeded"
+	if rec.String() != want {
+		t.Fatalf("transitions %q\nwant %q", rec.String(), want)
+	}
+	if s := b.Snapshot(now); s.ConsecutiveFailures != 0 || s.Calls != 0 {
+		t.Fatalf("closing should reset counts: %+v", s)
+	}
+}
+
+func TestProbeFailureReopens(t *testing.T) {
+	var rec recorder
+	b := mustNew(t, Config{ConsecutiveFailures: 1, CoolDown: time.Minute, OnStateChange: rec.hook})
+	b.Failure(t0)
+	probeAt := t0.Add(time.Minute)
+	if ok, _ := b.Allow(probeAt); !ok {
+		t.Fatal("probe refused")
+	}
+	b.Failure(probeAt.Add(time.Second))
+	ok, at := b.Allow(probeAt.Add(2 * time.Second))
+	if ok || !at.Equal(probeAt.Add(time.Second+time.Minute)) {
+		t.Fatalf("reopened breaker: %v %v", ok, at)
+	}
+	if !strings.HasSuffix(rec.String(), "half_open>open:probe_failed") {
+		t.Fatal(rec.String())
+	}
+	b.Failure(probeAt.Add(3 * time.Second)) // a late result while open is ignored
+	if s := b.Snapshot(probeAt.Add(3 * time.Second)); s.State != Open || !s.OpenedAt.Equal(probeAt.Add(time.Second)) {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestUnansweredProbesAreGivenUp(t *testing.T) {
+	b := mustNew(t, Config{ConsecutiveFailures: 1, CoolDown: 10 * time.Second, HalfOpenProbes: 2})
+	b.Failure(t0)
+	at := t0.Add(10 * time.Second)
+	for i := 0; i < 2; i++ {
+		if ok, _ := b.Allow(at); !ok {
+			t.Fatalf("probe %d refused", i)
+		}
+	}
+	if ok, _ := b.Allow(at.Add(9 * time.Second)); ok {
+		t.Fatal("third probe allowed")
+	}
+	if ok, _ := b.Allow(at.Add(10 * time.Second)); !ok {
+		t.Fatal("new probe round not started after the cool-down")
+	}
+}
+
+func TestFailureRateOverSlidingWindow(t *testing.T) {
+	var rec recorder
+	cfg := Config{ConsecutiveFailures: -1, FailureRate: 0.5, RateMinFailures: 10,
+		Window: time.Minute, Buckets: 6, OnStateChange: rec.hook}
+	b := mustNew(t, cfg)
+	now := t0
+	for i := 0; i < 9; i++ { // 9 failures, 9 successes: too few failures
+		b.Success(now)
+		b.Failure(now)
+		now = now.Add(time.Second)
+	}
+	if b.State(now) != Closed {
+		t.Fatal("opened below RateMinFailures")
+	}
+	b.Failure(now) // 10 of 19
+	if b.State(now) != Open || rec.String() != "closed>open:failure_rate" {
+		t.Fatalf("want open by failure rate, got %v %q", b.State(now), rec.String())
+	}
+
+	// Low rate: many failures but mostly successes.
+	b = mustNew(t, cfg)
+	for i := 0; i < 40; i++ {
+		b.Success(t0)
+		b.Success(t0)
+		b.Failure(t0) // 40 failures of 120 = 33%
+	}
+	if b.State(t0) != Closed {
+		t.Fatal("opened at 33% failures")
+	}
+
+	// Old failures slide out of the window.
+	b = mustNew(t, cfg)
+	for i := 0; i < 9; i++ {
+		b.Failure(t0)
+	}
+	later := t0.Add(61 * time.Second)
+	b.Failure(later)
+	if s := b.Snapshot(later); s.State != Closed || s.Failures != 1 || s.Calls != 1 {
+		t.Fatalf("old failures still counted: %+v", s)
+	}
+	if b.win.Len() != 6 {
+		t.Fatal("window grew")
+	}
+}
+
+func TestTimeGoingBackwardsIsTolerated(t *testing.T) {
+	b := mustNew(t, Config{ConsecutiveFailures: -1, RateMinFailures: 2, Window: time.Minute, Buckets: 6})
+	b.Failure(t0.Add(time.Minute))
+	b.Failure(t0) // earlier than the last call: counted in the latest bucket
+	if b.State(t0) != Open {
+		t.Fatal("failure with an earlier timestamp was lost")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, ""},
+		{Config{FailureRate: 1.5}, "FailureRate"},
+		{Config{ConsecutiveFailures: -1, FailureRate: -1}, "ConsecutiveFailures"},
+		{Config{RateMinFailures: -1}, "RateMinFailures"},
+		{Config{Window: -time.Second}, "Window"},
+		{Config{Buckets: 5000}, "Buckets"},
+		{Config{Window: 3, Buckets: 4}, "Window"},
+		{Config{CoolDown: -1}, "CoolDown"},
+		{Config{HalfOpenProbes: -1}, "HalfOpenProbes"},
+		{Config{SuccessesToClose: -1}, "SuccessesToClose"},
+	}
+	for _, tt := range tests {
+		err := tt.cfg.Validate()
+		if tt.want == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", tt.cfg, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "breaker config: "+tt.want+":") || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: %v, want field %s", tt.cfg, err, tt.want)
+		}
+		if _, err := New("x", tt.cfg); err == nil {
+			t.Errorf("New accepted %+v", tt.cfg)
+		}
+	}
+}
+
+func TestSet(t *testing.T) {
+	var mu sync.Mutex
+	var names []string
+	s, err := NewSet(Config{ConsecutiveFailures: 1, OnStateChange: func(tr Transition) {
+		mu.Lock()
+		names = append(names, tr.Name)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Get("payments") != s.Get("payments") {
+		t.Fatal("Get returned different breakers")
+	}
+	s.Get("search").Failure(t0)
+	if s.Get("payments").State(t0) != Closed || s.Get("search").State(t0) != Open {
+		t.Fatal("breakers are not independent")
+	}
+	if got := strings.Join(s.Names(), ","); got != "payments,search" || len(names) != 1 || names[0] != "search" {
+		t.Fatalf("names %q, hook saw %v", got, names)
+	}
+	if _, err := NewSet(Config{Buckets: -1}); err == nil {
+		t.Fatal("NewSet accepted a bad config")
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	var rec recorder
+	b := mustNew(t, Config{ConsecutiveFailures: 3, CoolDown: time.Millisecond, OnStateChange: rec.hook})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				now := t0.Add(time.Duration(i) * time.Millisecond)
+				if ok, _ := b.Allow(now); ok {
+					if (i+g)%3 == 0 {
+						b.Success(now)
+					} else {
+						b.Failure(now)
+					}
+				}
+				b.Snapshot(now)
+			}
+		}()
+	}
+	wg.Wait()
+	if rec.String() == "" {
+		t.Fatal("no transitions")
+	}
+}
+
+func BenchmarkBreakerAllowSuccess(b *testing.B) {
+	br := mustNew(b, Config{})
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Millisecond)
+		if ok, _ := br.Allow(now); ok {
+			br.Success(now)
+		}
+	}
+}
+
+func BenchmarkBreakerFailureRate(b *testing.B) {
+	br := mustNew(b, Config{ConsecutiveFailures: -1, RateMinFailures: 1 << 30})
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Millisecond)
+		br.Failure(now)
+	}
+}

@@ -1,0 +1,42 @@
+package breaker_test
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/retryq/retryq/breaker"
+)
+
+func Example() {
+	b, err := breaker.New("payments", breaker.Config{
+		ConsecutiveFailures: 3,
+		CoolDown:            30 * time.Second,
+		SuccessesToClose:    1,
+		OnStateChange: func(t breaker.Transition) {
+			fmt.Printf("%s: %s -> %s (%s)\n", t.Name, t.From, t.To, t.Reason)
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 3; i++ {
+		if ok, _ := b.Allow(now); ok {
+			b.Failure(now) // the call failed
+		}
+	}
+	ok, retryAt := b.Allow(now)
+	fmt.Println("allowed:", ok, "retry at:", retryAt.Sub(now))
+
+	now = retryAt
+	if ok, _ := b.Allow(now); ok {
+		b.Success(now) // the probe worked
+	}
+	fmt.Println("state:", b.State(now))
+	// Output:
+	// payments: closed -> open (consecutive_failures)
+	// allowed: false retry at: 30s
+	// payments: open -> half_open (cool_down)
+	// payments: half_open -> closed (probes_succeeded)
+	// state: closed
+}

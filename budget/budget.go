@@ -1,0 +1,164 @@
+package budget
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq/internal/window"
+)
+
+// Budget is a service-level retry budget; see the package documentation.
+// Create it with [New]; it is safe for concurrent use.
+type Budget struct {
+	cfg     Config
+	perNano float64 // rate rule refill, tokens per nanosecond
+	reserve float64 // ratio rule floor: MinRetriesPerSecond × Window
+
+	mu     sync.Mutex
+	tokens float64   // rate rule bucket
+	last   time.Time // when tokens were last refilled
+	win    window.Counter
+}
+
+// Stats is a view of a budget's state at some time.
+type Stats struct {
+	RateTokens    float64 // rate rule: retries available now (0 if the rule is off)
+	FirstAttempts int64   // ratio rule: first attempts in the window
+	Retries       int64   // ratio rule: retries in the window
+	RatioBalance  float64 // ratio rule: retries available now (0 if the rule is off)
+}
+
+// New returns a full budget for cfg. An invalid cfg is an error naming
+// the field.
+func New(cfg Config) (*Budget, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	return &Budget{
+		cfg:     cfg,
+		perNano: float64(cfg.RetriesPerMinute) / float64(time.Minute),
+		reserve: cfg.MinRetriesPerSecond * cfg.Window.Seconds(),
+		tokens:  float64(cfg.RetriesPerMinute),
+		win:     window.New(cfg.Window, cfg.Buckets),
+	}, nil
+}
+
+// RecordAttempt records a first attempt (not a retry) at now; it deposits
+// RetryRatio into the ratio rule.
+func (b *Budget) RecordAttempt(now time.Time) {
+	b.mu.Lock()
+	b.win.Add(now, 1, 0)
+	b.mu.Unlock()
+}
+
+// AllowRetry reports whether a retry may go ahead at now, and if so spends
+// one retry from the budget. When it may not, next is the earliest time at
+// which a retry would be allowed if nothing else happened meanwhile; next
+// is the zero Time when only new first attempts can make room (a ratio rule
+// without a floor).
+func (b *Budget) AllowRetry(now time.Time) (ok bool, next time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill(now)
+	rateOK := b.cfg.RetriesPerMinute == 0 || b.tokens >= 1
+	ratioOK := !b.cfg.ratioOn() || b.ratioBalance(now) >= 1
+	if rateOK && ratioOK {
+		if b.cfg.RetriesPerMinute > 0 {
+			b.tokens--
+		}
+		b.win.Add(now, 0, 1)
+		return true, time.Time{}
+	}
+	next = now
+	if !rateOK {
+		next = now.Add(b.rateWait())
+	}
+	if b.cfg.ratioOn() {
+		next = b.ratioNext(now, next)
+	}
+	return false, next
+}
+
+// refill adds the rate rule's tokens earned since the last call.
+func (b *Budget) refill(now time.Time) {
+	if b.cfg.RetriesPerMinute == 0 {
+		return
+	}
+	if b.last.IsZero() || now.Before(b.last) {
+		if b.last.IsZero() {
+			b.last = now
+		}
+		return
+	}
+	b.tokens = min(b.tokens+float64(now.Sub(b.last))*b.perNano, float64(b.cfg.RetriesPerMinute))
+	b.last = now
+}
+
+// rateWait returns how long until the rate rule has a whole token. The
+// estimate is corrected by a few nanoseconds so that it agrees exactly with
+// the arithmetic of refill.
+func (b *Budget) rateWait() time.Duration {
+	wait := time.Duration(math.Ceil((1 - b.tokens) / b.perNano))
+	has := func(d time.Duration) bool { return b.tokens+float64(d)*b.perNano >= 1 }
+	for i := 0; i < 16 && !has(wait); i++ {
+		wait++
+	}
+	for i := 0; i < 16 && wait > 1 && has(wait-1); i++ {
+		wait--
+	}
+	return wait
+}
+
+// ratioBalance is the ratio rule's balance for the window ending at now.
+func (b *Budget) ratioBalance(now time.Time) float64 {
+	firsts, retries := b.win.Sums(now)
+	return b.reserve + b.cfg.RetryRatio*float64(firsts) - float64(retries)
+}
+
+// ratioNext returns the earliest time >= from at which the ratio balance is
+// at least 1, assuming no new events: the balance only changes as buckets
+// leave the window, oldest first. It returns the zero Time if that never
+// happens (no floor, and the window's deposits are not enough).
+func (b *Budget) ratioNext(now, from time.Time) time.Time {
+	bal, start := b.ratioBalance(now), now
+	var at time.Time
+	b.win.Each(now, func(expires time.Time, x window.Bucket) bool {
+		// The balance is bal during [start, expires).
+		if bal >= 1 && from.Before(expires) {
+			at = later(start, from)
+			return false
+		}
+		bal += float64(x.B) - b.cfg.RetryRatio*float64(x.A)
+		start = expires
+		return true
+	})
+	if at.IsZero() && b.reserve >= 1 { // once every bucket has left, only the floor remains
+		at = later(start, from)
+	}
+	return at
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// Stats returns the budget's state at now without spending anything.
+func (b *Budget) Stats(now time.Time) Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill(now)
+	var s Stats
+	if b.cfg.RetriesPerMinute > 0 {
+		s.RateTokens = b.tokens
+	}
+	if b.cfg.ratioOn() {
+		s.FirstAttempts, s.Retries = b.win.Sums(now)
+		s.RatioBalance = b.ratioBalance(now)
+	}
+	return s
+}

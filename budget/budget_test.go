@@ -1,0 +1,239 @@
+package budget
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1_700_000_000, 0) // on a whole second, so buckets align
+
+func mustNew(t testing.TB, cfg Config) *Budget {
+	t.Helper()
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestRetriesPerMinute(t *testing.T) {
+	b := mustNew(t, Config{RetriesPerMinute: 6})
+	for i := 0; i < 6; i++ {
+		if ok, _ := b.AllowRetry(t0); !ok {
+			t.Fatalf("retry %d refused", i)
+		}
+	}
+	ok, next := b.AllowRetry(t0)
+	if ok || !next.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("7th retry: %v, next %v", ok, next.Sub(t0))
+	}
+	if ok, _ := b.AllowRetry(next.Add(-time.Millisecond)); ok {
+		t.Fatal("allowed before next")
+	}
+	if ok, _ := b.AllowRetry(next); !ok {
+		t.Fatal("refused at next")
+	}
+	if ok, n := b.AllowRetry(next); ok || !n.Equal(t0.Add(20*time.Second)) {
+		t.Fatalf("after spending the refill: %v %v", ok, n.Sub(t0))
+	}
+	// The bucket never holds more than a minute's worth.
+	if s := b.Stats(t0.Add(time.Hour)); s.RateTokens != 6 {
+		t.Fatalf("tokens after an hour: %v", s.RateTokens)
+	}
+}
+
+func TestRatioOfFirstAttempts(t *testing.T) {
+	// Reserve 0.1/s × 10s = 1 retry; each first attempt deposits 0.5.
+	b := mustNew(t, Config{RetryRatio: 0.5, MinRetriesPerSecond: 0.1, Window: 10 * time.Second, Buckets: 10})
+	for i := 0; i < 10; i++ {
+		b.RecordAttempt(t0)
+	}
+	for i := 0; i < 6; i++ {
+		if ok, _ := b.AllowRetry(t0); !ok {
+			t.Fatalf("retry %d refused with balance %+v", i, b.Stats(t0))
+		}
+	}
+	ok, next := b.AllowRetry(t0)
+	if ok || !next.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("exhausted: %v next %v", ok, next.Sub(t0))
+	}
+	if ok, _ := b.AllowRetry(next.Add(-time.Nanosecond)); ok {
+		t.Fatal("allowed before next")
+	}
+	if ok, _ := b.AllowRetry(next); !ok {
+		t.Fatal("refused at next")
+	}
+}
+
+func TestRatioNextSkipsDeposits(t *testing.T) {
+	// Deposits expire before the withdrawals do, so the balance first drops
+	// further; the next retry is allowed only when the withdrawals expire.
+	b := mustNew(t, Config{RetryRatio: 1, MinRetriesPerSecond: 0.1, Window: 10 * time.Second, Buckets: 10})
+	for i := 0; i < 5; i++ {
+		b.RecordAttempt(t0)
+	}
+	at := t0.Add(5 * time.Second)
+	for i := 0; i < 6; i++ {
+		if ok, _ := b.AllowRetry(at); !ok {
+			t.Fatalf("retry %d refused", i)
+		}
+	}
+	if ok, next := b.AllowRetry(at); ok || !next.Equal(t0.Add(15*time.Second)) {
+		t.Fatalf("next = %v, want +15s", next.Sub(t0))
+	}
+}
+
+func TestRatioWithoutFloor(t *testing.T) {
+	b := mustNew(t, Config{RetryRatio: 0.2})
+	if ok, next := b.AllowRetry(t0); ok || !next.IsZero() {
+		t.Fatalf("no first attempts: %v %v", ok, next)
+	}
+	for i := 0; i < 5; i++ {
+		b.RecordAttempt(t0)
+	}
+	if ok, _ := b.AllowRetry(t0); !ok {
+		t.Fatal("5 first attempts at 20% should allow one retry")
+	}
+}
+
+func TestBothRules(t *testing.T) {
+	b := mustNew(t, Config{RetriesPerMinute: 60, RetryRatio: 0.1, MinRetriesPerSecond: 0.2, Window: 10 * time.Second})
+	// The ratio reserve (2 retries) runs out before the rate bucket (60).
+	b.AllowRetry(t0)
+	b.AllowRetry(t0)
+	if ok, next := b.AllowRetry(t0); ok || !next.Equal(t0.Add(10*time.Second)) {
+		t.Fatalf("ratio rule: %v %v", ok, next.Sub(t0))
+	}
+	// Now the rate rule: 60 tokens, spend them with plenty of first attempts.
+	b = mustNew(t, Config{RetriesPerMinute: 60, RetryRatio: 1, Window: 10 * time.Second})
+	for i := 0; i < 1000; i++ {
+		b.RecordAttempt(t0)
+	}
+	for i := 0; i < 60; i++ {
+		b.AllowRetry(t0)
+	}
+	if ok, next := b.AllowRetry(t0); ok || !next.Equal(t0.Add(time.Second)) {
+		t.Fatalf("rate rule: %v %v", ok, next.Sub(t0))
+	}
+}
+
+// TestNextIsExact replays random traffic and checks, at every refusal,
+// that a retry is refused just before the promised time and allowed at it.
+func TestNextIsExact(t *testing.T) {
+	type event struct {
+		at    time.Time
+		first bool
+	}
+	for seed := uint64(0); seed < 200; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 9))
+		cfg := Config{
+			RetriesPerMinute:    rng.IntN(40),
+			RetryRatio:          rng.Float64(),
+			MinRetriesPerSecond: rng.Float64() * 2,
+			Window:              time.Duration(1+rng.IntN(20)) * time.Second,
+			Buckets:             1 + rng.IntN(20),
+		}
+		replay := func(events []event) *Budget {
+			b := mustNew(t, cfg)
+			for _, e := range events {
+				if e.first {
+					b.RecordAttempt(e.at)
+				} else {
+					b.AllowRetry(e.at)
+				}
+			}
+			return b
+		}
+		b := mustNew(t, cfg)
+		var events []event
+		now := t0
+		for i := 0; i < 100; i++ {
+			now = now.Add(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
+			if rng.IntN(3) == 0 {
+				b.RecordAttempt(now)
+				events = append(events, event{now, true})
+				continue
+			}
+			ok, next := b.AllowRetry(now)
+			events = append(events, event{now, false})
+			if ok || next.IsZero() {
+				continue
+			}
+			if !next.After(now) {
+				t.Fatalf("seed %d: refused at %v but next is %v", seed, now, next)
+			}
+			if ok, _ := replay(events).AllowRetry(next.Add(-time.Nanosecond)); ok {
+				t.Fatalf("seed %d %+v: allowed before next %v (now %v)", seed, cfg, next.Sub(t0), now.Sub(t0))
+			}
+			if ok, _ := replay(events).AllowRetry(next); !ok {
+				t.Fatalf("seed %d %+v: refused at next %v", seed, cfg, next.Sub(t0))
+			}
+		}
+	}
+}
+
+func TestConfig(t *testing.T) {
+	if d := (Config{}).WithDefaults(); d != DefaultConfig() {
+		t.Fatalf("zero config defaults to %+v", d)
+	}
+	tests := []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{RetriesPerMinute: -1}, "RetriesPerMinute"},
+		{Config{RetryRatio: -0.1}, "RetryRatio"},
+		{Config{MinRetriesPerSecond: -1}, "MinRetriesPerSecond"},
+		{Config{Window: -1}, "Window"},
+		{Config{Buckets: 4000}, "Buckets"},
+		{Config{Window: 5, Buckets: 10}, "Window"},
+	}
+	for _, tt := range tests {
+		err := tt.cfg.Validate()
+		if err == nil || !strings.HasPrefix(err.Error(), "budget config: "+tt.field+":") || !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%+v: %v, want field %s", tt.cfg, err, tt.field)
+		}
+		if _, err := New(tt.cfg); err == nil {
+			t.Errorf("New accepted %+v", tt.cfg)
+		}
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	b := mustNew(t, Config{RetriesPerMinute: 100, RetryRatio: 0.5, MinRetriesPerSecond: 1})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	allowed := 0
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 500; i++ {
+				b.RecordAttempt(t0)
+				if ok, _ := b.AllowRetry(t0); ok {
+					mu.Lock()
+					allowed++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if allowed != 100 { // the rate rule's 100 tokens; the ratio rule has room for 1010
+		t.Fatalf("allowed %d retries, want 100", allowed)
+	}
+}
+
+func BenchmarkBudget(b *testing.B) {
+	bud := mustNew(b, Config{RetriesPerMinute: 1 << 20, RetryRatio: 0.2, MinRetriesPerSecond: 10})
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(time.Millisecond)
+		bud.RecordAttempt(now)
+		bud.AllowRetry(now)
+	}
+}

@@ -1,0 +1,101 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+)
+
+// Exit statuses shared by all commands.
+const (
+	exitOK    = 0
+	exitUsage = 2
+)
+
+// Env is what a command may touch of the outside world.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads an environment variable (os.Getenv in production).
+	Getenv func(key string) string
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string // one line for "retryq help"
+	run     func(ctx context.Context, env *Env, args []string) int
+}
+
+var commands = map[string]*command{}
+
+// register adds a command; it is called from the init function of the
+// command's file. Registering a name twice panics.
+func register(c *command) {
+	if _, dup := commands[c.name]; dup {
+		panic("cli: command registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+// Main runs the retryq command line with args (without the program name)
+// and returns the process exit status.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	env := &Env{Stdin: stdin, Stdout: stdout, Stderr: stderr, Getenv: os.Getenv}
+	return env.dispatch(ctx, args)
+}
+
+func (env *Env) dispatch(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		env.usage(env.Stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		return env.help(ctx, args[1:])
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(env.Stderr, "retryq: unknown command %q\n\n", args[0])
+		env.usage(env.Stderr)
+		return exitUsage
+	}
+	return c.run(ctx, env, args[1:])
+}
+
+// help prints the command list, or a command's own help.
+func (env *Env) help(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		env.usage(env.Stdout)
+		return exitOK
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(env.Stderr, "retryq help: unknown command %q\n\n", args[0])
+		env.usage(env.Stderr)
+		return exitUsage
+	}
+	return c.run(ctx, env, []string{"-h"})
+}
+
+func (env *Env) usage(w io.Writer) {
+	names := make([]string, 0, len(commands))
+	width := 0
+	for name := range commands {
+		names = append(names, name)
+		width = max(width, len(name))
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	b.WriteString("retryq: a durable task queue whose core is doing failure right.\n\n")
+	b.WriteString("Usage:\n  retryq COMMAND [flags] [args]\n\nCommands:\n")
+	for _, name := range names {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, name, commands[name].summary)
+	}
+	b.WriteString("\nRun \"retryq help COMMAND\" or \"retryq COMMAND -h\" for a command's flags.\n")
+	io.WriteString(w, b.String())
+}

@@ -1,0 +1,18 @@
+// Package cli implements the retryq command line: a dispatcher and one file
+// per subcommand.
+//
+// A subcommand lives in its own file and registers itself from init:
+//
+//	func init() {
+//		register(&command{
+//			name:    "server",
+//			summary: "run the retryq server",
+//			run:     runServer, // func(ctx context.Context, env *Env, args []string) int
+//		})
+//	}
+//
+// so new commands never need to edit cli.go. Commands read and write only
+// through their *Env, return the process exit status (0 success, 2 usage
+// error), and parse flags with newFlagSet and parseFlags so that -h and bad
+// flags behave the same everywhere.
+package cli

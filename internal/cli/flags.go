@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// newFlagSet returns a flag set for command name whose help text is usage
+// (the lines before the flag list) followed by the flags' defaults.
+func newFlagSet(name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // parseFlags reports errors itself
+	fs.Usage = func() {
+		out := fs.Output()
+		io.WriteString(out, usage)
+		io.WriteString(out, "\nFlags:\n")
+		printFlags(out, fs)
+	}
+	return fs
+}
+
+// printFlags lists fs's flags GNU style ("--name TYPE"), with defaults.
+// A back-quoted word in a flag's usage names its argument, as in package
+// flag.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(&b, "  --%s", f.Name)
+		if arg != "" {
+			fmt.Fprintf(&b, " %s", arg)
+		}
+		fmt.Fprintf(&b, "\n        %s", usage)
+		switch f.DefValue {
+		case "", "0", "0s", "false":
+		default:
+			fmt.Fprintf(&b, " (default %s)", f.DefValue)
+		}
+		b.WriteByte('\n')
+	})
+	io.WriteString(w, b.String())
+}
+
+// parseFlags parses args. On -h it prints the help to stdout and returns
+// (exitOK, false); on a bad flag it prints the error and a hint to stderr
+// and returns (exitUsage, false).
+func parseFlags(env *Env, fs *flag.FlagSet, args []string) (status int, ok bool) {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return exitOK, true
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(env.Stdout)
+		fs.Usage()
+		return exitOK, false
+	default:
+		// The flag package names flags with one dash; the docs use two.
+		msg := strings.NewReplacer("flag -", "flag --", ": -", ": --").Replace(err.Error())
+		return usageError(env, fs.Name(), msg), false
+	}
+}
+
+// usageError reports a usage problem of command name and returns exitUsage.
+func usageError(env *Env, name, msg string) int {
+	fmt.Fprintf(env.Stderr, "retryq %s: %s\nRun \"retryq %s -h\" for usage.\n", name, msg, name)
+	return exitUsage
+}
+
+// durationValue is a flag taking a Go duration ("1m30s") or plain seconds
+// ("0.5").
+type durationValue struct{ d *time.Duration }
+
+// String implements flag.Value.
+func (v durationValue) String() string {
+	if v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+
+// Set implements flag.Value.
+func (v durationValue) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	*v.d = d
+	return nil
+}
+
+// parseDuration accepts Go duration syntax ("30s", "1m30s") and plain,
+// possibly fractional, seconds ("0.5", "30").
+func parseDuration(s string) (time.Duration, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return d, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("want a duration such as 30s, 1m30s or 0.5 (seconds), got %q", s)
+	}
+	ns := f * float64(time.Second)
+	if ns >= math.MaxInt64 || ns <= math.MinInt64 {
+		return 0, fmt.Errorf("duration %q is out of range", s)
+	}
+	return time.Duration(math.Round(ns)), nil
+}
+
+// exitCodesValue is a flag taking a comma-separated list of exit codes
+// 1-255; it may be repeated.
+type exitCodesValue struct{ codes *[]int }
+
+// String implements flag.Value.
+func (v exitCodesValue) String() string {
+	if v.codes == nil {
+		return ""
+	}
+	parts := make([]string, len(*v.codes))
+	for i, c := range *v.codes {
+		parts[i] = strconv.Itoa(c)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Set implements flag.Value.
+func (v exitCodesValue) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 1 || n > 255 {
+			return fmt.Errorf("want exit codes from 1 to 255 separated by commas, got %q", part)
+		}
+		*v.codes = append(*v.codes, n)
+	}
+	return nil
+}

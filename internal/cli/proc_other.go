@@ -1,0 +1,36 @@
+//go:build !unix
+
+package cli
+
+import (
+	"os"
+	"os/exec"
+)
+
+// On systems without process groups, retryq signals only the attempt's own
+// process, and a timed-out attempt is killed outright.
+
+var (
+	terminationSignals           = []os.Signal{os.Interrupt}
+	sigTERM            os.Signal = os.Kill
+	sigKILL            os.Signal = os.Kill
+)
+
+func setProcessGroup(cmd *exec.Cmd) {}
+
+func signalGroup(pid int, sig os.Signal) {
+	if p, err := os.FindProcess(pid); err == nil {
+		_ = p.Signal(sig)
+	}
+}
+
+func exitStatus(state *os.ProcessState) (int, string) {
+	if state == nil {
+		return 1, ""
+	}
+	return state.ExitCode(), ""
+}
+
+func signalStatus(os.Signal) int { return 130 }
+
+func signalName(sig os.Signal) string { return sig.String() }

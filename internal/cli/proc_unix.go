@@ -1,0 +1,74 @@
+//go:build unix
+
+package cli
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+)
+
+// terminationSignals are the signals retryq forwards to the running attempt.
+var terminationSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+
+// sigTERM and sigKILL are used to stop a timed-out attempt.
+var (
+	sigTERM os.Signal = syscall.SIGTERM
+	sigKILL os.Signal = syscall.SIGKILL
+)
+
+// setProcessGroup makes cmd the leader of a new process group, so that the
+// attempt and everything it starts can be signalled together.
+func setProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+}
+
+// signalGroup sends sig to every process in the group pgid. A group that
+// is already gone is not an error.
+func signalGroup(pgid int, sig os.Signal) {
+	s, ok := sig.(syscall.Signal)
+	if !ok || pgid <= 0 {
+		return
+	}
+	_ = syscall.Kill(-pgid, s)
+}
+
+// exitStatus returns the status a shell would report for a finished
+// process and, for a death by signal, the signal's short name.
+func exitStatus(state *os.ProcessState) (status int, signal string) {
+	if state == nil {
+		return 1, ""
+	}
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal()), signalName(ws.Signal())
+	}
+	return state.ExitCode(), ""
+}
+
+// signalStatus is the exit status for a death by sig.
+func signalStatus(sig os.Signal) int {
+	if s, ok := sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
+}
+
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "HUP", syscall.SIGINT: "INT", syscall.SIGQUIT: "QUIT", syscall.SIGILL: "ILL",
+	syscall.SIGTRAP: "TRAP", syscall.SIGABRT: "ABRT", syscall.SIGBUS: "BUS", syscall.SIGFPE: "FPE",
+	syscall.SIGKILL: "KILL", syscall.SIGUSR1: "USR1", syscall.SIGSEGV: "SEGV", syscall.SIGUSR2: "USR2",
+	syscall.SIGPIPE: "PIPE", syscall.SIGALRM: "ALRM", syscall.SIGTERM: "TERM",
+}
+
+// signalName returns "TERM" for SIGTERM, and so on.
+func signalName(sig os.Signal) string {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		return sig.String()
+	}
+	if n, ok := signalNames[s]; ok {
+		return n
+	}
+	return "SIG" + strconv.Itoa(int(s))
+}

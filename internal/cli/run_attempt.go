@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq/retry"
+)
+
+// outcome is how one attempt of "retryq run" ended.
+type outcome struct {
+	status   int    // exit status as a shell reports it (128+N for signal N)
+	signal   string // "TERM" when the attempt died by a signal
+	timedOut bool   // killed by --timeout
+	startErr error  // the command could not be started
+	elapsed  time.Duration
+}
+
+func (o outcome) ok() bool { return o.status == 0 && o.startErr == nil }
+
+// code is the error code the retry policy matches against its lists.
+func (o outcome) code() string {
+	switch {
+	case o.startErr != nil:
+		return "start_failed"
+	case o.timedOut:
+		return retry.CodeTimeout
+	case o.signal != "":
+		return "signal:" + o.signal
+	default:
+		return exitCode(o.status)
+	}
+}
+
+// err is the attempt's failure as a classified error for retry.Do:
+// a command that cannot start is permanent, a timeout is transient, and
+// other failures are left to the policy's lists (unknown otherwise).
+func (o outcome) err(timeout time.Duration) error {
+	switch {
+	case o.startErr != nil:
+		return retry.Permanent(retry.WithCode(o.code(), o.startErr))
+	case o.timedOut:
+		return retry.WithCode(o.code(), retry.Transient(fmt.Errorf("attempt timed out after %v", timeout)))
+	case o.signal != "":
+		return retry.WithCode(o.code(), fmt.Errorf("killed by signal %s", o.signal))
+	default:
+		return retry.WithCode(o.code(), fmt.Errorf("exit status %d", o.status))
+	}
+}
+
+// procGroup tracks the running attempt's process group and the signal that
+// stopped retryq, so that a signal arriving at any moment reaches the
+// attempt: one already running, or one just starting.
+type procGroup struct {
+	mu      sync.Mutex
+	pgid    int
+	stopSig os.Signal
+}
+
+func (g *procGroup) started(pgid int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pgid = pgid
+	if g.stopSig != nil {
+		signalGroup(pgid, g.stopSig)
+	}
+}
+
+func (g *procGroup) exited() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pgid = 0
+}
+
+// stop records sig as the reason to stop and forwards it to the attempt.
+func (g *procGroup) stop(sig os.Signal) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.stopSig == nil {
+		g.stopSig = sig
+	}
+	if g.pgid != 0 {
+		signalGroup(g.pgid, sig)
+	}
+}
+
+func (g *procGroup) stopSignal() os.Signal {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stopSig
+}
+
+// attempt runs the command once, as attempt n, in its own process group.
+// With a timeout, the group gets SIGTERM when it expires and SIGKILL after
+// the grace period; once the attempt's main process has exited, whatever is
+// left of a timed-out group is killed at once.
+func (r *runner) attempt(n int) outcome {
+	start := time.Now()
+	cmd := exec.Command(r.o.argv[0], r.o.argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.env.Stdin, r.env.Stdout, r.env.Stderr
+	cmd.Env = append(os.Environ(),
+		"RETRYQ_ATTEMPT="+strconv.Itoa(n),
+		"RETRYQ_MAX_ATTEMPTS="+strconv.Itoa(r.maxAttempts))
+	cmd.WaitDelay = r.o.grace // bounds waiting for pipes held open by leftovers
+	setProcessGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		status := 126
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			status = 127
+		}
+		return outcome{status: status, startErr: err, elapsed: time.Since(start)}
+	}
+	pgid := cmd.Process.Pid
+	r.group.started(pgid)
+	defer r.group.exited()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	var timeoutC <-chan time.Time
+	if r.o.timeout > 0 {
+		t := time.NewTimer(r.o.timeout)
+		defer t.Stop()
+		timeoutC = t.C
+	}
+	// Wait's error is not needed: the process state says how it ended, even
+	// when Wait gave up on pipes held open by leftovers (exec.ErrWaitDelay).
+	timedOut := false
+	select {
+	case <-waited:
+	case <-timeoutC:
+		timedOut = true
+		signalGroup(pgid, sigTERM)
+		grace := time.NewTimer(r.o.grace)
+		select {
+		case <-waited:
+		case <-grace.C:
+			signalGroup(pgid, sigKILL)
+			<-waited
+		}
+		grace.Stop()
+		signalGroup(pgid, sigKILL) // leftovers of the group
+	}
+	status, sig := exitStatus(cmd.ProcessState)
+	return outcome{status: status, signal: sig, timedOut: timedOut, elapsed: time.Since(start)}
+}

@@ -1,0 +1,86 @@
+package window
+
+import "time"
+
+// Counter keeps two running counts (A and B, e.g. calls and failures) per
+// bucket over a sliding window of fixed length. A bucket is identified by
+// its epoch (unix nanoseconds / bucket width); the window at time t holds
+// the buckets whose epochs are the last n ones up to t's. Times earlier than
+// the latest seen are counted in the latest bucket: the window never moves
+// backwards.
+type Counter struct {
+	width  int64
+	slots  []Bucket
+	latest int64
+}
+
+// Bucket is one bucket's counts.
+type Bucket struct {
+	Epoch int64
+	A, B  int64
+}
+
+// New returns a Counter for a window of the given length in n buckets. The
+// caller guarantees length >= n > 0.
+func New(length time.Duration, n int) Counter {
+	return Counter{width: int64(length) / int64(n), slots: make([]Bucket, n)}
+}
+
+// Len returns the number of buckets.
+func (c *Counter) Len() int { return len(c.slots) }
+
+// epoch maps now to a bucket epoch, never going back.
+func (c *Counter) epoch(now time.Time) int64 {
+	e := now.UnixNano() / c.width
+	if e < c.latest {
+		return c.latest
+	}
+	c.latest = e
+	return e
+}
+
+func (c *Counter) slot(e int64) *Bucket {
+	n := int64(len(c.slots))
+	return &c.slots[((e%n)+n)%n]
+}
+
+// Add adds a and b to the bucket of now.
+func (c *Counter) Add(now time.Time, a, b int64) {
+	e := c.epoch(now)
+	s := c.slot(e)
+	if s.Epoch != e {
+		*s = Bucket{Epoch: e}
+	}
+	s.A += a
+	s.B += b
+}
+
+// Sums returns the totals of the window ending at now.
+func (c *Counter) Sums(now time.Time) (a, b int64) {
+	c.Each(now, func(_ time.Time, x Bucket) bool {
+		a += x.A
+		b += x.B
+		return true
+	})
+	return a, b
+}
+
+// Each calls fn for every non-empty bucket in the window ending at now,
+// oldest first, with the time at which that bucket leaves the window. It
+// stops when fn returns false.
+func (c *Counter) Each(now time.Time, fn func(expires time.Time, b Bucket) bool) {
+	e := c.epoch(now)
+	n := int64(len(c.slots))
+	for ep := e - n + 1; ep <= e; ep++ {
+		s := c.slot(ep)
+		if s.Epoch != ep || (s.A == 0 && s.B == 0) {
+			continue
+		}
+		if !fn(time.Unix(0, (ep+n)*c.width), *s) {
+			return
+		}
+	}
+}
+
+// Reset empties the window.
+func (c *Counter) Reset() { clear(c.slots) }

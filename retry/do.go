@@ -1,0 +1,144 @@
+package retry
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// AttemptInfo describes one finished attempt of [Do]: it is passed to hooks
+// and kept in [ExhaustedError.Attempts].
+type AttemptInfo struct {
+	Number int           // 1-based attempt number
+	Err    error         // the attempt's error (never nil: successes are not reported)
+	Class  Class         // class after the policy's code lists
+	Code   string        // error code, "" if none
+	Delay  time.Duration // wait before the next attempt; 0 when stopping
+	Stop   StopReason    // why retrying stops after this attempt; StopNone if it goes on
+}
+
+// Option configures [Do].
+type Option func(*doConfig)
+
+type doConfig struct {
+	clock Clock
+	rand  Rand
+	hooks []func(AttemptInfo)
+}
+
+// WithClock makes Do read the time and wait through c instead of the
+// system clock.
+func WithClock(c Clock) Option { return func(o *doConfig) { o.clock = c } }
+
+// WithRand makes Do draw jitter from r (which must be safe for use by the
+// calling goroutine) instead of math/rand/v2's global source.
+func WithRand(r Rand) Option { return func(o *doConfig) { o.rand = r } }
+
+// WithHook adds a function called after every failed attempt, once the
+// decision about the next one is made. Hooks run on Do's goroutine; Do
+// waits for them. Several hooks run in the order given.
+func WithHook(h func(AttemptInfo)) Option {
+	return func(o *doConfig) { o.hooks = append(o.hooks, h) }
+}
+
+// ExhaustedError is returned by [Do] when it gives up: on a permanent
+// error, when attempts or the retry window run out, or when the context
+// ends. It wraps the last attempt's error (and the context's error when
+// Stop is StopCanceled), so errors.Is and errors.As see both.
+type ExhaustedError struct {
+	Attempts []AttemptInfo // every failed attempt, in order
+	Stop     StopReason    // why Do stopped
+	Err      error         // the last attempt's error
+	Ctx      error         // ctx.Err() when Stop is StopCanceled, else nil
+}
+
+// Error describes the stop and the last error.
+func (e *ExhaustedError) Error() string {
+	n := len(e.Attempts)
+	noun := "attempts"
+	if n == 1 {
+		noun = "attempt"
+	}
+	if e.Stop == StopCanceled && e.Ctx != nil {
+		return fmt.Sprintf("retry: stopped after %d %s (%v): %v", n, noun, e.Ctx, e.Err)
+	}
+	return fmt.Sprintf("retry: gave up after %d %s (%s): %v", n, noun, e.Stop, e.Err)
+}
+
+// Unwrap returns the last attempt's error and, when the context ended the
+// loop, the context's error.
+func (e *ExhaustedError) Unwrap() []error {
+	if e.Ctx != nil {
+		return []error{e.Err, e.Ctx}
+	}
+	return []error{e.Err}
+}
+
+// Do calls op until it succeeds, fails permanently (see [Policy.Classify]),
+// runs out of attempts or retry window, or ctx ends, waiting between
+// attempts as [Policy.Decide] says. Waits end early when ctx ends.
+//
+// Do returns nil on success, the validation error if p is invalid (op is
+// not called), ctx.Err() if ctx has ended before the first attempt, and an
+// [*ExhaustedError] otherwise.
+func Do(ctx context.Context, op func(ctx context.Context) error, p Policy, opts ...Option) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	cfg := doConfig{clock: SystemClock}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	q := p.WithDefaults()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var (
+		history []AttemptInfo
+		first   time.Time
+		prev    time.Duration
+	)
+	for n := 1; ; n++ {
+		err := op(ctx)
+		if err == nil {
+			return nil
+		}
+		now := cfg.clock.Now()
+		if first.IsZero() {
+			first = now
+		}
+		class, code, retryAfter := q.Classify(err)
+		d := q.Decide(Input{Attempt: n, FirstFailure: first, Now: now, PrevDelay: prev, Class: class, RetryAfter: retryAfter}, cfg.rand)
+		ctxErr := ctx.Err()
+		if ctxErr != nil {
+			d = Decision{Stop: StopCanceled}
+		}
+		info := AttemptInfo{Number: n, Err: err, Class: class, Code: code, Delay: d.Delay, Stop: d.Stop}
+		history = append(history, info)
+		for _, h := range cfg.hooks {
+			h(info)
+		}
+		if !d.Retry {
+			return &ExhaustedError{Attempts: history, Stop: d.Stop, Err: err, Ctx: ctxErr}
+		}
+		if err := wait(ctx, cfg.clock, d.Delay); err != nil {
+			return &ExhaustedError{Attempts: history, Stop: StopCanceled, Err: info.Err, Ctx: err}
+		}
+		prev = d.Delay
+	}
+}
+
+// wait sleeps d on clock, returning ctx.Err() if ctx ends first.
+func wait(ctx context.Context, clock Clock, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := clock.NewTimer(d)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	case <-t.C():
+		return nil
+	}
+}

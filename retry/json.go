@@ -1,0 +1,156 @@
+package retry
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// policyJSON is the wire form of Policy. Durations are decimal seconds kept
+// as text so that they convert exactly (see seconds.go).
+type policyJSON struct {
+	Backoff        string      `json:"backoff,omitempty"`
+	InitialDelay   json.Number `json:"initial_delay_seconds,omitempty"`
+	Multiplier     float64     `json:"multiplier,omitempty"`
+	MaxDelay       json.Number `json:"max_delay_seconds,omitempty"`
+	MaxDoublings   int         `json:"max_doublings,omitempty"`
+	Jitter         string      `json:"jitter,omitempty"`
+	JitterFraction float64     `json:"jitter_fraction,omitempty"`
+	MaxAttempts    int         `json:"max_attempts,omitempty"`
+	RetryWindow    json.Number `json:"retry_window_seconds,omitempty"`
+	RetryOn        []string    `json:"retry_on,omitempty"`
+	NoRetryOn      []string    `json:"no_retry_on,omitempty"`
+}
+
+// MarshalJSON writes p in its public JSON form:
+//
+//	{"backoff": "exponential", "initial_delay_seconds": 1, "multiplier": 2,
+//	 "max_delay_seconds": 300, "max_doublings": 0, "jitter": "proportional",
+//	 "jitter_fraction": 0.25, "max_attempts": 5, "retry_window_seconds": 0,
+//	 "retry_on": ["503"], "no_retry_on": ["400"]}
+//
+// Durations are seconds, written exactly (fractions allowed, e.g. 0.2).
+// Zero-valued fields mean "default" and are left out, so the zero Policy
+// is {}; marshal p.WithDefaults() to show every effective value.
+// Decoding the output with [Policy.UnmarshalJSON] gives back p exactly
+// (empty code lists come back as nil).
+func (p Policy) MarshalJSON() ([]byte, error) {
+	w := policyJSON{
+		Backoff:        string(p.Backoff),
+		Multiplier:     p.Multiplier,
+		MaxDoublings:   p.MaxDoublings,
+		Jitter:         string(p.Jitter),
+		JitterFraction: p.JitterFraction,
+		MaxAttempts:    p.MaxAttempts,
+		RetryOn:        p.RetryOn,
+		NoRetryOn:      p.NoRetryOn,
+	}
+	w.InitialDelay = secondsNumber(p.InitialDelay)
+	w.MaxDelay = secondsNumber(p.MaxDelay)
+	w.RetryWindow = secondsNumber(p.RetryWindow)
+	return json.Marshal(w)
+}
+
+func secondsNumber(d time.Duration) json.Number {
+	if d == 0 {
+		return ""
+	}
+	return json.Number(formatSeconds(d))
+}
+
+// UnmarshalJSON reads the JSON form described at [Policy.MarshalJSON]. All
+// fields are optional; unknown fields, values of the wrong type, unknown
+// backoff or jitter names and out-of-range durations are errors that name
+// the field and wrap [ErrInvalidPolicy]. Other checks (such as max delay >=
+// initial delay) are left to [Policy.Validate]. The JSON literal null leaves
+// p unchanged.
+func (p *Policy) UnmarshalJSON(data []byte) error {
+	if string(bytes.TrimSpace(data)) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var w policyJSON
+	if err := dec.Decode(&w); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &FieldError{Reason: "unexpected data after the policy object"}
+	}
+	var q Policy
+	switch b := Backoff(w.Backoff); b {
+	case "", BackoffFixed, BackoffLinear, BackoffExponential, BackoffDecorrelated:
+		q.Backoff = b
+	default:
+		return fieldErr("backoff", "unknown strategy %q (want fixed, linear, exponential or decorrelated)", w.Backoff)
+	}
+	switch j := Jitter(w.Jitter); j {
+	case "", JitterNone, JitterProportional, JitterFull, JitterEqual:
+		q.Jitter = j
+	default:
+		return fieldErr("jitter", "unknown mode %q (want none, proportional, full or equal)", w.Jitter)
+	}
+	var err error
+	if q.InitialDelay, err = decodeSeconds("initial_delay_seconds", w.InitialDelay); err != nil {
+		return err
+	}
+	if q.MaxDelay, err = decodeSeconds("max_delay_seconds", w.MaxDelay); err != nil {
+		return err
+	}
+	if q.RetryWindow, err = decodeSeconds("retry_window_seconds", w.RetryWindow); err != nil {
+		return err
+	}
+	q.Multiplier = w.Multiplier
+	q.MaxDoublings = w.MaxDoublings
+	q.JitterFraction = w.JitterFraction
+	q.MaxAttempts = w.MaxAttempts
+	if len(w.RetryOn) > 0 {
+		q.RetryOn = w.RetryOn
+	}
+	if len(w.NoRetryOn) > 0 {
+		q.NoRetryOn = w.NoRetryOn
+	}
+	*p = q
+	return nil
+}
+
+func decodeSeconds(field string, n json.Number) (time.Duration, error) {
+	if n == "" {
+		return 0, nil
+	}
+	d, err := parseSeconds(string(n))
+	if err != nil {
+		return 0, fieldErr(field, "%v (got %.40s)", err, string(n))
+	}
+	return d, nil
+}
+
+// decodeError turns encoding/json errors into FieldErrors naming the JSON
+// field rather than the Go type.
+func decodeError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		field := te.Field
+		if i := strings.LastIndexByte(field, '.'); i >= 0 {
+			field = field[i+1:]
+		}
+		want := te.Type.Kind().String()
+		switch {
+		case te.Type.Kind() == 0:
+		case strings.HasPrefix(te.Type.String(), "json.Number"):
+			want = "number"
+		case te.Type.String() == "[]string":
+			want = "list of strings"
+		}
+		return fieldErr(field, "must be a %s (got %s)", want, te.Value)
+	}
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return &FieldError{Field: strings.Trim(rest, `"`), Reason: "unknown field"}
+	}
+	return &FieldError{Reason: fmt.Sprintf("malformed JSON: %s", strings.TrimPrefix(msg, "json: "))}
+}

@@ -1,0 +1,273 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retryq/retryq/store"
+)
+
+// deadWhere builds the WHERE clause (over tasks aliased t) selecting dead
+// tasks matching f; placeholders are numbered after the given args.
+func deadWhere(f store.DeadFilter, args []any) (string, []any) {
+	conds := []string{"t.state = 'dead'"}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		conds = append(conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
+	}
+	if f.Type != "" {
+		add("t.type = ?", f.Type)
+	}
+	if f.ErrorCode != "" {
+		add("t.last_error_code = ?", f.ErrorCode)
+	}
+	if f.Reason != "" {
+		add("t.dead_reason = ?", f.Reason)
+	}
+	if !f.Since.IsZero() {
+		add("t.updated_at >= ?", us(f.Since))
+	}
+	if !f.Before.IsZero() {
+		add("t.updated_at < ?", us(f.Before))
+	}
+	if len(f.IDs) > 0 {
+		add("t.id = ANY(?)", f.IDs)
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// ListDead lists dead tasks matching the filter, newest id first.
+func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task, string, error) {
+	const op = "list dead tasks"
+	if err := s.check(op); err != nil {
+		return nil, "", err
+	}
+	if f.Limit <= 0 {
+		return nil, "", fmt.Errorf("%s: limit must be positive (got %d): %w", op, f.Limit, store.ErrInvalid)
+	}
+	where, args := deadWhere(f, nil)
+	if f.Cursor != "" {
+		args = append(args, f.Cursor)
+		where += " AND t.id < $" + strconv.Itoa(len(args))
+	}
+	args = append(args, f.Limit+1)
+	rows, err := s.pool.Query(ctx, "SELECT "+taskCols+" FROM tasks t WHERE "+where+
+		" ORDER BY t.id DESC LIMIT $"+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, "", translate(op, err)
+	}
+	return page(op, rows, f.Limit)
+}
+
+// DeadSummary groups dead tasks by type, last error code and reason.
+func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) ([]store.DeadGroup, error) {
+	const op = "summarize dead tasks"
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	var since *time.Time
+	if !p.Since.IsZero() {
+		since = nullTime(p.Since)
+	}
+	rows, err := s.pool.Query(ctx, `
+SELECT type, coalesce(last_error_code, '') AS code, dead_reason, count(*), min(updated_at), max(updated_at)
+FROM tasks
+WHERE state = 'dead' AND ($1::timestamptz IS NULL OR updated_at >= $1)
+GROUP BY 1, 2, 3
+ORDER BY 4 DESC, 1, 2, 3`, since)
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	defer rows.Close()
+	out := []store.DeadGroup{}
+	for rows.Next() {
+		var g store.DeadGroup
+		if err := rows.Scan(&g.Type, &g.ErrorCode, &g.Reason, &g.Count, &g.Oldest, &g.Newest); err != nil {
+			return nil, translate(op, err)
+		}
+		g.Oldest, g.Newest = g.Oldest.UTC(), g.Newest.UTC()
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(op, err)
+	}
+	return out, nil
+}
+
+// limitClause returns " LIMIT $n" for a positive limit (0 = no limit).
+func limitClause(limit int, args []any) (string, []any) {
+	if limit <= 0 {
+		return "", args
+	}
+	args = append(args, limit)
+	return " LIMIT $" + strconv.Itoa(len(args)), args
+}
+
+// RedriveDead retries up to Limit matching dead tasks (oldest id first) in
+// one transaction.
+func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
+	const op = "redrive dead tasks"
+	if f.Limit < 0 {
+		return 0, fmt.Errorf("%s: limit must not be negative (got %d): %w", op, f.Limit, store.ErrInvalid)
+	}
+	if f.Now.IsZero() {
+		return 0, fmt.Errorf("%s: Now is required: %w", op, store.ErrInvalid)
+	}
+	where, args := deadWhere(f, []any{us(f.Now)})
+	limit, args := limitClause(f.Limit, args)
+	var n int64
+	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `
+WITH d AS MATERIALIZED (
+	SELECT t.id FROM tasks t WHERE `+where+` ORDER BY t.id`+limit+` FOR UPDATE SKIP LOCKED
+)
+UPDATE tasks AS t SET `+retrySet+`
+FROM d
+WHERE t.id = d.id`, args...)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		if n > 0 {
+			return s.notify(ctx, tx)
+		}
+		return nil
+	})
+	return int(n), err
+}
+
+// PurgeDead deletes matching dead tasks and their history.
+func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) {
+	const op = "purge dead tasks"
+	if err := s.check(op); err != nil {
+		return 0, err
+	}
+	if f.Limit < 0 {
+		return 0, fmt.Errorf("%s: limit must not be negative (got %d): %w", op, f.Limit, store.ErrInvalid)
+	}
+	where, args := deadWhere(f, nil)
+	limit, args := limitClause(f.Limit, args)
+	tag, err := s.pool.Exec(ctx, `
+WITH d AS MATERIALIZED (
+	SELECT t.id FROM tasks t WHERE `+where+` ORDER BY t.id`+limit+` FOR UPDATE SKIP LOCKED
+)
+DELETE FROM tasks AS t USING d WHERE t.id = d.id`, args...)
+	if err != nil {
+		return 0, translate(op, err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// DeleteFinished deletes up to Limit (0 = no limit) tasks per finished class
+// older than its cut-off, oldest first, in one transaction.
+func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
+	const op = "delete finished tasks"
+	var res store.RetentionResult
+	if p.Limit < 0 {
+		return res, fmt.Errorf("%s: limit must not be negative (got %d): %w", op, p.Limit, store.ErrInvalid)
+	}
+	classes := []struct {
+		state  store.State
+		cutoff time.Time
+		n      *int
+	}{
+		{store.StateSucceeded, p.SucceededBefore, &res.Succeeded},
+		{store.StateCancelled, p.CancelledBefore, &res.Cancelled},
+		{store.StateDead, p.DeadBefore, &res.Dead},
+	}
+	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
+		for _, c := range classes {
+			*c.n = 0
+			if c.cutoff.IsZero() {
+				continue
+			}
+			args := []any{string(c.state), us(c.cutoff)}
+			limit, args := limitClause(p.Limit, args)
+			tag, err := tx.Exec(ctx, `
+WITH d AS MATERIALIZED (
+	SELECT id FROM tasks WHERE state = $1 AND updated_at < $2
+	ORDER BY updated_at, id`+limit+` FOR UPDATE SKIP LOCKED
+)
+DELETE FROM tasks AS t USING d WHERE t.id = d.id`, args...)
+			if err != nil {
+				return err
+			}
+			*c.n = int(tag.RowsAffected())
+		}
+		return nil
+	})
+	if err != nil {
+		return store.RetentionResult{}, err
+	}
+	return res, nil
+}
+
+// Stats returns per-type counts by state and attempt counts since Since.
+func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeStats, error) {
+	const op = "get stats"
+	byType := map[string]*store.TypeStats{}
+	get := func(typ string) *store.TypeStats {
+		st, ok := byType[typ]
+		if !ok {
+			st = &store.TypeStats{Type: typ, Counts: map[store.State]int{}}
+			byType[typ] = st
+		}
+		return st
+	}
+	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
+		// One snapshot for both queries.
+		if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, "SELECT type, state, count(*) FROM tasks GROUP BY type, state")
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var typ, state string
+			var n int
+			if err := rows.Scan(&typ, &state, &n); err != nil {
+				rows.Close()
+				return err
+			}
+			get(typ).Counts[store.State(state)] = n
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `
+SELECT task_type,
+	count(*) FILTER (WHERE number = 1),
+	count(*) FILTER (WHERE number > 1),
+	count(*) FILTER (WHERE outcome IN ('failed', 'lease_expired'))
+FROM attempts WHERE finished_at >= $1 GROUP BY task_type`, us(p.Since))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var typ string
+			var first, retries, failures int
+			if err := rows.Scan(&typ, &first, &retries, &failures); err != nil {
+				return err
+			}
+			st := get(typ)
+			st.FirstAttempts, st.Retries, st.Failures = first, retries, failures
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.TypeStats, 0, len(byType))
+	for _, st := range byType {
+		out = append(out, *st)
+	}
+	sortStats(out)
+	return out, nil
+}

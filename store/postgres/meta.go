@@ -1,0 +1,182 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retryq/retryq/store"
+)
+
+func sortStats(s []store.TypeStats) {
+	sort.Slice(s, func(i, j int) bool { return s[i].Type < s[j].Type })
+}
+
+const typeCols = "type, policy, timeout_ns, priority, target, updated_at"
+
+func scanType(row pgx.Row) (store.TypeConfig, error) {
+	var (
+		t              store.TypeConfig
+		policy, target []byte
+		timeout        int64
+	)
+	if err := row.Scan(&t.Type, &policy, &timeout, &t.Priority, &target, &t.UpdatedAt); err != nil {
+		return t, err
+	}
+	if policy != nil {
+		t.Policy = policy
+	}
+	if target != nil {
+		t.Target = target
+	}
+	t.Timeout = time.Duration(timeout)
+	t.UpdatedAt = t.UpdatedAt.UTC()
+	return t, nil
+}
+
+// PutType inserts or replaces a type's configuration.
+func (s *Store) PutType(ctx context.Context, t store.TypeConfig, now time.Time) (store.TypeConfig, error) {
+	op := "put type " + t.Type
+	if err := s.check(op); err != nil {
+		return store.TypeConfig{}, err
+	}
+	if t.Type == "" {
+		return store.TypeConfig{}, fmt.Errorf("put type: empty type: %w", store.ErrInvalid)
+	}
+	out, err := scanType(s.pool.QueryRow(ctx, `
+INSERT INTO task_types (`+typeCols+`) VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (type) DO UPDATE SET policy = EXCLUDED.policy, timeout_ns = EXCLUDED.timeout_ns,
+	priority = EXCLUDED.priority, target = EXCLUDED.target, updated_at = EXCLUDED.updated_at
+RETURNING `+typeCols, t.Type, []byte(t.Policy), int64(t.Timeout), t.Priority, []byte(t.Target), us(now)))
+	if err != nil {
+		return store.TypeConfig{}, translate(op, err)
+	}
+	return out, nil
+}
+
+// GetType returns a type's configuration.
+func (s *Store) GetType(ctx context.Context, typ string) (store.TypeConfig, error) {
+	op := "get type " + typ
+	if err := s.check(op); err != nil {
+		return store.TypeConfig{}, err
+	}
+	t, err := scanType(s.pool.QueryRow(ctx, "SELECT "+typeCols+" FROM task_types WHERE type = $1", typ))
+	if err != nil {
+		return store.TypeConfig{}, translate(op, err)
+	}
+	return t, nil
+}
+
+// ListTypes returns all configured types ordered by name.
+func (s *Store) ListTypes(ctx context.Context) ([]store.TypeConfig, error) {
+	const op = "list types"
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, "SELECT "+typeCols+" FROM task_types ORDER BY type")
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	defer rows.Close()
+	out := []store.TypeConfig{}
+	for rows.Next() {
+		t, err := scanType(rows)
+		if err != nil {
+			return nil, translate(op, err)
+		}
+		out = append(out, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(op, err)
+	}
+	return out, nil
+}
+
+// AcquireLeader takes or renews the named lease with one upsert whose update
+// only applies when the caller holds the lease or it expired before Now (a
+// lease is held up to and including its expiry instant).
+func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.Lease, error) {
+	op := "acquire leader lease " + p.Name
+	if err := s.check(op); err != nil {
+		return store.Lease{}, err
+	}
+	if p.Name == "" || p.NodeID == "" || p.TTL <= 0 {
+		return store.Lease{}, fmt.Errorf("%s: name, node id and a positive TTL are required: %w", op, store.ErrInvalid)
+	}
+	var l store.Lease
+	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
+INSERT INTO leader AS l (name, node_id, expires_at) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET node_id = EXCLUDED.node_id, expires_at = EXCLUDED.expires_at
+WHERE l.node_id = EXCLUDED.node_id OR l.expires_at < $4
+RETURNING name, node_id, expires_at`, p.Name, p.NodeID, us(p.Now.Add(p.TTL)), us(p.Now)).
+			Scan(&l.Name, &l.NodeID, &l.ExpiresAt)
+		if err == pgx.ErrNoRows {
+			// Held by another node: report the current holder.
+			err = tx.QueryRow(ctx, "SELECT name, node_id, expires_at FROM leader WHERE name = $1", p.Name).
+				Scan(&l.Name, &l.NodeID, &l.ExpiresAt)
+		}
+		return err
+	})
+	l.ExpiresAt = l.ExpiresAt.UTC()
+	return l, err
+}
+
+// ReleaseLeader gives up the named lease if NodeID holds it.
+func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
+	op := "release leader lease " + p.Name
+	if err := s.check(op); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, "DELETE FROM leader WHERE name = $1 AND node_id = $2", p.Name, p.NodeID)
+	return translate(op, err)
+}
+
+// HeartbeatNode upserts a node's registry row with LastSeen = now.
+func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) error {
+	op := "heartbeat node " + n.ID
+	if err := s.check(op); err != nil {
+		return err
+	}
+	if n.ID == "" {
+		return fmt.Errorf("heartbeat node: empty id: %w", store.ErrInvalid)
+	}
+	_, err := s.pool.Exec(ctx, `
+INSERT INTO nodes (id, host, version, role, started_at, last_seen) VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, version = EXCLUDED.version, role = EXCLUDED.role,
+	started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen`,
+		n.ID, n.Host, n.Version, n.Role, nullTime(n.StartedAt), us(now))
+	return translate(op, err)
+}
+
+// ListNodes lists nodes seen at or after since, ordered by id.
+func (s *Store) ListNodes(ctx context.Context, since time.Time) ([]store.Node, error) {
+	const op = "list nodes"
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, `SELECT id, host, version, role, started_at, last_seen
+FROM nodes WHERE last_seen >= $1 ORDER BY id`, us(since))
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	defer rows.Close()
+	out := []store.Node{}
+	for rows.Next() {
+		var n store.Node
+		var started *time.Time
+		if err := rows.Scan(&n.ID, &n.Host, &n.Version, &n.Role, &started, &n.LastSeen); err != nil {
+			return nil, translate(op, err)
+		}
+		n.StartedAt = fromNull(started)
+		n.LastSeen = n.LastSeen.UTC()
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(op, err)
+	}
+	return out, nil
+}

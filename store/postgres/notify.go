@@ -1,0 +1,140 @@
+package postgres
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Wakeups returns a channel receiving a value whenever some process
+// inserted, promoted or released tasks (NOTIFY retryq_wakeup). Values
+// coalesce: one pending value stands for any number of notifications.
+//
+// The listener holds one dedicated connection outside the pool. When it
+// drops, it reconnects with exponential backoff (Config.ReconnectMin..Max,
+// with jitter) and sends a wakeup after every reconnect, since notifications
+// sent meanwhile are lost. The channel is closed when ctx is done or the
+// store is closed. With Config.PollOnly it never fires.
+func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.closed.Load() {
+		close(ch)
+		return ch
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.bgCtx, cancel)
+	s.bgWG.Add(1)
+	go func() {
+		defer s.bgWG.Done()
+		defer close(ch)
+		defer stop()
+		defer cancel()
+		if s.cfg.PollOnly {
+			<-ctx.Done()
+			return
+		}
+		s.listen(ctx, ch)
+	}()
+	return ch
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// listen runs the LISTEN loop until ctx is done.
+func (s *Store) listen(ctx context.Context, ch chan struct{}) {
+	log := s.cfg.Logger
+	backoff := s.cfg.ReconnectMin
+	first := true
+	for ctx.Err() == nil {
+		conn, err := s.listenConn(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			wait := backoff/2 + rand.N(backoff/2+1)
+			log.Warn("retryq postgres: wakeup listener cannot connect", "err", err, "retry_in", wait)
+			if !sleep(ctx, wait) {
+				return
+			}
+			backoff = min(backoff*2, s.cfg.ReconnectMax)
+			continue
+		}
+		if !first {
+			log.Info("retryq postgres: wakeup listener reconnected")
+			// Notifications sent while disconnected are lost.
+			signal(ch)
+		}
+		first = false
+		backoff = s.cfg.ReconnectMin
+		err = waitLoop(ctx, conn, ch)
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = conn.Close(closeCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		log.Warn("retryq postgres: wakeup listener connection lost", "err", err)
+	}
+}
+
+func (s *Store) listenConn(ctx context.Context) (*pgx.Conn, error) {
+	cfg := s.pool.Config().ConnConfig.Copy()
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		_ = conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+// listenPingInterval is how long the listener waits for a notification
+// before checking that its connection is still alive (a silently dropped
+// connection would otherwise block it forever).
+var listenPingInterval = 30 * time.Second
+
+func waitLoop(ctx context.Context, conn *pgx.Conn, ch chan struct{}) error {
+	for {
+		wctx, cancel := context.WithTimeout(ctx, listenPingInterval)
+		_, err := conn.WaitForNotification(wctx)
+		timedOut := wctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		switch {
+		case err == nil:
+			signal(ch)
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case timedOut:
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+		default:
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,357 @@
+// Package postgres is the PostgreSQL backend of retryq's store.Store, built
+// on pgx v5 and pgxpool.
+//
+// Concurrent nodes share one database: FetchTasks leases with
+// FOR UPDATE SKIP LOCKED so fetchers never lease the same task and never wait
+// for each other, every transition is a conditional update naming the state
+// and lease it expects, and inserts, promotions and releases NOTIFY the
+// channel "retryq_wakeup" so idle nodes wake up early (see Store.Wakeups).
+//
+// Times are stored as timestamptz, which has microsecond precision: every
+// time.Time is truncated to the microsecond on the way in (consistently, so
+// comparisons against the caller's Now agree with what is stored) and comes
+// back in UTC. Payloads, policies and targets are stored as bytea, byte for
+// byte. Durations are stored as nanoseconds.
+//
+// The schema is versioned by embedded migrations (see Migrate); Open does not
+// migrate unless Config.AutoMigrate is set.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/retryq/retryq/store"
+)
+
+// Defaults applied by Open to zero Config fields.
+const (
+	DefaultMaxConns        = 10
+	DefaultConnectTimeout  = 10 * time.Second
+	DefaultReconnectMin    = 100 * time.Millisecond
+	DefaultReconnectMax    = 5 * time.Second
+	DefaultApplicationName = "retryq"
+)
+
+// notifyChannel is the LISTEN/NOTIFY channel used for wakeups.
+const notifyChannel = "retryq_wakeup"
+
+// Config configures Open.
+type Config struct {
+	// URL is the connection string: a postgres:// URL or key=value DSN as
+	// accepted by pgx (for example "postgres://user:pw@host/db?sslmode=require").
+	// pgx options such as default_query_exec_mode=exec (for poolers that do
+	// not support prepared statements) may be given in it. Required.
+	URL string
+	// MaxConns is the maximum size of the connection pool (default 10). The
+	// Wakeups listener uses one extra dedicated connection.
+	MaxConns int32
+	// MinConns is the number of connections kept open (default 0).
+	MinConns int32
+	// ConnectTimeout bounds establishing one connection (default 10s).
+	ConnectTimeout time.Duration
+	// PollOnly disables LISTEN/NOTIFY, for transaction-mode poolers
+	// (PgBouncer) where a session cannot LISTEN. Nodes then rely on polling.
+	PollOnly bool
+	// AutoMigrate makes Open apply pending migrations.
+	AutoMigrate bool
+	// ReconnectMin and ReconnectMax bound the exponential backoff of the
+	// Wakeups listener's reconnects (defaults 100ms and 5s).
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+	// Logger receives listener reconnect messages (nil = discard).
+	Logger *slog.Logger
+}
+
+// Validate reports the first invalid field. It does not apply defaults.
+func (c Config) Validate() error {
+	if strings.TrimSpace(c.URL) == "" {
+		return fmt.Errorf("postgres config: URL is required: %w", store.ErrInvalid)
+	}
+	if _, err := pgxpool.ParseConfig(c.URL); err != nil {
+		return fmt.Errorf("postgres config: URL: %w: %w", store.ErrInvalid, err)
+	}
+	switch {
+	case c.MaxConns < 0:
+		return fmt.Errorf("postgres config: MaxConns must not be negative (got %d): %w", c.MaxConns, store.ErrInvalid)
+	case c.MinConns < 0:
+		return fmt.Errorf("postgres config: MinConns must not be negative (got %d): %w", c.MinConns, store.ErrInvalid)
+	case c.MaxConns > 0 && c.MinConns > c.MaxConns:
+		return fmt.Errorf("postgres config: MinConns (%d) exceeds MaxConns (%d): %w", c.MinConns, c.MaxConns, store.ErrInvalid)
+	case c.ConnectTimeout < 0:
+		return fmt.Errorf("postgres config: ConnectTimeout must not be negative: %w", store.ErrInvalid)
+	case c.ReconnectMin < 0:
+		return fmt.Errorf("postgres config: ReconnectMin must not be negative: %w", store.ErrInvalid)
+	case c.ReconnectMax < 0:
+		return fmt.Errorf("postgres config: ReconnectMax must not be negative: %w", store.ErrInvalid)
+	case c.ReconnectMax > 0 && c.ReconnectMin > c.ReconnectMax:
+		return fmt.Errorf("postgres config: ReconnectMin exceeds ReconnectMax: %w", store.ErrInvalid)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MinConns > c.MaxConns {
+		c.MinConns = c.MaxConns
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.ReconnectMin == 0 {
+		c.ReconnectMin = DefaultReconnectMin
+	}
+	if c.ReconnectMax == 0 {
+		c.ReconnectMax = DefaultReconnectMax
+	}
+	if c.ReconnectMin > c.ReconnectMax {
+		c.ReconnectMin = c.ReconnectMax
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// Store is a PostgreSQL-backed store.Store and store.Notifier.
+type Store struct {
+	cfg    Config
+	pool   *pgxpool.Pool
+	closed atomic.Bool
+
+	// bgCtx is cancelled by Close to stop Wakeups listeners; bgMu orders
+	// bgWG.Add in Wakeups before bgWG.Wait in Close.
+	bgMu     sync.Mutex
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bgWG     sync.WaitGroup
+}
+
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Notifier = (*Store)(nil)
+)
+
+// Open connects to PostgreSQL, checks the schema version (refusing a
+// database migrated by a newer binary with store.ErrSchemaTooNew) and, with
+// AutoMigrate, applies pending migrations.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w: %w", store.ErrInvalid, err)
+	}
+	pcfg.MaxConns = cfg.MaxConns
+	pcfg.MinConns = cfg.MinConns
+	if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > cfg.ConnectTimeout {
+		pcfg.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+	}
+	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = DefaultApplicationName
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, translate("open postgres", err)
+	}
+	s := &Store{cfg: cfg, pool: pool}
+	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	if err := s.Ping(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if cfg.AutoMigrate {
+		if err := s.Migrate(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	} else {
+		applied, known, err := s.SchemaVersion(ctx)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open postgres: %w", err)
+		}
+		if applied > known {
+			s.Close()
+			return nil, fmt.Errorf("open postgres: schema version %d, this binary knows %d: %w", applied, known, store.ErrSchemaTooNew)
+		}
+	}
+	return s, nil
+}
+
+// Pool exposes the underlying connection pool (for tests and tools).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Ping checks the database is reachable.
+func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("ping: %w", store.ErrClosed)
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		return translate("ping", err)
+	}
+	return nil
+}
+
+// Close stops Wakeups listeners and closes the pool. It is idempotent.
+func (s *Store) Close() error {
+	s.bgMu.Lock()
+	already := s.closed.Swap(true)
+	s.bgMu.Unlock()
+	if already {
+		return nil
+	}
+	s.bgCancel()
+	s.bgWG.Wait()
+	s.pool.Close()
+	return nil
+}
+
+// begin checks the store is open; every method calls it first.
+func (s *Store) check(op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%s: %w", op, store.ErrClosed)
+	}
+	return nil
+}
+
+// inTx runs fn in a transaction (READ COMMITTED) and commits it.
+func (s *Store) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) error {
+	if err := s.check(op); err != nil {
+		return err
+	}
+	err := pgx.BeginFunc(ctx, s.pool, fn)
+	if err != nil {
+		return translate(op, err)
+	}
+	return nil
+}
+
+// notify queues a wakeup notification in tx (sent at commit).
+func (s *Store) notify(ctx context.Context, tx pgx.Tx) error {
+	if s.cfg.PollOnly {
+		return nil
+	}
+	_, err := tx.Exec(ctx, "SELECT pg_notify('"+notifyChannel+"', '')")
+	return err
+}
+
+// translate maps native errors to the store sentinels, wrapping as
+// "op: sentinel: native". Errors already carrying a sentinel pass through
+// with the op prefix.
+func translate(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if isSentinel(err) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err.Error() == "closed pool" { // puddle.ErrClosedPool
+		return fmt.Errorf("%s: %w: %w", op, store.ErrClosed, err)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			pgErr.Code == "57P01", // admin_shutdown
+			pgErr.Code == "57P02", // crash_shutdown
+			pgErr.Code == "57P03", // cannot_connect_now
+			pgErr.Code == "53300", // too_many_connections
+			pgErr.Code == "40001", // serialization_failure: retry the whole operation
+			pgErr.Code == "40P01": // deadlock_detected: likewise
+			return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
+		case pgErr.Code == "23505": // unique_violation
+			return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
+		case strings.HasPrefix(pgErr.Code, "22"), // data exception (bad input)
+			pgErr.Code == "23514": // check_violation (unknown state)
+			return fmt.Errorf("%s: %w: %w", op, store.ErrInvalid, err)
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if isConnError(err) {
+		return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func isSentinel(err error) bool {
+	for _, s := range []error{store.ErrNotFound, store.ErrLeaseLost, store.ErrConflict,
+		store.ErrSchemaTooNew, store.ErrClosed, store.ErrUnavailable, store.ErrInvalid} {
+		if errors.Is(err, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// isConnError reports errors of the connection rather than of the statement.
+func isConnError(err error) bool {
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &ce), errors.As(err, &oe), errors.As(err, &ne),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return true
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "conn busy") ||
+		strings.Contains(msg, "failed to connect") || strings.Contains(msg, "connection reset")
+}
+
+// us truncates t to microseconds (timestamptz precision) in UTC.
+func us(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Truncate(time.Microsecond).UTC()
+}
+
+// nullTime maps the zero time to NULL.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := us(t)
+	return &u
+}
+
+// fromNull maps NULL to the zero time and anything else to UTC.
+func fromNull(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

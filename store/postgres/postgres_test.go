@@ -1,0 +1,419 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/store"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// openURL opens a migrated store on url, closed when t ends.
+func openURL(t testing.TB, url string, mod func(*Config)) *Store {
+	t.Helper()
+	cfg := Config{URL: url, AutoMigrate: true, ReconnectMax: 500 * time.Millisecond}
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func newTasks(prefix string, n int) []store.NewTask {
+	ts := make([]store.NewTask, n)
+	for i := range ts {
+		id := fmt.Sprintf("%s%06d", prefix, i)
+		ts[i] = store.NewTask{ID: id, Type: "email", Payload: json.RawMessage(`{"n":` + fmt.Sprint(i) + `}`)}
+	}
+	return ts
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{}, "URL"},
+		{Config{URL: "postgres://x/y", MaxConns: -1}, "MaxConns"},
+		{Config{URL: "postgres://x/y", MinConns: -1}, "MinConns"},
+		{Config{URL: "postgres://x/y", MinConns: 5, MaxConns: 2}, "MinConns"},
+		{Config{URL: "postgres://x/y", ReconnectMin: time.Second, ReconnectMax: time.Millisecond}, "ReconnectMin"},
+		{Config{URL: "postgres://x:notaport/y"}, "URL"},
+	} {
+		err := tc.cfg.Validate()
+		if !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%+v: error %v, want ErrInvalid", tc.cfg, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%+v: error %q does not name %s", tc.cfg, err, tc.field)
+		}
+	}
+	if err := (Config{URL: "postgres://localhost/db"}).Validate(); err != nil {
+		t.Errorf("valid config: %v", err)
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := t.Context()
+	s := openURL(t, url, func(c *Config) { c.AutoMigrate = false })
+	applied, known, err := s.SchemaVersion(ctx)
+	if err != nil || applied != 0 || known != KnownVersion() {
+		t.Fatalf("SchemaVersion on empty db = %d, %d, %v", applied, known, err)
+	}
+	// Concurrent migrations from several nodes are safe.
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			s := openURL(t, url, func(c *Config) { c.AutoMigrate = false })
+			errs[i] = s.Migrate(ctx)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent Migrate: %v", err)
+		}
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	applied, known, err = s.SchemaVersion(ctx)
+	if err != nil || applied != known {
+		t.Fatalf("SchemaVersion = %d, %d, %v", applied, known, err)
+	}
+	// A newer schema is refused by Open and Migrate.
+	if _, err := s.Pool().Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES (999, 'future')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); !errors.Is(err, store.ErrSchemaTooNew) {
+		t.Fatalf("Migrate on newer schema: %v", err)
+	}
+	for _, auto := range []bool{false, true} {
+		s2, err := Open(ctx, Config{URL: url, AutoMigrate: auto})
+		if !errors.Is(err, store.ErrSchemaTooNew) {
+			t.Fatalf("Open(AutoMigrate=%v) on newer schema: %v", auto, err)
+		}
+		if s2 != nil {
+			s2.Close()
+		}
+	}
+}
+
+func TestClosedAndUnavailable(t *testing.T) {
+	t.Parallel()
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx := t.Context()
+	s.Close()
+	if _, err := s.GetTask(ctx, "x"); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("GetTask after Close: %v", err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("Ping after Close: %v", err)
+	}
+	if _, ok := <-s.Wakeups(ctx); ok {
+		t.Errorf("Wakeups after Close delivered a value")
+	}
+	// Nothing listens on port 1.
+	_, err := Open(ctx, Config{URL: "postgres://postgres@127.0.0.1:1/x?connect_timeout=2"})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("Open of unreachable server: %v", err)
+	}
+}
+
+// TestPayloadBytes checks payloads come back byte for byte (not
+// normalized as jsonb would) and times at microsecond precision.
+func TestPayloadBytes(t *testing.T) {
+	t.Parallel()
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx := t.Context()
+	raw := json.RawMessage("{ \"b\" : 1,\n  \"a\": [1.50, \"\\u00e9\"] }")
+	now := t0.Add(123456789 * time.Nanosecond)
+	res, err := s.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: []store.NewTask{
+		{ID: "a", Type: "t", Payload: raw},
+		{ID: "b", Type: "t"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []json.RawMessage{raw, nil} {
+		got, err := s.GetTask(ctx, res[i].Task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got.Payload) != string(want) || (want == nil) != (got.Payload == nil) {
+			t.Errorf("payload %q, want %q", got.Payload, want)
+		}
+		if wantT := now.Truncate(time.Microsecond); !got.CreatedAt.Equal(wantT) || !got.RunAt.Equal(wantT) {
+			t.Errorf("CreatedAt %v RunAt %v, want %v", got.CreatedAt, got.RunAt, wantT)
+		}
+	}
+}
+
+// TestFetchSkipLocked fetches from two pools concurrently: no task is leased
+// twice and every task is leased once.
+func TestFetchSkipLocked(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a, b := openURL(t, url, nil), openURL(t, url, nil)
+	ctx := t.Context()
+	const n = 600
+	if _, err := a.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("t", n), Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]string{}
+	var wg sync.WaitGroup
+	for w := range 6 {
+		s := a
+		if w%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			worker := fmt.Sprintf("w%d", w)
+			for {
+				ts, err := s.FetchTasks(ctx, store.FetchParams{Limit: 7, WorkerID: worker, LeaseDuration: time.Minute, Now: t0})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(ts) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, task := range ts {
+					if prev, dup := seen[task.ID]; dup {
+						t.Errorf("task %s leased by %s and %s", task.ID, prev, worker)
+					}
+					seen[task.ID] = worker
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("leased %d tasks, want %d", len(seen), n)
+	}
+}
+
+// TestFetchDoesNotBlock holds a row lock on the first pending task in
+// another transaction: a fetch skips it instead of waiting.
+func TestFetchDoesNotBlock(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	a, b := openURL(t, url, nil), openURL(t, url, nil)
+	ctx := t.Context()
+	if _, err := a.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("t", 3), Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := a.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM tasks WHERE id = 't000000' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ts, err := b.FetchTasks(fctx, store.FetchParams{Limit: 10, WorkerID: "w", LeaseDuration: time.Minute, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ts) != 2 || ts[0].ID != "t000001" || ts[1].ID != "t000002" {
+		t.Fatalf("fetched %v, want the two unlocked tasks", taskIDs(ts))
+	}
+}
+
+func taskIDs(ts []store.Task) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.ID
+	}
+	return out
+}
+
+func waitWakeup(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case _, ok := <-ch:
+		if !ok {
+			t.Fatalf("%s: wakeup channel closed", what)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: no wakeup within 10s", what)
+	}
+}
+
+func drain(ch <-chan struct{}) {
+	for {
+		select {
+		case <-ch:
+		case <-time.After(200 * time.Millisecond):
+			return
+		}
+	}
+}
+
+func TestWakeups(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	listener, writer := openURL(t, url, nil), openURL(t, url, nil)
+	poll := openURL(t, url, func(c *Config) { c.PollOnly = true })
+	ctx, cancel := context.WithCancel(t.Context())
+	ch := listener.Wakeups(ctx)
+	pollCh := poll.Wakeups(ctx)
+	time.Sleep(300 * time.Millisecond) // let LISTEN start
+
+	if _, err := writer.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("a", 1), Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	waitWakeup(t, ch, "insert")
+
+	future := newTasks("s", 1)
+	future[0].RunAt = t0.Add(time.Minute)
+	if _, err := writer.InsertTasks(ctx, store.InsertParams{Tasks: future, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	drain(ch)
+	if n, err := writer.PromoteDue(ctx, store.PromoteParams{Limit: 10, Now: t0.Add(time.Minute)}); err != nil || n != 1 {
+		t.Fatalf("PromoteDue = %d, %v", n, err)
+	}
+	waitWakeup(t, ch, "promote")
+
+	ts, err := writer.FetchTasks(ctx, store.FetchParams{Limit: 1, WorkerID: "w", LeaseDuration: time.Minute, Now: t0})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("FetchTasks = %v, %v", ts, err)
+	}
+	drain(ch)
+	errs, err := writer.RecordOutcomes(ctx, store.OutcomeParams{Now: t0, Outcomes: []store.Outcome{
+		{TaskID: ts[0].ID, LeaseID: ts[0].LeaseID, State: store.StatePending}}})
+	if err != nil || errs[0] != nil {
+		t.Fatalf("release: %v %v", err, errs)
+	}
+	waitWakeup(t, ch, "release")
+
+	// The PollOnly store neither notifies nor listens.
+	drain(ch)
+	if _, err := poll.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("p", 1), Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+		t.Fatal("PollOnly insert notified")
+	case <-pollCh:
+		t.Fatal("PollOnly Wakeups fired")
+	case <-time.After(500 * time.Millisecond):
+	}
+	cancel()
+	for range ch {
+	}
+	for range pollCh {
+	}
+}
+
+// TestServerRestart restarts a private cluster under a store: the Wakeups
+// channel keeps working (with a wakeup after the reconnect), calls made
+// while the server is down fail with ErrUnavailable, and the store recovers
+// once the server is back.
+func TestServerRestart(t *testing.T) {
+	t.Parallel()
+	c := pgtest.NewCluster(t)
+	url := c.NewDatabase(t)
+	s, other := openURL(t, url, nil), openURL(t, url, nil)
+	ctx := t.Context()
+	ch := s.Wakeups(ctx)
+	time.Sleep(300 * time.Millisecond)
+	if _, err := other.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("a", 1), Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	waitWakeup(t, ch, "insert before restart")
+
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.GetTask(ctx, "a000000")
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("GetTask while down: %v, want ErrUnavailable", err)
+	}
+	drain(ch)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitWakeup(t, ch, "reconnect")
+
+	// Store methods recover: the pool replaces dead connections.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := other.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("b", 1), Now: t0})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("InsertTasks after restart: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitWakeup(t, ch, "insert after restart")
+	if _, err := s.GetTask(ctx, "b000000"); err != nil {
+		t.Fatalf("GetTask after restart: %v", err)
+	}
+}
+
+// TestIdempotencyConcurrent inserts the same idempotency key from several
+// pools at once: exactly one insert wins and every caller gets that task.
+func TestIdempotencyConcurrent(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	stores := []*Store{openURL(t, url, nil), openURL(t, url, nil)}
+	ctx := t.Context()
+	const n = 8
+	res := make([]store.InsertResult, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r, err := stores[i%2].InsertTasks(ctx, store.InsertParams{Now: t0, Tasks: []store.NewTask{
+				{ID: fmt.Sprintf("t%d", i), Type: "x", IdempotencyKey: "k"},
+				{ID: fmt.Sprintf("u%d", i), Type: "x"},
+			}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			res[i] = r[0]
+		})
+	}
+	wg.Wait()
+	winners := 0
+	for _, r := range res {
+		if !r.Duplicate {
+			winners++
+		}
+		if r.Task.ID != res[0].Task.ID || r.Task.IdempotencyKey != "k" {
+			t.Errorf("result %+v, want task %s", r.Task, res[0].Task.ID)
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d inserts won, want 1", winners)
+	}
+}
