@@ -1,0 +1,102 @@
+package sqlite
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// Config configures a SQLite store. The zero value of every field except
+// Path selects a default.
+type Config struct {
+	// Path is the database file. It is created if missing. In-memory
+	// databases are not supported: the writer and the readers are separate
+	// connections and must share one file.
+	Path string
+	// Synchronous is PRAGMA synchronous: OFF, NORMAL, FULL or EXTRA.
+	// Default FULL: a committed batch survives a power loss.
+	Synchronous string
+	// BusyTimeout is how long a connection waits for a lock held by another
+	// process before failing with store.ErrUnavailable. Default 5s.
+	BusyTimeout time.Duration
+	// MaxReaders is the size of the read-only connection pool. Default 4.
+	MaxReaders int
+	// CacheSizeKiB is the page cache of each connection. Default 32768
+	// (32 MiB).
+	CacheSizeKiB int
+}
+
+// Defaults.
+const (
+	DefaultSynchronous  = "FULL"
+	DefaultBusyTimeout  = 5 * time.Second
+	DefaultMaxReaders   = 4
+	DefaultCacheSizeKiB = 32 << 10
+)
+
+func (c Config) withDefaults() Config {
+	if c.Synchronous == "" {
+		c.Synchronous = DefaultSynchronous
+	}
+	c.Synchronous = strings.ToUpper(c.Synchronous)
+	if c.BusyTimeout == 0 {
+		c.BusyTimeout = DefaultBusyTimeout
+	}
+	if c.MaxReaders == 0 {
+		c.MaxReaders = DefaultMaxReaders
+	}
+	if c.CacheSizeKiB == 0 {
+		c.CacheSizeKiB = DefaultCacheSizeKiB
+	}
+	return c
+}
+
+// Validate reports the first invalid field. Zero fields are valid (they
+// select defaults), except Path. Errors match store.ErrInvalid.
+func (c Config) Validate() error {
+	switch {
+	case c.Path == "":
+		return fmt.Errorf("sqlite config: Path: %w: must not be empty", store.ErrInvalid)
+	case c.Path == ":memory:" || strings.Contains(c.Path, "mode=memory"):
+		return fmt.Errorf("sqlite config: Path: %w: in-memory databases are not supported", store.ErrInvalid)
+	case strings.ContainsAny(c.Path, "?#"):
+		return fmt.Errorf("sqlite config: Path: %w: must not contain '?' or '#': %q", store.ErrInvalid, c.Path)
+	}
+	switch strings.ToUpper(c.Synchronous) {
+	case "", "OFF", "NORMAL", "FULL", "EXTRA":
+	default:
+		return fmt.Errorf("sqlite config: Synchronous: %w: want OFF, NORMAL, FULL or EXTRA, got %q", store.ErrInvalid, c.Synchronous)
+	}
+	if c.BusyTimeout < 0 {
+		return fmt.Errorf("sqlite config: BusyTimeout: %w: must not be negative, got %s", store.ErrInvalid, c.BusyTimeout)
+	}
+	if c.MaxReaders < 0 {
+		return fmt.Errorf("sqlite config: MaxReaders: %w: must not be negative, got %d", store.ErrInvalid, c.MaxReaders)
+	}
+	if c.CacheSizeKiB < 0 {
+		return fmt.Errorf("sqlite config: CacheSizeKiB: %w: must not be negative, got %d", store.ErrInvalid, c.CacheSizeKiB)
+	}
+	return nil
+}
+
+// dsn builds the modernc.org/sqlite data source name of one connection.
+func (c Config) dsn(writer bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(c.BusyTimeout.Milliseconds(), 10)+")")
+	q.Add("_pragma", "cache_size(-"+strconv.Itoa(c.CacheSizeKiB)+")")
+	q.Add("_pragma", "temp_store(MEMORY)")
+	if writer {
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous("+c.Synchronous+")")
+		// Take the write lock at BEGIN: a read-then-write transaction never
+		// has to upgrade its lock (and fail with SQLITE_BUSY) half-way.
+		q.Set("_txlock", "immediate")
+	} else {
+		q.Add("_pragma", "query_only(1)")
+	}
+	return c.Path + "?" + q.Encode()
+}

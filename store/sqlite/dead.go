@@ -1,0 +1,298 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/retryq/retryq/store"
+)
+
+// deadWhere builds the conditions selecting the dead tasks of f.
+func deadWhere(f store.DeadFilter) (string, []any) {
+	conds := []string{"state = 'dead'"}
+	var args []any
+	if f.Type != "" {
+		conds = append(conds, "type = ?")
+		args = append(args, f.Type)
+	}
+	if f.ErrorCode != "" {
+		conds = append(conds, "last_error_code = ?")
+		args = append(args, f.ErrorCode)
+	}
+	if f.Reason != "" {
+		conds = append(conds, "dead_reason = ?")
+		args = append(args, f.Reason)
+	}
+	if !f.Since.IsZero() {
+		conds = append(conds, "updated_at >= ?")
+		args = append(args, f.Since.UnixMicro())
+	}
+	if !f.Before.IsZero() {
+		conds = append(conds, "updated_at < ?")
+		args = append(args, f.Before.UnixMicro())
+	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, "id IN ("+inList(len(f.IDs))+")")
+		for _, id := range f.IDs {
+			args = append(args, id)
+		}
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+func sqlLimit(n int) int {
+	if n <= 0 {
+		return -1 // SQLite: no limit
+	}
+	return n
+}
+
+// ListDead implements store.Store.
+func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task, string, error) {
+	const op = "list dead tasks"
+	if f.Limit <= 0 {
+		return nil, "", fmt.Errorf("%s: %w: Limit must be positive", op, store.ErrInvalid)
+	}
+	if len(f.IDs) > maxVars {
+		return nil, "", fmt.Errorf("%s: %w: too many ids", op, store.ErrInvalid)
+	}
+	where, args := deadWhere(f)
+	if f.Cursor != "" {
+		where += " AND id < ?"
+		args = append(args, f.Cursor)
+	}
+	args = append(args, f.Limit+1)
+	return s.page(ctx, op, `SELECT `+taskCols+` FROM tasks WHERE `+where+` ORDER BY id DESC LIMIT ?`, args, f.Limit)
+}
+
+// DeadSummary implements store.Store.
+func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) ([]store.DeadGroup, error) {
+	const op = "summarize dead tasks"
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT type, coalesce(last_error_code, ''), dead_reason,
+		count(*), min(updated_at), max(updated_at)
+		FROM tasks WHERE state = 'dead' AND updated_at >= ?
+		GROUP BY type, last_error_code, dead_reason`, tsNotNull(p.Since))
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	defer rows.Close()
+	out := []store.DeadGroup{}
+	for rows.Next() {
+		var g store.DeadGroup
+		var oldest, newest int64
+		if err := rows.Scan(&g.Type, &g.ErrorCode, &g.Reason, &g.Count, &oldest, &newest); err != nil {
+			return nil, translate(op, err)
+		}
+		g.Oldest, g.Newest = fromMicros(oldest), fromMicros(newest)
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(op, err)
+	}
+	// NULL and '' error codes are one group.
+	merged := out[:0]
+	idx := map[[3]string]int{}
+	for _, g := range out {
+		k := [3]string{g.Type, g.ErrorCode, g.Reason}
+		if i, ok := idx[k]; ok {
+			m := &merged[i]
+			m.Count += g.Count
+			if g.Oldest.Before(m.Oldest) {
+				m.Oldest = g.Oldest
+			}
+			if g.Newest.After(m.Newest) {
+				m.Newest = g.Newest
+			}
+			continue
+		}
+		idx[k] = len(merged)
+		merged = append(merged, g)
+	}
+	sort.SliceStable(merged, func(i, j int) bool {
+		a, b := merged[i], merged[j]
+		if a.Count != b.Count {
+			return a.Count > b.Count
+		}
+		if a.Type != b.Type {
+			return a.Type < b.Type
+		}
+		if a.ErrorCode != b.ErrorCode {
+			return a.ErrorCode < b.ErrorCode
+		}
+		return a.Reason < b.Reason
+	})
+	return merged, nil
+}
+
+// RedriveDead implements store.Store.
+func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
+	const op = "redrive dead tasks"
+	if f.Now.IsZero() || len(f.IDs) > maxVars {
+		return 0, fmt.Errorf("%s: %w: zero Now or too many ids", op, store.ErrInvalid)
+	}
+	where, args := deadWhere(f)
+	args = append([]any{f.Now.UnixMicro()}, args...)
+	args = append(args, sqlLimit(f.Limit))
+	var n int64
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE tasks SET `+retrySet+`
+			WHERE rowid IN (SELECT rowid FROM tasks WHERE `+where+` ORDER BY updated_at, id LIMIT ?)`, args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// PurgeDead implements store.Store.
+func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) {
+	const op = "purge dead tasks"
+	if len(f.IDs) > maxVars {
+		return 0, fmt.Errorf("%s: %w: too many ids", op, store.ErrInvalid)
+	}
+	where, args := deadWhere(f)
+	args = append(args, sqlLimit(f.Limit))
+	var n int
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		var err error
+		n, err = deleteTasks(ctx, tx, `SELECT rowid FROM tasks WHERE `+where+` ORDER BY updated_at, id LIMIT ?`, args)
+		return err
+	})
+	return n, err
+}
+
+// deleteTasks deletes the tasks whose rowids sel selects, and their history,
+// and returns how many tasks were deleted.
+func deleteTasks(ctx context.Context, tx *sql.Tx, sel string, args []any) (int, error) {
+	rows, err := tx.QueryContext(ctx, `DELETE FROM tasks WHERE rowid IN (`+sel+`) RETURNING id`, args...)
+	if err != nil {
+		return 0, err
+	}
+	var ids []any
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	n := len(ids)
+	for len(ids) > 0 {
+		k := min(len(ids), maxVars)
+		if _, err := tx.ExecContext(ctx, `DELETE FROM attempts WHERE task_id IN (`+inList(k)+`)`, ids[:k]...); err != nil {
+			return 0, err
+		}
+		ids = ids[k:]
+	}
+	return n, nil
+}
+
+// DeleteFinished implements store.Store.
+func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
+	const op = "delete finished tasks"
+	var res store.RetentionResult
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		res = store.RetentionResult{}
+		for _, c := range []struct {
+			state  store.State
+			before int64
+			n      *int
+		}{
+			{store.StateSucceeded, tsNotNull(p.SucceededBefore), &res.Succeeded},
+			{store.StateCancelled, tsNotNull(p.CancelledBefore), &res.Cancelled},
+			{store.StateDead, tsNotNull(p.DeadBefore), &res.Dead},
+		} {
+			if c.before == 0 {
+				continue
+			}
+			// The redundant IN term lets SQLite use the partial index.
+			n, err := deleteTasks(ctx, tx, `SELECT rowid FROM tasks
+				WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = ? AND updated_at < ?
+				ORDER BY updated_at, id LIMIT ?`, []any{string(c.state), c.before, sqlLimit(p.Limit)})
+			if err != nil {
+				return err
+			}
+			*c.n = n
+		}
+		return nil
+	})
+	return res, err
+}
+
+// Stats implements store.Store.
+func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeStats, error) {
+	const op = "get stats"
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	defer tx.Rollback()
+	byType := map[string]*store.TypeStats{}
+	get := func(typ string) *store.TypeStats {
+		ts, ok := byType[typ]
+		if !ok {
+			ts = &store.TypeStats{Type: typ, Counts: map[store.State]int{}}
+			byType[typ] = ts
+		}
+		return ts
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT type, state, count(*) FROM tasks GROUP BY type, state`)
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	for rows.Next() {
+		var typ, state string
+		var n int
+		if err := rows.Scan(&typ, &state, &n); err != nil {
+			rows.Close()
+			return nil, translate(op, err)
+		}
+		get(typ).Counts[store.State(state)] = n
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, translate(op, err)
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT task_type, total(number = 1), total(number > 1),
+		total(outcome IN ('failed', 'lease_expired'))
+		FROM attempts WHERE finished_at >= ? GROUP BY task_type`, tsNotNull(p.Since))
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	for rows.Next() {
+		var typ string
+		var first, retries, failures float64
+		if err := rows.Scan(&typ, &first, &retries, &failures); err != nil {
+			rows.Close()
+			return nil, translate(op, err)
+		}
+		ts := get(typ)
+		ts.FirstAttempts, ts.Retries, ts.Failures = int(first), int(retries), int(failures)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, translate(op, err)
+	}
+	out := make([]store.TypeStats, 0, len(byType))
+	for _, ts := range byType {
+		out = append(out, *ts)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
+	return out, nil
+}

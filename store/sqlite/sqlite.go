@@ -1,0 +1,455 @@
+// Package sqlite implements store.Store on SQLite with the pure-Go driver
+// modernc.org/sqlite (no cgo).
+//
+// All writes go through one dedicated connection (a *sql.DB limited to one
+// open connection), so writers queue in Go instead of spinning on
+// SQLITE_BUSY; pure reads use a separate pool of read-only connections that
+// WAL mode lets run concurrently with the writer. Write transactions start
+// with BEGIN IMMEDIATE.
+//
+// Timestamps are stored as INTEGER unix microseconds (the precision of
+// PostgreSQL timestamptz, so both backends round-trip the same values),
+// durations as INTEGER nanoseconds, JSON documents as BLOBs byte-for-byte.
+// The schema is created and upgraded by the embedded migrations in
+// migrations/.
+package sqlite
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/retryq/retryq/store"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations are the embedded migrations in version order; version n is the
+// file whose name starts with the zero-padded number n.
+var migrations = mustLoadMigrations()
+
+func mustLoadMigrations() []migration {
+	names, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		panic(err)
+	}
+	var ms []migration
+	for _, n := range names {
+		base := path.Base(n)
+		num, _, ok := strings.Cut(base, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			panic("sqlite: bad migration file name " + base)
+		}
+		b, err := migrationFS.ReadFile(n)
+		if err != nil {
+			panic(err)
+		}
+		ms = append(ms, migration{version: v, name: strings.TrimSuffix(base, ".sql"), sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i, m := range ms {
+		if m.version != i+1 {
+			panic(fmt.Sprintf("sqlite: migrations are not contiguous: %s is number %d", m.name, i+1))
+		}
+	}
+	return ms
+}
+
+// KnownVersion is the newest schema version this binary knows.
+func KnownVersion() int { return len(migrations) }
+
+// Store is a SQLite-backed store.Store.
+type Store struct {
+	cfg    Config
+	w      *sql.DB // exactly one connection: every write goes through it
+	r      *sql.DB // read-only pool
+	closed atomic.Bool
+
+	stmtMu    sync.Mutex
+	stmts     map[string]*sql.Stmt // prepared on w, by key
+	toPrepare map[string]string    // key -> query, to prepare after the current transaction
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database at cfg.Path, applies pending
+// migrations and returns the store. It refuses a database whose schema is
+// newer than this binary with an error matching store.ErrSchemaTooNew.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	w, err := sql.Open("sqlite", cfg.dsn(true))
+	if err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", cfg.Path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	w.SetConnMaxIdleTime(0)
+	s := &Store{cfg: cfg, w: w, stmts: make(map[string]*sql.Stmt)}
+	if err := s.migrate(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	r, err := sql.Open("sqlite", cfg.dsn(false))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("open sqlite %s: %w", cfg.Path, err)
+	}
+	r.SetMaxOpenConns(cfg.MaxReaders)
+	r.SetMaxIdleConns(cfg.MaxReaders)
+	r.SetConnMaxLifetime(0)
+	r.SetConnMaxIdleTime(0)
+	s.r = r
+	if err := r.PingContext(ctx); err != nil {
+		s.Close()
+		return nil, translate("open sqlite "+cfg.Path, err)
+	}
+	return s, nil
+}
+
+// migrate applies the pending migrations in one IMMEDIATE transaction.
+func (s *Store) migrate(ctx context.Context) error {
+	const op = "migrate sqlite schema"
+	if _, err := s.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER NOT NULL PRIMARY KEY,
+		name       TEXT    NOT NULL,
+		applied_at INTEGER NOT NULL
+	) STRICT`); err != nil {
+		return translate(op, err)
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return translate(op, err)
+	}
+	defer tx.Rollback()
+	var applied int
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&applied); err != nil {
+		return translate(op, err)
+	}
+	if applied > len(migrations) {
+		return fmt.Errorf("%s: %w: database is at version %d, this binary knows %d", op, store.ErrSchemaTooNew, applied, len(migrations))
+	}
+	for _, m := range migrations[applied:] {
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return translate(op+" "+m.name, err)
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+			m.version, m.name, time.Now().UnixMicro()); err != nil {
+			return translate(op+" "+m.name, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return translate(op, err)
+	}
+	return nil
+}
+
+// SchemaVersion implements store.Store.
+func (s *Store) SchemaVersion(ctx context.Context) (applied, known int, err error) {
+	if err := s.check("get schema version"); err != nil {
+		return 0, 0, err
+	}
+	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&applied); err != nil {
+		return 0, 0, translate("get schema version", err)
+	}
+	return applied, len(migrations), nil
+}
+
+// Ping implements store.Store.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.check("ping sqlite"); err != nil {
+		return err
+	}
+	var one int
+	if err := s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
+		return translate("ping sqlite", err)
+	}
+	return nil
+}
+
+// Close implements store.Store. It is idempotent.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
+	var errs []error
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	errs = append(errs, s.w.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close sqlite: %w", err)
+	}
+	return nil
+}
+
+// check returns ErrClosed after Close.
+func (s *Store) check(op string) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%s: %w", op, store.ErrClosed)
+	}
+	return nil
+}
+
+// Statements of the writer connection are prepared once and cached. The
+// writer *sql.DB has a single connection, which a running transaction holds:
+// preparing on the DB from inside a transaction would wait for it forever.
+// So a statement missing from the cache is prepared on the transaction (for
+// this use only) and queued; write prepares the queue on the DB once the
+// transaction is over.
+
+// txStmt returns query prepared on the writer connection, bound to tx.
+func (s *Store) txStmt(ctx context.Context, tx *sql.Tx, query string) (*sql.Stmt, error) {
+	return s.txStmtKey(ctx, tx, query, func() string { return query })
+}
+
+// txStmtKey is txStmt for generated queries: key names the query and build
+// is called only when it is not cached.
+func (s *Store) txStmtKey(ctx context.Context, tx *sql.Tx, key string, build func() string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	if s.stmts == nil {
+		s.stmtMu.Unlock()
+		return nil, store.ErrClosed
+	}
+	st, ok := s.stmts[key]
+	s.stmtMu.Unlock()
+	if ok {
+		return tx.StmtContext(ctx, st), nil
+	}
+	q := build()
+	s.stmtMu.Lock()
+	if s.toPrepare == nil {
+		s.toPrepare = make(map[string]string)
+	}
+	s.toPrepare[key] = q
+	s.stmtMu.Unlock()
+	return tx.PrepareContext(ctx, q)
+}
+
+// prepareQueued prepares the statements queued by txStmtKey. It must not be
+// called inside a transaction.
+func (s *Store) prepareQueued(ctx context.Context) {
+	s.stmtMu.Lock()
+	queue := s.toPrepare
+	s.toPrepare = nil
+	s.stmtMu.Unlock()
+	for key, q := range queue {
+		st, err := s.w.PrepareContext(ctx, q)
+		if err != nil {
+			continue // prepared again on next use
+		}
+		s.stmtMu.Lock()
+		if _, dup := s.stmts[key]; dup || s.stmts == nil {
+			st.Close()
+		} else {
+			s.stmts[key] = st
+		}
+		s.stmtMu.Unlock()
+	}
+}
+
+// maxVars bounds the parameters of one generated statement, well under
+// SQLite's limit (32766), and maxRows the rows of one multi-row statement.
+const (
+	maxVars = 16000
+	maxRows = 512
+)
+
+// chunks splits n rows of cols columns into statement sizes: full chunks of
+// the largest power of two allowed, then the remainder as powers of two, so
+// that a handful of prepared statements per query serve every batch size.
+func chunks(n, cols int) []int {
+	per := maxRows
+	for per*cols > maxVars {
+		per /= 2
+	}
+	var out []int
+	for n > 0 {
+		for per > n {
+			per /= 2
+		}
+		out = append(out, per)
+		n -= per
+	}
+	return out
+}
+
+// insertRows inserts len(args)/cols rows with multi-row INSERT statements
+// "head VALUES (...),(...)".
+func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, head string, cols int, args []any) error {
+	for _, n := range chunks(len(args)/cols, cols) {
+		st, err := s.txStmtKey(ctx, tx, head+"#"+strconv.Itoa(n), func() string {
+			return head + " VALUES " + placeholders(n, cols)
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := st.ExecContext(ctx, args[:n*cols]...); err != nil {
+			return err
+		}
+		args = args[n*cols:]
+	}
+	return nil
+}
+
+// write runs fn in one write transaction on the writer connection.
+func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	if err := s.check(op); err != nil {
+		return err
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return translate(op, err)
+	}
+	if err = fn(tx); err != nil {
+		tx.Rollback()
+	} else {
+		err = tx.Commit()
+	}
+	s.stmtMu.Lock()
+	queued := len(s.toPrepare) > 0
+	s.stmtMu.Unlock()
+	if queued {
+		s.prepareQueued(context.WithoutCancel(ctx))
+	}
+	return translate(op, err)
+}
+
+// translate maps native errors to the store sentinels and adds op as
+// context ("verb noun: %w").
+func translate(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, sentinel := range []error{store.ErrNotFound, store.ErrLeaseLost, store.ErrConflict, store.ErrSchemaTooNew,
+		store.ErrClosed, store.ErrUnavailable, store.ErrInvalid, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, sentinel) {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
+	if errors.Is(err, sql.ErrConnDone) || strings.Contains(err.Error(), "sql: database is closed") {
+		return fmt.Errorf("%s: %w: %w", op, store.ErrClosed, err)
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR,
+			sqlite3.SQLITE_FULL, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOMEM:
+			return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
+		case sqlite3.SQLITE_CONSTRAINT:
+			return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// newLeasePrefix returns a random prefix for the lease ids of one fetch;
+// each leased task appends its rowid, so ids are unique within the fetch and
+// (128 random bits) across fetches.
+func newLeasePrefix() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("sqlite: crypto/rand failed: " + err.Error())
+	}
+	return hex.EncodeToString(b[:]) + "."
+}
+
+// Time and value conversion helpers.
+
+// ts converts a time to unix microseconds; the zero time is NULL.
+func ts(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+// tsNotNull converts a time to unix microseconds (zero time = 0).
+func tsNotNull(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMicro()
+}
+
+func fromTS(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return fromMicros(n.Int64)
+}
+
+func fromMicros(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(n).UTC()
+}
+
+// blob converts a JSON document to a BLOB parameter (nil = NULL).
+func blob(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return []byte(b)
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// placeholders returns "(?,?,?),(?,?,?)" for rows rows of cols columns.
+func placeholders(rows, cols int) string {
+	one := "(" + strings.TrimSuffix(strings.Repeat("?,", cols), ",") + ")"
+	return strings.TrimSuffix(strings.Repeat(one+",", rows), ",")
+}
+
+// inList returns "?,?,?" for n values.
+func inList(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}

@@ -1,0 +1,279 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/storetest"
+)
+
+func openTemp(t testing.TB) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "retryq.db")})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return openTemp(t) })
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{}, "Path"},
+		{Config{Path: ":memory:"}, "Path"},
+		{Config{Path: "x.db?mode=ro"}, "Path"},
+		{Config{Path: "x.db", Synchronous: "SOMETIMES"}, "Synchronous"},
+		{Config{Path: "x.db", BusyTimeout: -time.Second}, "BusyTimeout"},
+		{Config{Path: "x.db", MaxReaders: -1}, "MaxReaders"},
+		{Config{Path: "x.db", CacheSizeKiB: -1}, "CacheSizeKiB"},
+	} {
+		err := tc.cfg.Validate()
+		if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("Validate(%+v) = %v, want ErrInvalid naming %s", tc.cfg, err, tc.field)
+		}
+		if _, err := Open(context.Background(), tc.cfg); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Open(%+v) = %v, want ErrInvalid", tc.cfg, err)
+		}
+	}
+	if err := (Config{Path: "x.db", Synchronous: "normal"}).Validate(); err != nil {
+		t.Errorf("Validate(lower-case synchronous) = %v", err)
+	}
+	d := Config{Path: "x.db"}.withDefaults()
+	if d.Synchronous != "FULL" || d.BusyTimeout != 5*time.Second || d.MaxReaders != 4 {
+		t.Errorf("defaults = %+v", d)
+	}
+}
+
+func pragma(t *testing.T, db *sql.DB, name string) string {
+	t.Helper()
+	var v string
+	if err := db.QueryRow("PRAGMA " + name).Scan(&v); err != nil {
+		t.Fatalf("PRAGMA %s: %v", name, err)
+	}
+	return v
+}
+
+func TestPragmas(t *testing.T) {
+	for _, tc := range []struct{ cfg, want string }{{"", "2"}, {"NORMAL", "1"}, {"extra", "3"}} {
+		s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "p.db"), Synchronous: tc.cfg, BusyTimeout: 1234 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pragma(t, s.w, "journal_mode"); got != "wal" {
+			t.Errorf("journal_mode = %s, want wal", got)
+		}
+		if got := pragma(t, s.w, "synchronous"); got != tc.want {
+			t.Errorf("synchronous(%q) = %s, want %s", tc.cfg, got, tc.want)
+		}
+		if got := pragma(t, s.w, "busy_timeout"); got != "1234" {
+			t.Errorf("writer busy_timeout = %s", got)
+		}
+		if got := pragma(t, s.r, "busy_timeout"); got != "1234" {
+			t.Errorf("reader busy_timeout = %s", got)
+		}
+		if got := pragma(t, s.r, "query_only"); got != "1" {
+			t.Errorf("reader query_only = %s", got)
+		}
+		if got := s.w.Stats().MaxOpenConnections; got != 1 {
+			t.Errorf("writer MaxOpenConnections = %d", got)
+		}
+		s.Close()
+	}
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "r.db")
+	s, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := json.RawMessage("{ \"spaces\" :  [1, 2],\n\"k\":\"\u00e9\" }") // byte-for-byte, not normalized
+	now := time.Date(2030, 1, 1, 0, 0, 0, 123456000, time.UTC)
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: []store.NewTask{{ID: "t_1", Type: "a", Payload: payload, IdempotencyKey: "k"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	s, err = Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	got, err := s.GetTask(ctx, "t_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got.Payload) != string(payload) {
+		t.Errorf("payload = %q, want %q", got.Payload, payload)
+	}
+	if !got.CreatedAt.Equal(now) {
+		t.Errorf("CreatedAt = %v, want %v (microsecond precision)", got.CreatedAt, now)
+	}
+	applied, known, err := s.SchemaVersion(ctx)
+	if err != nil || applied != known || known != KnownVersion() {
+		t.Errorf("SchemaVersion = %d, %d, %v", applied, known, err)
+	}
+	var n int
+	if err := s.r.QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(migrations) {
+		t.Errorf("schema_migrations rows = %d, %v; want %d", n, err, len(migrations))
+	}
+}
+
+func TestSchemaTooNew(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "new.db")
+	s, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'future', 0)`, KnownVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = Open(ctx, Config{Path: path})
+	if !errors.Is(err, store.ErrSchemaTooNew) {
+		t.Fatalf("Open of a newer schema = %v, want ErrSchemaTooNew", err)
+	}
+}
+
+func TestMigrationsFromEmptyFile(t *testing.T) {
+	// A database created by another tool (no schema_migrations) is migrated.
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "e.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE unrelated (x INTEGER)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if applied, known, err := s.SchemaVersion(ctx); err != nil || applied != known {
+		t.Fatalf("SchemaVersion = %d, %d, %v", applied, known, err)
+	}
+}
+
+func TestBusyIsUnavailable(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	s, err := Open(ctx, Config{Path: path, BusyTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Another process (here: another connection) holds the write lock.
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.InsertTasks(ctx, store.InsertParams{Now: time.Now(), Tasks: []store.NewTask{{ID: "t", Type: "a"}}})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("insert while locked = %v, want ErrUnavailable", err)
+	}
+	if !strings.HasPrefix(err.Error(), "insert tasks: ") {
+		t.Errorf("error %q does not name the operation", err)
+	}
+	conn.ExecContext(ctx, "ROLLBACK")
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Now: time.Now(), Tasks: []store.NewTask{{ID: "t", Type: "a"}}}); err != nil {
+		t.Fatalf("insert after unlock: %v", err)
+	}
+}
+
+// TestQueryPlans checks that the hot queries are served by indexes: none
+// scans the tasks table.
+func TestQueryPlans(t *testing.T) {
+	s := openTemp(t)
+	defer s.Close()
+	// No ANALYZE: retryq never runs it, so production plans are the
+	// planner's defaults (and ANALYZE of near-empty tables would make it
+	// prefer sorting to index order).
+	const now = "1"
+	cases := map[string]struct {
+		q    string
+		args []any
+		want string // index that must appear in the plan
+	}{
+		"fetch":          {fetchQuery(0), []any{"p", 1, "w", 1, 1, 10}, "tasks_fetch"},
+		"fetch one type": {fetchQuery(1), []any{"p", 1, "w", 1, 1, "a", 10}, "tasks_fetch_type"},
+		"fetch types":    {fetchQuery(3), []any{"p", 1, "w", 1, 1, "a", 10, "b", 10, "c", 10, 10}, "tasks_fetch_type"},
+		"promote": {`UPDATE tasks SET state = 'pending', updated_at = ?1 WHERE rowid IN (SELECT rowid FROM tasks
+			WHERE state IN ('scheduled', 'retry_waiting') AND run_at <= ?1 ORDER BY run_at, id LIMIT ?2)`, []any{1, 10}, "tasks_due"},
+		"expired": {`SELECT ` + taskCols + ` FROM tasks WHERE state = 'running' AND lease_expires_at < ?
+			ORDER BY lease_expires_at, id LIMIT ?`, []any{1, 10}, "tasks_lease"},
+		"next wakeup run":   {`SELECT min(run_at) FROM tasks WHERE state IN ('scheduled', 'retry_waiting')`, nil, "tasks_due"},
+		"next wakeup lease": {`SELECT min(lease_expires_at) FROM tasks WHERE state = 'running'`, nil, "tasks_lease"},
+		"outcomes": {outcomeQuery(2), []any{"a", "l", "succeeded", nil, nil, 0, 0, nil, nil, nil, 0, "", 0, 0,
+			"b", "l", "succeeded", nil, nil, 0, 0, nil, nil, nil, 0, "", 0, 0, 1}, "sqlite_autoindex_tasks_1"},
+		"idempotency": {`SELECT id FROM tasks WHERE idempotency_key IN (?, ?)`, []any{"a", "b"}, "tasks_idempotency"},
+		"retention": {`SELECT rowid FROM tasks WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = ? AND updated_at < ?
+			ORDER BY updated_at, id LIMIT ?`, []any{"succeeded", 1, 10}, "tasks_finished"},
+		"list dead":      {`SELECT id FROM tasks WHERE state = 'dead' AND id < ? ORDER BY id DESC LIMIT ?`, []any{"z", 10}, "tasks_dead_id"},
+		"dead summary":   {`SELECT type, count(*) FROM tasks WHERE state = 'dead' AND updated_at >= ? GROUP BY type, last_error_code, dead_reason`, []any{0}, "tasks_dead_group"},
+		"attempts":       {`SELECT * FROM attempts WHERE task_id = ? ORDER BY id`, []any{"x"}, "attempts_task"},
+		"stats attempts": {`SELECT task_type, count(*) FROM attempts WHERE finished_at >= ? GROUP BY task_type`, []any{now}, "attempts_finished"},
+	}
+	for name, c := range cases {
+		rows, err := s.w.Query(`EXPLAIN QUERY PLAN `+c.q, c.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		all := strings.Join(plan, "\n")
+		for _, line := range plan {
+			if (strings.HasPrefix(line, "SCAN tasks") || strings.HasPrefix(line, "SCAN attempts")) && !strings.Contains(line, "INDEX") {
+				t.Errorf("%s: full table scan:\n%s", name, all)
+			}
+		}
+		if strings.Contains(all, "TEMP B-TREE") && !strings.Contains(name, "types") && !strings.Contains(name, "stats") {
+			t.Errorf("%s: sorts instead of walking the index in order:\n%s", name, all)
+		}
+		if !strings.Contains(all, c.want) {
+			t.Errorf("%s: plan does not use %s:\n%s", name, c.want, all)
+		}
+		if testing.Verbose() {
+			t.Logf("%s:\n%s", name, all)
+		}
+	}
+}

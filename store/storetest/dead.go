@@ -1,0 +1,219 @@
+package storetest
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+var deadTests = []testCase{
+	{"Dead/List", testListDead},
+	{"Dead/Summary", testDeadSummary},
+	{"Dead/Redrive", testRedrive},
+	{"Dead/Purge", testPurge},
+}
+
+var retentionTests = []testCase{
+	{"Retention/DeleteFinished", testDeleteFinished},
+}
+
+// deadFixture creates six dead tasks and some live ones:
+//
+//	d_1..d_3 email E1 max_attempts  died at +1m, +2m, +3m
+//	d_4      email E2 non_retryable died at +4m
+//	d_5, d_6 sms   E1 max_attempts  died at +5m, +6m
+func (e *env) deadFixture() {
+	e.t.Helper()
+	mk := func(id, typ, code, reason string, died time.Duration) {
+		t := e.start(base.Add(died), nt(id, typ))
+		e.mustRecord(base.Add(died), kill(t, code, reason))
+	}
+	mk("d_1", "email", "E1", store.DeadMaxAttempts, 1*time.Minute)
+	mk("d_2", "email", "E1", store.DeadMaxAttempts, 2*time.Minute)
+	mk("d_3", "email", "E1", store.DeadMaxAttempts, 3*time.Minute)
+	mk("d_4", "email", "E2", store.DeadNonRetryable, 4*time.Minute)
+	mk("d_5", "sms", "E1", store.DeadMaxAttempts, 5*time.Minute)
+	mk("d_6", "sms", "E1", store.DeadMaxAttempts, 6*time.Minute)
+	e.makeState(base, nt("l_done", "email"), store.StateSucceeded)
+	e.makeState(base, nt("l_cancelled", "email"), store.StateCancelled)
+	e.makeState(base, nt("l_pending", "email"), store.StatePending)
+}
+
+func (e *env) listDead(f store.DeadFilter) []store.Task {
+	e.t.Helper()
+	var all []store.Task
+	for pages := 0; ; pages++ {
+		if pages > 100 {
+			e.t.Fatal("ListDead pagination does not end")
+		}
+		page, next, err := e.s.ListDead(e.ctx, f)
+		e.noErr("ListDead", err)
+		if len(page) > f.Limit {
+			e.t.Fatalf("ListDead returned %d tasks, limit %d", len(page), f.Limit)
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all
+		}
+		f.Cursor = next
+	}
+}
+
+func testListDead(e *env) {
+	e.deadFixture()
+	e.eqIDs("all", e.listDead(store.DeadFilter{Limit: 2}), "d_6", "d_5", "d_4", "d_3", "d_2", "d_1")
+	e.eqIDs("type", e.listDead(store.DeadFilter{Type: "email", Limit: 3}), "d_4", "d_3", "d_2", "d_1")
+	e.eqIDs("error code", e.listDead(store.DeadFilter{ErrorCode: "E1", Limit: 10}), "d_6", "d_5", "d_3", "d_2", "d_1")
+	e.eqIDs("reason", e.listDead(store.DeadFilter{Reason: store.DeadNonRetryable, Limit: 10}), "d_4")
+	e.eqIDs("since (inclusive)", e.listDead(store.DeadFilter{Since: base.Add(4 * time.Minute), Limit: 10}), "d_6", "d_5", "d_4")
+	e.eqIDs("before (exclusive)", e.listDead(store.DeadFilter{Before: base.Add(3 * time.Minute), Limit: 10}), "d_2", "d_1")
+	e.eqIDs("ids", e.listDead(store.DeadFilter{IDs: []string{"d_2", "d_5", "l_done", "nope"}, Limit: 10}), "d_5", "d_2")
+	e.eqIDs("combined", e.listDead(store.DeadFilter{Type: "email", ErrorCode: "E1", Since: base.Add(2 * time.Minute), Limit: 1}), "d_3", "d_2")
+	got := e.listDead(store.DeadFilter{IDs: []string{"d_4"}, Limit: 1})
+	e.sameTask("listed dead task", got[0], e.get("d_4", ""))
+	_, _, err := e.s.ListDead(e.ctx, store.DeadFilter{})
+	e.isErr("ListDead(Limit 0)", err, store.ErrInvalid)
+}
+
+func testDeadSummary(e *env) {
+	e.deadFixture()
+	sum := func(since time.Time) []store.DeadGroup {
+		e.t.Helper()
+		gs, err := e.s.DeadSummary(e.ctx, store.SummaryParams{Since: since})
+		e.noErr("DeadSummary", err)
+		for i := 1; i < len(gs); i++ {
+			if gs[i-1].Count < gs[i].Count {
+				e.t.Fatalf("DeadSummary not ordered largest group first: %+v", gs)
+			}
+		}
+		for i := range gs {
+			gs[i].Oldest, gs[i].Newest = gs[i].Oldest.UTC(), gs[i].Newest.UTC()
+		}
+		sort.SliceStable(gs, func(i, j int) bool {
+			if gs[i].Count != gs[j].Count {
+				return gs[i].Count > gs[j].Count
+			}
+			return fmt.Sprint(gs[i].Type, gs[i].ErrorCode) < fmt.Sprint(gs[j].Type, gs[j].ErrorCode)
+		})
+		return gs
+	}
+	e.eq("summary", sum(time.Time{}), []store.DeadGroup{
+		{Type: "email", ErrorCode: "E1", Reason: store.DeadMaxAttempts, Count: 3, Oldest: base.Add(time.Minute), Newest: base.Add(3 * time.Minute)},
+		{Type: "sms", ErrorCode: "E1", Reason: store.DeadMaxAttempts, Count: 2, Oldest: base.Add(5 * time.Minute), Newest: base.Add(6 * time.Minute)},
+		{Type: "email", ErrorCode: "E2", Reason: store.DeadNonRetryable, Count: 1, Oldest: base.Add(4 * time.Minute), Newest: base.Add(4 * time.Minute)},
+	})
+	e.eq("summary since +3m", sum(base.Add(3*time.Minute)), []store.DeadGroup{
+		{Type: "sms", ErrorCode: "E1", Reason: store.DeadMaxAttempts, Count: 2, Oldest: base.Add(5 * time.Minute), Newest: base.Add(6 * time.Minute)},
+		{Type: "email", ErrorCode: "E1", Reason: store.DeadMaxAttempts, Count: 1, Oldest: base.Add(3 * time.Minute), Newest: base.Add(3 * time.Minute)},
+		{Type: "email", ErrorCode: "E2", Reason: store.DeadNonRetryable, Count: 1, Oldest: base.Add(4 * time.Minute), Newest: base.Add(4 * time.Minute)},
+	})
+	e.eq("summary of the future", len(sum(base.Add(time.Hour))), 0)
+}
+
+func testRedrive(e *env) {
+	e.deadFixture()
+	now := base.Add(time.Hour)
+	redrive := func(f store.DeadFilter) int {
+		e.t.Helper()
+		f.Now = now
+		n, err := e.s.RedriveDead(e.ctx, f)
+		e.noErr("RedriveDead", err)
+		return n
+	}
+	e.eq("nothing matches", redrive(store.DeadFilter{Type: "nope"}), 0)
+	e.eq("by type", redrive(store.DeadFilter{Type: "sms"}), 2)
+	for _, id := range []string{"d_5", "d_6"} {
+		got := e.get(id, store.StatePending)
+		e.eq("Attempt", got.Attempt, 0)
+		e.eq("LastError", got.LastError, (*store.ErrorInfo)(nil))
+		e.eq("DeadReason", got.DeadReason, "")
+		e.eqTime("UpdatedAt", got.UpdatedAt, now)
+		e.eq("history kept", len(e.attempts(id)), 1)
+	}
+	e.eq("by ids (live tasks never move)", redrive(store.DeadFilter{IDs: []string{"d_4", "l_done", "l_cancelled", "d_5"}}), 1)
+	e.get("d_4", store.StatePending)
+	e.get("l_done", store.StateSucceeded)
+	e.get("l_cancelled", store.StateCancelled)
+	e.eq("with a limit", redrive(store.DeadFilter{ErrorCode: "E1", Limit: 2}), 2)
+	e.eq("by reason and since", redrive(store.DeadFilter{Reason: store.DeadMaxAttempts, Since: base.Add(2 * time.Minute)}), 1)
+	left := e.listDead(store.DeadFilter{Limit: 10})
+	e.eq("dead left", len(left), 0)
+	_, err := e.s.RedriveDead(e.ctx, store.DeadFilter{})
+	e.isErr("RedriveDead without Now", err, store.ErrInvalid)
+}
+
+func testPurge(e *env) {
+	e.deadFixture()
+	purge := func(f store.DeadFilter) int {
+		e.t.Helper()
+		n, err := e.s.PurgeDead(e.ctx, f)
+		e.noErr("PurgeDead", err)
+		return n
+	}
+	e.eq("older than +3m", purge(store.DeadFilter{Before: base.Add(3 * time.Minute)}), 2)
+	for _, id := range []string{"d_1", "d_2"} {
+		e.notFound(id)
+		_, err := e.s.ListAttempts(e.ctx, id)
+		e.isErr("history of a purged task", err, store.ErrNotFound)
+	}
+	e.eq("sms with a limit", purge(store.DeadFilter{Type: "sms", Limit: 1}), 1)
+	e.eq("by ids", purge(store.DeadFilter{IDs: []string{"d_3", "l_done"}}), 1)
+	e.eqIDs("dead left", e.listDead(store.DeadFilter{Limit: 10}), "d_6", "d_4")
+	e.eq("all", purge(store.DeadFilter{}), 2)
+	e.eq("nothing left", purge(store.DeadFilter{}), 0)
+	for _, id := range []string{"l_done", "l_cancelled", "l_pending"} {
+		e.get(id, "")
+	}
+}
+
+func testDeleteFinished(e *env) {
+	var all []string
+	mk := func(prefix string, st store.State, count int) {
+		for i := range count {
+			id := fmt.Sprintf("%s_%d", prefix, i)
+			n := nt(id, prefix)
+			n.IdempotencyKey = "key-" + id
+			e.makeState(base.Add(time.Duration(i+1)*time.Minute), n, st)
+			all = append(all, id)
+		}
+	}
+	mk("s", store.StateSucceeded, 5) // finished at +1m..+5m
+	mk("c", store.StateCancelled, 3) // +1m..+3m
+	mk("d", store.StateDead, 2)      // +1m, +2m
+	live := map[string]store.State{}
+	for _, st := range []store.State{store.StateScheduled, store.StatePending, store.StateRunning, store.StateRetryWaiting} {
+		id := "live_" + string(st)
+		e.makeState(base, nt(id, "live_"+string(st)), st)
+		live[id] = st
+	}
+	del := func(p store.RetentionParams) store.RetentionResult {
+		e.t.Helper()
+		r, err := e.s.DeleteFinished(e.ctx, p)
+		e.noErr("DeleteFinished", err)
+		return r
+	}
+	far := base.Add(24 * time.Hour)
+	e.eq("zero cut-offs", del(store.RetentionParams{}), store.RetentionResult{})
+	e.eq("first pass", del(store.RetentionParams{SucceededBefore: base.Add(3 * time.Minute), DeadBefore: far}),
+		store.RetentionResult{Succeeded: 2, Dead: 2})
+	for _, id := range []string{"s_0", "s_1", "d_0", "d_1"} {
+		e.notFound(id)
+		_, err := e.s.ListAttempts(e.ctx, id)
+		e.isErr("history of a deleted task", err, store.ErrNotFound)
+	}
+	e.get("s_2", store.StateSucceeded)
+	p := store.RetentionParams{SucceededBefore: far, CancelledBefore: far, DeadBefore: far, Limit: 2}
+	e.eq("limited pass", del(p), store.RetentionResult{Succeeded: 2, Cancelled: 2})
+	e.eq("second limited pass", del(p), store.RetentionResult{Succeeded: 1, Cancelled: 1})
+	e.eq("nothing left", del(p), store.RetentionResult{})
+	for id, st := range live {
+		e.get(id, st)
+	}
+	// The idempotency key of a deleted task is free again.
+	n := nt("s_0_again", "s")
+	n.IdempotencyKey = "key-s_0"
+	res := e.insert(far, n)
+	e.eq("Duplicate after deletion", res[0].Duplicate, false)
+}

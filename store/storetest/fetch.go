@@ -1,0 +1,157 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+var fetchTests = []testCase{
+	{"Fetch/Ordering", testFetchOrdering},
+	{"Fetch/EffectivePriority", testFetchEffectivePrio},
+	{"Fetch/TypeFilter", testFetchTypes},
+	{"Fetch/Lease", testFetchLease},
+	{"Fetch/Invalid", testFetchInvalid},
+	{"Fetch/Concurrent", testFetchConcurrent},
+}
+
+func testFetchOrdering(e *env) {
+	mk := func(id string, prio int, runAt time.Duration) store.NewTask {
+		n := nt(id, "a")
+		n.Priority, n.RunAt = prio, base.Add(runAt)
+		return n
+	}
+	e.insert(base,
+		mk("t_a", 0, -10*time.Second),
+		mk("t_b", 5, -time.Second),
+		mk("t_e", 5, -5*time.Second),
+		mk("t_c", 5, -5*time.Second),
+		mk("t_d", 10, 0),
+		mk("t_f", 100, time.Second), // scheduled: not fetchable
+	)
+	// Returned in dispatch order: EffectivePrio desc, RunAt asc, id asc.
+	e.eqIDs("first fetch", e.fetch(base, 2), "t_d", "t_c")
+	e.eqIDs("second fetch", e.fetch(base, 10), "t_e", "t_b", "t_a")
+	e.eqIDs("third fetch", e.fetch(base, 10))
+}
+
+func testFetchEffectivePrio(e *env) {
+	x := nt("t_x", "a")
+	x.Priority = 5
+	tx := e.start(base, x)
+	// Sinks to EffectivePrio 1; due immediately, so stored pending.
+	o := failRetry(tx, base, "E")
+	o.EffectivePrio = 1
+	e.mustRecord(base, o)
+	got := e.get("t_x", store.StatePending)
+	e.eq("Priority", got.Priority, 5)
+	e.eq("EffectivePrio", got.EffectivePrio, 1)
+	y := nt("t_y", "a")
+	y.Priority = 3
+	e.insert(base.Add(time.Second), y)
+	e.eqIDs("fetch", e.fetch(base.Add(time.Second), 10), "t_y", "t_x")
+}
+
+func testFetchTypes(e *env) {
+	for _, typ := range []string{"a", "b", "c"} {
+		for i := range 3 {
+			e.insert(base, nt(fmt.Sprintf("t_%s%d", typ, i), typ))
+		}
+	}
+	e.eqIDs("fetch a", e.fetch(base, 10, "a"), "t_a0", "t_a1", "t_a2")
+	e.eqIDs("fetch b,c", e.fetch(base, 4, "c", "b"), "t_b0", "t_b1", "t_b2", "t_c0")
+	e.eqIDs("fetch unknown type", e.fetch(base, 10, "nope"))
+	e.eqIDs("fetch a again", e.fetch(base, 10, "a"))
+	e.eqIDs("fetch all", e.fetch(base, 10), "t_c1", "t_c2")
+}
+
+func testFetchLease(e *env) {
+	for i := range 5 {
+		e.insert(base, nt(fmt.Sprintf("t_%d", i), "a"))
+	}
+	now := base.Add(time.Second)
+	got := e.fetch(now, 3)
+	e.eq("fetched", len(got), 3)
+	leases := map[string]bool{}
+	for _, t := range got {
+		e.eq("State", t.State, store.StateRunning)
+		e.eq("Attempt", t.Attempt, 1)
+		e.eq("WorkerID", t.WorkerID, worker)
+		e.eqTime("StartedAt", t.StartedAt, now)
+		e.eqTime("UpdatedAt", t.UpdatedAt, now)
+		e.eqTime("LeaseExpiresAt", t.LeaseExpiresAt, now.Add(leaseDur))
+		if t.LeaseID == "" || leases[t.LeaseID] {
+			e.t.Fatalf("lease id %q empty or reused", t.LeaseID)
+		}
+		leases[t.LeaseID] = true
+		e.sameTask("GetTask of a running task", e.get(t.ID, ""), t)
+	}
+	e.eq("second fetch", len(e.fetch(now, 10)), 2)
+	e.eq("third fetch", len(e.fetch(now, 10)), 0)
+
+	// A released task is leased again under a fresh lease id; the released
+	// attempt is not counted.
+	e.mustRecord(now, store.Outcome{TaskID: got[0].ID, LeaseID: got[0].LeaseID, State: store.StatePending})
+	again := e.lease(now.Add(time.Second), got[0].ID, "a")
+	if leases[again.LeaseID] {
+		e.t.Fatalf("lease id %q granted twice", again.LeaseID)
+	}
+	e.eq("Attempt after release and refetch", again.Attempt, 1)
+}
+
+func testFetchInvalid(e *env) {
+	_, err := e.s.FetchTasks(e.ctx, store.FetchParams{Limit: 0, WorkerID: worker, LeaseDuration: leaseDur, Now: base})
+	e.isErr("FetchTasks(Limit 0)", err, store.ErrInvalid)
+}
+
+func testFetchConcurrent(e *env) {
+	const n, workers = 2000, 8
+	batch := make([]store.NewTask, n)
+	for i := range batch {
+		batch[i] = nt(fmt.Sprintf("t_%05d", i), "a")
+	}
+	e.insert(base, batch...)
+	var (
+		mu     sync.Mutex
+		seen   = map[string]int{}
+		leases = map[string]bool{}
+		wg     sync.WaitGroup
+		errs   = make([]error, workers)
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				ts, err := e.s.FetchTasks(e.ctx, store.FetchParams{Limit: 25, WorkerID: fmt.Sprint("w", w), LeaseDuration: leaseDur, Now: base})
+				if err != nil {
+					errs[w] = err
+					return
+				}
+				if len(ts) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, t := range ts {
+					seen[t.ID]++
+					if leases[t.LeaseID] {
+						errs[w] = fmt.Errorf("lease id %s granted twice", t.LeaseID)
+					}
+					leases[t.LeaseID] = true
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		e.noErr("concurrent fetch", err)
+	}
+	e.eq("distinct tasks fetched", len(seen), n)
+	for id, c := range seen {
+		if c != 1 {
+			e.t.Fatalf("task %s fetched %d times", id, c)
+		}
+	}
+	e.eq("running", e.counts()[store.StateRunning], n)
+}

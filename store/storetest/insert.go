@@ -1,0 +1,182 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+var insertTests = []testCase{
+	{"Insert/Single", testInsertSingle},
+	{"Insert/ScheduledVsPending", testInsertScheduled},
+	{"Insert/LargeBatch", testInsertLargeBatch},
+	{"Insert/Empty", testInsertEmpty},
+	{"Insert/Invalid", testInsertInvalid},
+	{"Insert/BatchIsAtomic", testInsertAtomic},
+	{"Insert/IdempotencyExisting", testIdemExisting},
+	{"Insert/IdempotencyWithinBatch", testIdemBatch},
+	{"Insert/IdempotencyConcurrent", testIdemConcurrent},
+}
+
+func testInsertSingle(e *env) {
+	n := store.NewTask{ID: "t_001", Type: "email", Payload: json.RawMessage(`{"to":"a@b.c","n":[1,2,3],"s":"\u00e9"}`),
+		Priority: 5, MaxAttempts: 7, IdempotencyKey: "key-1"}
+	res := e.insert(base, n)
+	want := store.Task{ID: "t_001", Type: "email", Payload: n.Payload, Priority: 5, EffectivePrio: 5,
+		State: store.StatePending, MaxAttempts: 7, IdempotencyKey: "key-1", RunAt: base, CreatedAt: base, UpdatedAt: base}
+	e.eq("Duplicate", res[0].Duplicate, false)
+	e.sameTask("insert result", res[0].Task, want)
+	e.sameTask("GetTask", e.get("t_001", ""), want)
+	e.eq("attempts of a new task", len(e.attempts("t_001")), 0)
+
+	// No payload, no key, no priority.
+	e.insert(base, store.NewTask{ID: "t_002", Type: "email"})
+	got := e.get("t_002", store.StatePending)
+	if len(got.Payload) != 0 && string(got.Payload) != "null" {
+		e.t.Fatalf("empty payload read back as %q", got.Payload)
+	}
+	e.eq("IdempotencyKey", got.IdempotencyKey, "")
+}
+
+func testInsertScheduled(e *env) {
+	past, now, future := nt("t_past", "a"), nt("t_now", "a"), nt("t_future", "a")
+	past.RunAt, now.RunAt, future.RunAt = base.Add(-time.Second), base, base.Add(time.Second)
+	res := e.insert(base, past, now, future, nt("t_zero", "a"))
+	for i, want := range []store.State{store.StatePending, store.StatePending, store.StateScheduled, store.StatePending} {
+		e.eq("state of result "+res[i].Task.ID, res[i].Task.State, want)
+		e.get(res[i].Task.ID, want)
+	}
+	e.eqTime("RunAt of past task", e.get("t_past", "").RunAt, base.Add(-time.Second))
+	e.eqTime("RunAt of future task", e.get("t_future", "").RunAt, base.Add(time.Second))
+	e.eqTime("zero RunAt defaults to Now", e.get("t_zero", "").RunAt, base)
+	// Scheduled tasks are not fetched before they are promoted.
+	e.eqIDs("fetch", e.fetch(base, 10), "t_past", "t_now", "t_zero")
+}
+
+func testInsertLargeBatch(e *env) {
+	const n = 5000
+	batch := make([]store.NewTask, n)
+	for i := range batch {
+		batch[i] = nt(fmt.Sprintf("t_%05d", i), "bulk")
+		if i%10 == 0 {
+			batch[i].RunAt = base.Add(time.Minute)
+		}
+		if i%7 == 0 {
+			batch[i].IdempotencyKey = fmt.Sprintf("k-%d", i)
+		}
+	}
+	res := e.insert(base, batch...)
+	for i, r := range res {
+		if r.Task.ID != batch[i].ID || r.Duplicate {
+			e.t.Fatalf("result %d: %s duplicate=%v, want %s", i, r.Task.ID, r.Duplicate, batch[i].ID)
+		}
+	}
+	c := e.counts()
+	e.eq("scheduled", c[store.StateScheduled], n/10)
+	e.eq("pending", c[store.StatePending], n-n/10)
+	e.get("t_04999", store.StatePending)
+	e.get("t_04990", store.StateScheduled)
+}
+
+func testInsertEmpty(e *env) {
+	res, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base})
+	e.noErr("InsertTasks(empty)", err)
+	e.eq("results", len(res), 0)
+}
+
+func testInsertInvalid(e *env) {
+	_, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: []store.NewTask{nt("t_1", "a"), {Type: "a"}}})
+	e.isErr("InsertTasks with an empty id", err, store.ErrInvalid)
+	e.notFound("t_1")
+}
+
+func testInsertAtomic(e *env) {
+	e.insert(base, nt("t_1", "a"))
+	_, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: []store.NewTask{nt("t_2", "a"), nt("t_1", "a")}})
+	if err == nil {
+		e.t.Fatal("InsertTasks with an existing id succeeded")
+	}
+	e.notFound("t_2") // the whole batch was rolled back
+	e.eq("pending", e.counts()[store.StatePending], 1)
+}
+
+func testIdemExisting(e *env) {
+	first := nt("t_1", "a")
+	first.IdempotencyKey = "order-42"
+	e.insert(base, first)
+	orig := e.lease(base, "t_1", "a") // the duplicate returns the task as it stands
+
+	second := nt("t_2", "a")
+	second.IdempotencyKey = "order-42"
+	res := e.insert(base.Add(time.Second), second, nt("t_3", "a"))
+	e.eq("Duplicate", res[0].Duplicate, true)
+	e.sameTask("duplicate result", res[0].Task, orig)
+	e.eq("Duplicate of a task without key", res[1].Duplicate, false)
+	e.notFound("t_2")
+	e.get("t_3", store.StatePending)
+
+	// Keys are unique regardless of type and state.
+	e.mustRecord(base.Add(time.Second), succeed(orig))
+	third := nt("t_4", "b")
+	third.IdempotencyKey = "order-42"
+	res = e.insert(base.Add(2*time.Second), third)
+	e.eq("Duplicate after success", res[0].Duplicate, true)
+	e.eq("duplicate id", res[0].Task.ID, "t_1")
+	e.eq("duplicate state", res[0].Task.State, store.StateSucceeded)
+}
+
+func testIdemBatch(e *env) {
+	mk := func(id, key string) store.NewTask {
+		n := nt(id, "a")
+		n.IdempotencyKey = key
+		return n
+	}
+	res := e.insert(base, mk("t_1", "k1"), mk("t_2", "k1"), mk("t_3", ""), mk("t_4", "k2"), mk("t_5", "k2"), mk("t_6", "k1"))
+	wantID := []string{"t_1", "t_1", "t_3", "t_4", "t_4", "t_1"}
+	wantDup := []bool{false, true, false, false, true, true}
+	for i, r := range res {
+		if r.Task.ID != wantID[i] || r.Duplicate != wantDup[i] {
+			e.t.Fatalf("result %d: (%s, %v), want (%s, %v)", i, r.Task.ID, r.Duplicate, wantID[i], wantDup[i])
+		}
+	}
+	e.eq("IdempotencyKey of in-batch duplicate", res[1].Task.IdempotencyKey, "k1")
+	for _, id := range []string{"t_2", "t_5", "t_6"} {
+		e.notFound(id)
+	}
+	e.eq("pending", e.counts()[store.StatePending], 3)
+}
+
+func testIdemConcurrent(e *env) {
+	const n = 16
+	var wg sync.WaitGroup
+	results := make([]store.InsertResult, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			task := nt(fmt.Sprintf("t_%02d", i), "a")
+			task.IdempotencyKey = "same"
+			res, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: []store.NewTask{task, nt(fmt.Sprintf("u_%02d", i), "a")}})
+			errs[i] = err
+			if err == nil {
+				results[i] = res[0]
+			}
+		})
+	}
+	wg.Wait()
+	created, winner := 0, ""
+	for i := range n {
+		e.noErr("concurrent InsertTasks", errs[i])
+		if !results[i].Duplicate {
+			created++
+			winner = results[i].Task.ID
+		}
+	}
+	e.eq("non-duplicate results", created, 1)
+	for i := range n {
+		e.eq("id of result", results[i].Task.ID, winner)
+	}
+	e.eq("pending tasks", e.counts()[store.StatePending], 1+n)
+}

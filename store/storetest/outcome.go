@@ -1,0 +1,307 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+var outcomeTests = []testCase{
+	{"Outcome/Succeeded", testOutcomeSucceeded},
+	{"Outcome/RetryWaiting", testOutcomeRetryWaiting},
+	{"Outcome/RetryDueNowIsPending", testOutcomeRetryDueNow},
+	{"Outcome/Dead", testOutcomeDead},
+	{"Outcome/Release", testOutcomeRelease},
+	{"Outcome/StaleLease", testOutcomeStaleLease},
+	{"Outcome/ExpiredLease", testOutcomeExpiredLease},
+	{"Outcome/CancelledMeanwhile", testOutcomeCancelled},
+	{"Outcome/MixedBatch", testOutcomeMixedBatch},
+}
+
+func testOutcomeSucceeded(e *env) {
+	t0, t1 := base, base.Add(1500*time.Millisecond)
+	tk := e.start(t0, nt("t_1", "email"))
+	e.mustRecord(t1, store.Outcome{TaskID: tk.ID, LeaseID: tk.LeaseID, State: store.StateSucceeded,
+		OutcomeKind: store.OutcomeSucceeded, Detail: "200 OK"})
+	got := e.get("t_1", store.StateSucceeded)
+	e.eqTime("UpdatedAt", got.UpdatedAt, t1)
+	e.eq("Attempt", got.Attempt, 1)
+	e.eq("LeaseID of a finished task", got.LeaseID, "")
+	e.eq("LastError", got.LastError, (*store.ErrorInfo)(nil))
+	e.eqTime("FirstFailureAt", got.FirstFailureAt, time.Time{})
+	e.eq("attempts", e.attempts("t_1"), []store.Attempt{{TaskID: "t_1", TaskType: "email", Number: 1, WorkerID: worker,
+		StartedAt: t0, FinishedAt: t1, Outcome: store.OutcomeSucceeded, Detail: "200 OK"}})
+	// A second outcome under the same lease is refused.
+	e.isErr("second outcome", e.record(t1, succeed(tk)), store.ErrLeaseLost)
+}
+
+func testOutcomeRetryWaiting(e *env) {
+	n := nt("t_1", "email")
+	n.Priority = 5
+	t0, t1 := base, base.Add(time.Second)
+	tk := e.start(t0, n)
+	errInfo := &store.ErrorInfo{Code: "E_TIMEOUT", Message: "deadline exceeded", Class: "transient"}
+	e.mustRecord(t1, store.Outcome{TaskID: tk.ID, LeaseID: tk.LeaseID, State: store.StateRetryWaiting,
+		RunAt: t1.Add(10 * time.Second), EffectivePrio: 3, Error: errInfo, LastDelay: 10 * time.Second,
+		Detail: "stack trace", OutcomeKind: store.OutcomeFailed})
+	got := e.get("t_1", store.StateRetryWaiting)
+	e.eqTime("RunAt", got.RunAt, t1.Add(10*time.Second))
+	e.eq("Priority", got.Priority, 5)
+	e.eq("EffectivePrio", got.EffectivePrio, 3)
+	e.eq("LastError", got.LastError, errInfo)
+	e.eq("LastDelay", got.LastDelay, 10*time.Second)
+	e.eqTime("FirstFailureAt", got.FirstFailureAt, t1)
+	e.eqTime("UpdatedAt", got.UpdatedAt, t1)
+	e.eq("Attempt", got.Attempt, 1)
+	e.eq("LeaseID", got.LeaseID, "")
+	e.eqIDs("fetch while waiting", e.fetch(t1.Add(5*time.Second), 10))
+
+	// Due: promoted, fetched again, fails again. FirstFailureAt stays.
+	t2 := t1.Add(10 * time.Second)
+	if n, err := e.s.PromoteDue(e.ctx, store.PromoteParams{Limit: 10, Now: t2}); err != nil || n != 1 {
+		e.t.Fatalf("PromoteDue = %d, %v; want 1", n, err)
+	}
+	tk2 := e.lease(t2, "t_1", "email")
+	e.eq("Attempt of second run", tk2.Attempt, 2)
+	t3 := t2.Add(time.Second)
+	err2 := &store.ErrorInfo{Code: "E_500", Message: "server error", Class: "unknown"}
+	e.mustRecord(t3, store.Outcome{TaskID: tk2.ID, LeaseID: tk2.LeaseID, State: store.StateRetryWaiting,
+		RunAt: t3.Add(time.Minute), EffectivePrio: 2, Error: err2, LastDelay: time.Minute, OutcomeKind: store.OutcomeFailed})
+	got = e.get("t_1", store.StateRetryWaiting)
+	e.eqTime("FirstFailureAt after second failure", got.FirstFailureAt, t1)
+	e.eq("LastError after second failure", got.LastError, err2)
+	e.eq("attempts", e.attempts("t_1"), []store.Attempt{
+		{TaskID: "t_1", TaskType: "email", Number: 1, WorkerID: worker, StartedAt: t0, FinishedAt: t1,
+			Outcome: store.OutcomeFailed, Error: errInfo, Delay: 10 * time.Second, Detail: "stack trace"},
+		{TaskID: "t_1", TaskType: "email", Number: 2, WorkerID: worker, StartedAt: t2, FinishedAt: t3,
+			Outcome: store.OutcomeFailed, Error: err2, Delay: time.Minute},
+	})
+}
+
+func testOutcomeRetryDueNow(e *env) {
+	a := e.start(base, nt("t_a", "a"))
+	b := e.start(base, nt("t_b", "a"))
+	now := base.Add(time.Second)
+	e.mustRecord(now, failRetry(a, now, "E"))                   // RunAt == Now
+	e.mustRecord(now, failRetry(b, now.Add(-time.Second), "E")) // RunAt before Now
+	for _, id := range []string{"t_a", "t_b"} {
+		got := e.get(id, store.StatePending)
+		e.eqTime("FirstFailureAt", got.FirstFailureAt, now)
+		e.eq("attempts", len(e.attempts(id)), 1)
+	}
+	e.eq("fetchable without promotion", len(e.fetch(now, 10)), 2)
+}
+
+func testOutcomeDead(e *env) {
+	tk := e.start(base, nt("t_1", "a"))
+	now := base.Add(time.Second)
+	errInfo := &store.ErrorInfo{Code: "E_400", Message: "bad request", Class: "permanent"}
+	e.mustRecord(now, store.Outcome{TaskID: tk.ID, LeaseID: tk.LeaseID, State: store.StateDead,
+		DeadReason: store.DeadNonRetryable, Error: errInfo, OutcomeKind: store.OutcomeFailed, Detail: "body"})
+	got := e.get("t_1", store.StateDead)
+	e.eq("DeadReason", got.DeadReason, store.DeadNonRetryable)
+	e.eq("LastError", got.LastError, errInfo)
+	e.eqTime("FirstFailureAt", got.FirstFailureAt, now)
+	e.eqTime("UpdatedAt", got.UpdatedAt, now)
+	e.eq("LeaseID", got.LeaseID, "")
+	e.eq("attempts", e.attempts("t_1"), []store.Attempt{{TaskID: "t_1", TaskType: "a", Number: 1, WorkerID: worker,
+		StartedAt: base, FinishedAt: now, Outcome: store.OutcomeFailed, Error: errInfo, Detail: "body"}})
+}
+
+func testOutcomeRelease(e *env) {
+	tk := e.start(base, nt("t_1", "a"))
+	now := base.Add(time.Second)
+	e.mustRecord(now, store.Outcome{TaskID: tk.ID, LeaseID: tk.LeaseID, State: store.StatePending})
+	got := e.get("t_1", store.StatePending)
+	e.eq("Attempt after release", got.Attempt, 0)
+	e.eq("LeaseID after release", got.LeaseID, "")
+	e.eqTime("UpdatedAt", got.UpdatedAt, now)
+	e.eqTime("FirstFailureAt", got.FirstFailureAt, time.Time{})
+	e.eq("attempts after release", len(e.attempts("t_1")), 0)
+	e.isErr("outcome under the released lease", e.record(now, succeed(tk)), store.ErrLeaseLost)
+	again := e.lease(now, "t_1", "a")
+	e.eq("Attempt", again.Attempt, 1)
+	if again.LeaseID == tk.LeaseID {
+		e.t.Fatal("lease id reused after release")
+	}
+}
+
+func testOutcomeStaleLease(e *env) {
+	tk := e.start(base, nt("t_1", "a"))
+	before := e.get("t_1", store.StateRunning)
+	now := base.Add(time.Second)
+	for _, st := range []store.State{store.StateSucceeded, store.StateRetryWaiting, store.StateDead, store.StatePending} {
+		o := failRetry(tk, now.Add(time.Minute), "E")
+		o.State, o.LeaseID, o.DeadReason = st, tk.LeaseID+"-stale", store.DeadMaxAttempts
+		e.isErr("outcome "+string(st)+" under a wrong lease", e.record(now, o), store.ErrLeaseLost)
+		o.LeaseID = ""
+		e.isErr("outcome "+string(st)+" under an empty lease", e.record(now, o), store.ErrLeaseLost)
+	}
+	e.sameTask("task after refused outcomes", e.get("t_1", ""), before)
+	e.eq("attempts", len(e.attempts("t_1")), 0)
+	e.isErr("outcome for an unknown task", e.record(now, store.Outcome{TaskID: "nope", LeaseID: tk.LeaseID,
+		State: store.StateSucceeded}), store.ErrLeaseLost)
+	e.mustRecord(now, succeed(tk))
+}
+
+func testOutcomeExpiredLease(e *env) {
+	a := e.start(base, nt("t_a", "a"))
+	b := e.start(base, nt("t_b", "a"))
+	expiry := base.Add(leaseDur)
+	e.eqTime("LeaseExpiresAt", a.LeaseExpiresAt, expiry)
+	// At the expiry instant the lease is still current.
+	e.mustRecord(expiry, succeed(a))
+	// After it, only the reaper's outcome applies.
+	late := expiry.Add(time.Millisecond)
+	before := e.get("t_b", "")
+	e.isErr("outcome after expiry", e.record(late, succeed(b)), store.ErrLeaseLost)
+	e.sameTask("task after refused outcome", e.get("t_b", ""), before)
+	reap := failRetry(b, late, "LEASE_EXPIRED")
+	reap.ReapExpired, reap.OutcomeKind = true, store.OutcomeLeaseExpired
+	reap.Error.Class = "lease_expired"
+	e.mustRecord(late, reap)
+	got := e.get("t_b", store.StatePending)
+	e.eqTime("FirstFailureAt", got.FirstFailureAt, late)
+	as := e.attempts("t_b")
+	e.eq("attempts", len(as), 1)
+	e.eq("attempt outcome", as[0].Outcome, store.OutcomeLeaseExpired)
+	e.eq("attempt error", as[0].Error, reap.Error)
+	// The reaper cannot reap twice, nor the worker complete afterwards.
+	e.isErr("second reap", e.record(late, reap), store.ErrLeaseLost)
+	e.isErr("late completion", e.record(late, succeed(b)), store.ErrLeaseLost)
+}
+
+func testOutcomeCancelled(e *env) {
+	tk := e.start(base, nt("t_1", "a"))
+	now := base.Add(time.Second)
+	if _, err := e.s.CancelTask(e.ctx, store.CancelParams{ID: "t_1", Now: now}); err != nil {
+		e.t.Fatalf("CancelTask: %v", err)
+	}
+	e.isErr("outcome after cancel", e.record(now, succeed(tk)), store.ErrLeaseLost)
+	reap := succeed(tk)
+	reap.ReapExpired = true
+	e.isErr("reaper outcome after cancel", e.record(now.Add(time.Hour), reap), store.ErrLeaseLost)
+	e.get("t_1", store.StateCancelled)
+	e.eq("attempts", len(e.attempts("t_1")), 0)
+}
+
+func testOutcomeMixedBatch(e *env) {
+	var ts []store.Task
+	for i := range 4 {
+		ts = append(ts, e.start(base, nt(fmt.Sprintf("t_%d", i), "a")))
+	}
+	now := base.Add(time.Second)
+	stale := succeed(ts[1])
+	stale.LeaseID = "stale"
+	bad := succeed(ts[3])
+	bad.State = store.StateRunning
+	outs := []store.Outcome{
+		succeed(ts[0]),
+		stale,
+		{TaskID: "unknown", LeaseID: "x", State: store.StateSucceeded},
+		kill(ts[2], "E", store.DeadMaxAttempts),
+		succeed(ts[0]), // the same lease twice in one batch: the second is stale
+		bad,            // not an outcome state
+	}
+	errs, err := e.s.RecordOutcomes(e.ctx, store.OutcomeParams{Outcomes: outs, Now: now})
+	e.noErr("RecordOutcomes", err)
+	e.eq("errors", len(errs), len(outs))
+	e.noErr("outcome 0", errs[0])
+	e.isErr("outcome 1", errs[1], store.ErrLeaseLost)
+	e.isErr("outcome 2", errs[2], store.ErrLeaseLost)
+	e.noErr("outcome 3", errs[3])
+	e.isErr("outcome 4", errs[4], store.ErrLeaseLost)
+	if errs[5] == nil {
+		e.t.Fatal("outcome with state running accepted")
+	}
+	e.get("t_0", store.StateSucceeded)
+	e.get("t_1", store.StateRunning)
+	e.get("t_2", store.StateDead)
+	e.get("t_3", store.StateRunning)
+	e.eq("attempts of t_0", len(e.attempts("t_0")), 1)
+	e.eq("attempts of t_1", len(e.attempts("t_1")), 0)
+}
+
+// testReaperRace is the River #1302 scenario: the lease reaper and the
+// worker race to record an outcome for the same lease; exactly one wins and
+// the reaper never overwrites a completed task.
+func testReaperRace(e *env) {
+	// Completion first, then the reaper: refused.
+	a := e.start(base, nt("t_a", "a"))
+	e.mustRecord(base.Add(10*time.Second), succeed(a))
+	reap := failRetry(a, base.Add(time.Hour), "LEASE_EXPIRED")
+	reap.ReapExpired, reap.OutcomeKind = true, store.OutcomeLeaseExpired
+	e.isErr("reaper after completion", e.record(base.Add(leaseDur+time.Second), reap), store.ErrLeaseLost)
+	e.get("t_a", store.StateSucceeded)
+	e.eq("attempts of t_a", len(e.attempts("t_a")), 1)
+
+	// Reaper first, task leased again: the old lease is dead for everybody.
+	b := e.start(base, nt("t_b", "b"))
+	late := base.Add(leaseDur + time.Second)
+	reap = failRetry(b, late, "LEASE_EXPIRED")
+	reap.ReapExpired, reap.OutcomeKind = true, store.OutcomeLeaseExpired
+	e.mustRecord(late, reap)
+	b2 := e.lease(late, "t_b", "b")
+	old := succeed(b)
+	old.ReapExpired = true
+	e.isErr("old lease after re-lease", e.record(late, old), store.ErrLeaseLost)
+	e.isErr("old reaper after re-lease", e.record(late, reap), store.ErrLeaseLost)
+	e.get("t_b", store.StateRunning)
+	e.mustRecord(late, succeed(b2))
+
+	// Truly concurrent: per task, the worker completes at the expiry instant
+	// while the reaper reaps just after it.
+	const n = 40
+	var tasks []store.Task
+	for i := range n {
+		e.insert(base, nt(fmt.Sprintf("r_%02d", i), "race"))
+	}
+	tasks = e.fetch(base, n, "race")
+	e.eq("fetched", len(tasks), n)
+	var wg sync.WaitGroup
+	workerErr := make([]error, n)
+	reaperErr := make([]error, n)
+	callErr := make(chan error, 2*n)
+	for i, t := range tasks {
+		wg.Go(func() {
+			errs, err := e.s.RecordOutcomes(e.ctx, store.OutcomeParams{Outcomes: []store.Outcome{succeed(t)}, Now: t.LeaseExpiresAt})
+			if err != nil {
+				callErr <- err
+				return
+			}
+			workerErr[i] = errs[0]
+		})
+		wg.Go(func() {
+			r := failRetry(t, base.Add(time.Hour), "LEASE_EXPIRED")
+			r.ReapExpired, r.OutcomeKind = true, store.OutcomeLeaseExpired
+			errs, err := e.s.RecordOutcomes(e.ctx, store.OutcomeParams{Outcomes: []store.Outcome{r}, Now: t.LeaseExpiresAt.Add(time.Millisecond)})
+			if err != nil {
+				callErr <- err
+				return
+			}
+			reaperErr[i] = errs[0]
+		})
+	}
+	wg.Wait()
+	close(callErr)
+	for err := range callErr {
+		e.noErr("RecordOutcomes", err)
+	}
+	for i, t := range tasks {
+		w, r := workerErr[i], reaperErr[i]
+		if (w == nil) == (r == nil) {
+			e.t.Fatalf("task %s: worker error %v, reaper error %v: want exactly one winner", t.ID, w, r)
+		}
+		want := store.StateSucceeded
+		if w != nil {
+			e.isErr("loser", w, store.ErrLeaseLost)
+			want = store.StateRetryWaiting
+		} else {
+			e.isErr("loser", r, store.ErrLeaseLost)
+		}
+		e.get(t.ID, want)
+		e.eq("attempts of "+t.ID, len(e.attempts(t.ID)), 1)
+	}
+}
