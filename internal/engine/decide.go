@@ -164,4 +164,3 @@ func (r ReportedError) failure() Failure {
 	}
 	return f
 }
-

@@ -1,0 +1,48 @@
+# retryq — `make` or `make help` lists the targets.
+GO      ?= go
+PKGS    ?= ./...
+BIN     ?= bin/retryq
+FUZZTIME ?= 10s
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build the retryq binary into bin/
+	$(GO) build -o $(BIN) ./cmd/retryq
+
+.PHONY: test
+test: ## Run every test with the race detector (PostgreSQL tests start a throwaway cluster when the binaries are present)
+	$(GO) test -race -count=1 -timeout 40m $(PKGS)
+
+.PHONY: race
+race: test ## Alias of test (tests always run with -race)
+
+.PHONY: short
+short: ## Quick tests without the race detector and without the slow end-to-end tests
+	$(GO) test -short -count=1 $(PKGS)
+
+.PHONY: bench
+bench: ## Run the benchmarks (see docs/benchmarks.md for the recorded figures)
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1x $(PKGS)
+
+.PHONY: fuzz-smoke
+fuzz-smoke: ## Run each fuzz target for FUZZTIME (default 10s)
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+.PHONY: lint
+lint: ## gofmt check, go vet, and golangci-lint when installed
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet $(PKGS)
+	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run; else echo "golangci-lint not installed; skipped"; fi
+
+.PHONY: demo
+demo: ## Run the demo on embedded SQLite
+	$(GO) run ./cmd/retryq demo

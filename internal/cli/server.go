@@ -1,0 +1,232 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/retryq/retryq/internal/api"
+	"github.com/retryq/retryq/internal/engine"
+)
+
+func init() {
+	register(&command{name: "server", summary: "run the engine, its scheduler loops and the HTTP API", run: runServer})
+}
+
+const serverUsage = `Usage: retryq server [flags]
+
+Runs the retryq engine on the database given by --db (embedded SQLite by
+default), its scheduler loops (retry promotion, lease reaping, retention)
+when this node is the elected leader, and the JSON HTTP API on --listen.
+Several servers may share one PostgreSQL database; one of them leads.
+
+Without API tokens the server only listens on loopback addresses.
+`
+
+// stringsValue is a repeatable string flag.
+type stringsValue struct{ vals *[]string }
+
+func (v stringsValue) String() string {
+	if v.vals == nil {
+		return ""
+	}
+	return strings.Join(*v.vals, ",")
+}
+
+func (v stringsValue) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("must not be empty")
+	}
+	*v.vals = append(*v.vals, s)
+	return nil
+}
+
+// splitEnv splits a comma-separated environment value, dropping empties.
+func splitEnv(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+type serverOptions struct {
+	db, listen, logFormat, logLevel, nodeID string
+	apiTokens, readTokens                   []string
+	noScheduler, pollOnly, noMigrate        bool
+	lease, poll, leaderTTL                  time.Duration
+	succeededRet, deadRet                   time.Duration
+	maxBody                                 int64
+}
+
+func parseServer(env *Env, args []string) (*serverOptions, int) {
+	o := &serverOptions{}
+	fs := newFlagSet("server", serverUsage)
+	fs.StringVar(&o.db, "db", "", "database: sqlite:PATH or postgres://... (env RETRYQ_DB; default "+defaultDB+")")
+	fs.StringVar(&o.listen, "listen", "", "HTTP API address (env RETRYQ_LISTEN; default 127.0.0.1:7420)")
+	fs.Var(stringsValue{&o.apiTokens}, "api-token", "bearer `token` with full access; repeatable (env RETRYQ_API_TOKEN, comma-separated)")
+	fs.Var(stringsValue{&o.readTokens}, "read-token", "bearer `token` with read-only access; repeatable (env RETRYQ_READ_TOKEN)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the registry and leases (default host-pid-random)")
+	fs.BoolVar(&o.noScheduler, "no-scheduler", false, "never run the scheduler loops on this node")
+	fs.BoolVar(&o.pollOnly, "poll-only", false, "PostgreSQL: no LISTEN/NOTIFY (for transaction-mode poolers)")
+	fs.BoolVar(&o.noMigrate, "no-migrate", false, "PostgreSQL: do not apply migrations at start (run `retryq migrate`)")
+	fs.Var(durationValue{&o.lease}, "lease", "lease of in-process workers, extended by heartbeats (default 30s)")
+	fs.Var(durationValue{&o.poll}, "poll-interval", "fallback poll interval when no wake-up arrives (default 1s)")
+	fs.Var(durationValue{&o.leaderTTL}, "leader-ttl", "scheduler leadership lease (default 10s)")
+	fs.Var(durationValue{&o.succeededRet}, "succeeded-retention", "delete succeeded and cancelled tasks after this long (default 24h)")
+	fs.Var(durationValue{&o.deadRet}, "dead-retention", "delete dead tasks after this long (default 720h)")
+	fs.Int64Var(&o.maxBody, "max-body", api.DefaultMaxBodyBytes, "largest accepted request body in bytes")
+	if st, ok := parseFlags(env, fs, args); !ok {
+		return nil, st
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError(env, "server", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	o.db = firstNonEmpty(o.db, env.Getenv("RETRYQ_DB"), defaultDB)
+	o.listen = firstNonEmpty(o.listen, env.Getenv("RETRYQ_LISTEN"), "127.0.0.1:7420")
+	if len(o.apiTokens) == 0 {
+		o.apiTokens = splitEnv(env.Getenv("RETRYQ_API_TOKEN"))
+	}
+	if len(o.readTokens) == 0 {
+		o.readTokens = splitEnv(env.Getenv("RETRYQ_READ_TOKEN"))
+	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return nil, usageError(env, "server", fmt.Sprintf("--log-format: want text or json, got %q", o.logFormat))
+	}
+	if _, err := parseLevel(o.logLevel); err != nil {
+		return nil, usageError(env, "server", "--log-level: "+err.Error())
+	}
+	if o.maxBody <= 0 {
+		return nil, usageError(env, "server", "--max-body: must be positive")
+	}
+	if err := api.CheckListen(o.listen, len(o.apiTokens)+len(o.readTokens) > 0); err != nil {
+		return nil, usageError(env, "server", "--listen: "+err.Error())
+	}
+	return o, exitOK
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("want debug, info, warn or error, got %q", s)
+	}
+	return l, nil
+}
+
+func newLogger(env *Env, format, level string) *slog.Logger {
+	lvl, _ := parseLevel(level)
+	opts := &slog.HandlerOptions{Level: lvl}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(env.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(env.Stderr, opts))
+}
+
+// Version is the retryq version recorded in the node registry.
+var Version = "dev"
+
+func runServer(ctx context.Context, env *Env, args []string) int {
+	o, st := parseServer(env, args)
+	if o == nil {
+		return st
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := newLogger(env, o.logFormat, o.logLevel)
+	srv, err := startServer(ctx, o, log)
+	if err != nil {
+		log.Error("server failed to start", "err", err)
+		return 1
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	srv.shutdown()
+	return exitOK
+}
+
+// runningServer is a started engine plus its HTTP listener.
+type runningServer struct {
+	eng  *engine.Engine
+	http *http.Server
+	addr string
+	done chan struct{}
+	log  *slog.Logger
+	stop func()
+}
+
+func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (*runningServer, error) {
+	st, kind, err := openDB(ctx, o.db, dbOptions{migrate: !o.noMigrate, pollOnly: o.pollOnly, logger: log})
+	if err != nil {
+		return nil, err
+	}
+	applied, known, err := st.SchemaVersion(ctx)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("read schema version: %w", err)
+	}
+	if applied < known {
+		st.Close()
+		return nil, fmt.Errorf("database schema version %d is older than %d: run `retryq migrate --db ...` first", applied, known)
+	}
+	eng, err := engine.New(engine.Config{
+		Store: st, Logger: log, NodeID: o.nodeID, Version: Version,
+		LeaseDuration: o.lease, PollInterval: o.poll, LeaderTTL: o.leaderTTL,
+		SucceededRetention: o.succeededRet, CancelledRetention: o.succeededRet, DeadRetention: o.deadRet,
+		NoScheduler: o.noScheduler,
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := eng.Start(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	h, err := api.New(api.Config{Engine: eng, APITokens: o.apiTokens, ReadTokens: o.readTokens, MaxBodyBytes: o.maxBody, Logger: log})
+	if err != nil {
+		eng.Close()
+		st.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		eng.Close()
+		st.Close()
+		return nil, fmt.Errorf("listen on %s: %w", o.listen, err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	rs := &runningServer{eng: eng, http: hs, addr: ln.Addr().String(), done: make(chan struct{}), log: log}
+	go func() {
+		defer close(rs.done)
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	}()
+	rs.stop = func() {
+		_ = eng.Close()
+		_ = st.Close()
+	}
+	log.Info("retryq server started", "node", eng.NodeID(), "db", kind, "listen", rs.addr, "schema", applied,
+		"auth", len(o.apiTokens)+len(o.readTokens) > 0)
+	return rs, nil
+}
+
+func (rs *runningServer) shutdown() {
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = rs.http.Shutdown(sctx)
+	<-rs.done
+	rs.stop()
+}

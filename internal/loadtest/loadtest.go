@@ -1,0 +1,203 @@
+package loadtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/retry"
+	"github.com/retryq/retryq/store"
+)
+
+// Result is what one workload measured.
+type Result struct {
+	Name     string
+	Tasks    int
+	Attempts int64
+	Elapsed  time.Duration
+	P50, P99 time.Duration // enqueue -> handler start (first attempts)
+	PeakHeap uint64        // peak Go heap in use during the run, bytes
+}
+
+// TasksPerSec is the whole-run throughput.
+func (r Result) TasksPerSec() float64 { return float64(r.Tasks) / r.Elapsed.Seconds() }
+
+func (r Result) String() string {
+	return fmt.Sprintf("%s: %d tasks (%d attempts) in %s = %.0f tasks/s, enqueue->start p50 %s p99 %s, peak heap %d MiB",
+		r.Name, r.Tasks, r.Attempts, r.Elapsed.Round(time.Millisecond), r.TasksPerSec(),
+		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.PeakHeap>>20)
+}
+
+// Options tune a run.
+type Options struct {
+	Concurrency int // handlers (default 50)
+}
+
+// harness runs a client and one worker over a store and records latencies.
+type harness struct {
+	client  *retryq.Client
+	worker  *retryq.Worker
+	cancel  context.CancelFunc
+	done    chan struct{}
+	handled atomic.Int64
+	calls   atomic.Int64
+	target  int64
+	reached chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	lat     []time.Duration
+	perTask sync.Map // id -> *atomic.Int32 (retry workload)
+	fail    int      // attempts to fail before success
+	heap    peakHeap
+}
+
+func newHarness(st store.Store, o Options, target int, failFirst int) (*harness, error) {
+	if o.Concurrency <= 0 {
+		o.Concurrency = 50
+	}
+	pol := retry.DefaultPolicy()
+	pol.Backoff = retry.BackoffFixed
+	pol.InitialDelay = time.Millisecond
+	pol.Jitter = retry.JitterNone
+	pol.MaxAttempts = 10
+	c, err := retryq.NewClient(st, retryq.Options{DefaultPolicy: pol, PollInterval: time.Second})
+	if err != nil {
+		return nil, err
+	}
+	h := &harness{client: c, target: int64(target), reached: make(chan struct{}), fail: failFirst, lat: make([]time.Duration, 0, target)}
+	mux := retryq.NewMux()
+	mux.HandleFunc("bench", h.handle)
+	w, err := retryq.NewWorker(c, retryq.WorkerConfig{Handler: mux, Concurrency: o.Concurrency})
+	if err != nil {
+		return nil, err
+	}
+	h.worker = w
+	if err := c.Start(context.Background()); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *harness) startWorker() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.done = make(chan struct{})
+	go func() {
+		defer close(h.done)
+		_ = h.worker.Run(ctx)
+	}()
+	h.heap.start()
+}
+
+// handle is the benchmark handler: it records the latency of first
+// attempts and fails the first h.fail attempts of every task.
+func (h *harness) handle(ctx context.Context, t *retryq.Task) error {
+	h.calls.Add(1)
+	if t.Attempt == 1 {
+		if ns, err := strconv.ParseInt(string(t.Payload), 10, 64); err == nil {
+			d := time.Since(time.Unix(0, ns))
+			h.mu.Lock()
+			h.lat = append(h.lat, d)
+			h.mu.Unlock()
+		}
+	}
+	if t.Attempt <= h.fail {
+		return retry.Transient(fmt.Errorf("attempt %d fails on purpose", t.Attempt))
+	}
+	if h.handled.Add(1) == h.target {
+		h.once.Do(func() { close(h.reached) })
+	}
+	return nil
+}
+
+// wait blocks until every task succeeded once in a handler, then stops the
+// worker (flushing outcomes) and the client.
+func (h *harness) wait(timeout time.Duration) error {
+	defer h.heap.stop()
+	select {
+	case <-h.reached:
+	case <-time.After(timeout):
+		h.cancel()
+		<-h.done
+		h.client.Close()
+		return fmt.Errorf("timed out after %s: %d of %d tasks handled", timeout, h.handled.Load(), h.target)
+	}
+	h.cancel()
+	<-h.done
+	return h.client.Close()
+}
+
+func (h *harness) percentiles() (p50, p99 time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.lat) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(h.lat)
+	slices.Sort(s)
+	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
+}
+
+func stamp() json.RawMessage { return strconv.AppendInt(nil, time.Now().UnixNano(), 10) }
+
+// peakHeap samples the Go heap every 50ms while a run lasts.
+type peakHeap struct {
+	stopCh chan struct{}
+	wg     sync.WaitGroup
+	peak   atomic.Uint64
+}
+
+func (p *peakHeap) start() {
+	p.stopCh = make(chan struct{})
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > p.peak.Load() {
+				p.peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-p.stopCh:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (p *peakHeap) stop() {
+	if p.stopCh != nil {
+		close(p.stopCh)
+		p.wg.Wait()
+		p.stopCh = nil
+	}
+}
+
+// verify checks that the store holds n succeeded bench tasks and nothing else.
+func verify(ctx context.Context, st store.Store, n int) error {
+	stats, err := st.Stats(ctx, store.StatsParams{Since: time.Now().Add(-time.Hour)})
+	if err != nil {
+		return err
+	}
+	for _, s := range stats {
+		if s.Type != "bench" {
+			continue
+		}
+		if got := s.Counts[store.StateSucceeded]; got != n {
+			return fmt.Errorf("verify: %d succeeded tasks in the store, want %d (counts %v)", got, n, s.Counts)
+		}
+		return nil
+	}
+	return fmt.Errorf("verify: no bench tasks in the store")
+}

@@ -1,0 +1,187 @@
+package loadtest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/store"
+)
+
+const runTimeout = 5 * time.Minute
+
+// Bulk batch-enqueues n tasks (1,000 per transaction), then works them all.
+// Elapsed covers insert and work.
+func Bulk(st store.Store, n int, o Options) (Result, error) {
+	h, err := newHarness(st, o, n, 0)
+	if err != nil {
+		return Result{}, err
+	}
+	ctx := context.Background()
+	start := time.Now()
+	batch := make([]retryq.NewTask, 0, 1000)
+	for i := 0; i < n; i++ {
+		batch = append(batch, retryq.NewTask{Type: "bench", Payload: stamp()})
+		if len(batch) == cap(batch) || i == n-1 {
+			if _, err := h.client.EnqueueMany(ctx, batch); err != nil {
+				return Result{}, fmt.Errorf("bulk enqueue: %w", err)
+			}
+			batch = batch[:0]
+		}
+	}
+	h.startWorker()
+	if err := h.wait(runTimeout); err != nil {
+		return Result{}, err
+	}
+	return h.result("bulk", n, start), verify(ctx, st, n)
+}
+
+// Stream has `producers` goroutines enqueue n tasks one at a time while the
+// worker runs.
+func Stream(st store.Store, n, producers int, o Options) (Result, error) {
+	h, err := newHarness(st, o, n, 0)
+	if err != nil {
+		return Result{}, err
+	}
+	ctx := context.Background()
+	h.startWorker()
+	start := time.Now()
+	errs := make(chan error, producers)
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		count := n / producers
+		if p < n%producers {
+			count++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < count; i++ {
+				if _, err := h.client.Enqueue(ctx, "bench", stamp()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		h.wait(time.Millisecond)
+		return Result{}, fmt.Errorf("stream enqueue: %w", err)
+	}
+	if err := h.wait(runTimeout); err != nil {
+		return Result{}, err
+	}
+	return h.result("stream", n, start), verify(ctx, st, n)
+}
+
+// Paced enqueues n tasks at a steady rate (tasks per second) from one
+// producer while the worker runs; it measures latency when lightly loaded.
+func Paced(st store.Store, n int, rate float64, o Options) (Result, error) {
+	h, err := newHarness(st, o, n, 0)
+	if err != nil {
+		return Result{}, err
+	}
+	ctx := context.Background()
+	h.startWorker()
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / rate)
+	for i := 0; i < n; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d)
+		}
+		if _, err := h.client.Enqueue(ctx, "bench", stamp()); err != nil {
+			h.wait(time.Millisecond)
+			return Result{}, fmt.Errorf("paced enqueue: %w", err)
+		}
+	}
+	if err := h.wait(runTimeout); err != nil {
+		return Result{}, err
+	}
+	return h.result("paced", n, start), verify(ctx, st, n)
+}
+
+// Retry batch-enqueues n tasks that each fail twice and then succeed, with a
+// 1ms fixed backoff. It checks that every task ran exactly 3 times.
+func Retry(st store.Store, n int, o Options) (Result, error) {
+	h, err := newHarness(st, o, n, 2)
+	if err != nil {
+		return Result{}, err
+	}
+	ctx := context.Background()
+	start := time.Now()
+	batch := make([]retryq.NewTask, 0, 1000)
+	for i := 0; i < n; i++ {
+		batch = append(batch, retryq.NewTask{Type: "bench", Payload: stamp()})
+		if len(batch) == cap(batch) || i == n-1 {
+			if _, err := h.client.EnqueueMany(ctx, batch); err != nil {
+				return Result{}, fmt.Errorf("retry enqueue: %w", err)
+			}
+			batch = batch[:0]
+		}
+	}
+	h.startWorker()
+	if err := h.wait(runTimeout); err != nil {
+		return Result{}, err
+	}
+	r := h.result("retry", n, start)
+	if r.Attempts != int64(3*n) {
+		return r, fmt.Errorf("retry: %d handler calls for %d tasks, want exactly %d", r.Attempts, n, 3*n)
+	}
+	return r, verify(ctx, st, n)
+}
+
+func (h *harness) result(name string, n int, start time.Time) Result {
+	r := Result{Name: name, Tasks: n, Attempts: h.calls.Load(), Elapsed: time.Since(start), PeakHeap: h.heap.peak.Load()}
+	r.P50, r.P99 = h.percentiles()
+	return r
+}
+
+// FillWaiting inserts n tasks of type "waiting" due far in the future, so
+// they sit in the retry/delayed queue without being fetched, in batches of
+// 5,000 directly through the store.
+func FillWaiting(st store.Store, n int) error {
+	ctx := context.Background()
+	now := time.Now()
+	far := now.Add(240 * time.Hour)
+	batch := make([]store.NewTask, 0, 5000)
+	for i := 0; i < n; i++ {
+		batch = append(batch, store.NewTask{ID: fmt.Sprintf("w%09d", i), Type: "waiting", Payload: []byte("{}"), RunAt: far.Add(time.Duration(i) * time.Millisecond)})
+		if len(batch) == cap(batch) || i == n-1 {
+			if _, err := st.InsertTasks(ctx, store.InsertParams{Tasks: batch, Now: now}); err != nil {
+				return fmt.Errorf("fill waiting: %w", err)
+			}
+			batch = batch[:0]
+		}
+	}
+	return nil
+}
+
+// ProbeCosts measures one FetchTasks of an empty-handed type, one PromoteDue
+// and one NextWakeup against the current table, averaged over reps.
+func ProbeCosts(st store.Store, reps int) (fetch, promote, wake time.Duration, err error) {
+	ctx := context.Background()
+	for i := 0; i < reps; i++ {
+		t0 := time.Now()
+		if _, err = st.FetchTasks(ctx, store.FetchParams{Types: []string{"bench"}, Limit: 100, WorkerID: "probe", LeaseDuration: time.Minute, Now: time.Now()}); err != nil {
+			return
+		}
+		t1 := time.Now()
+		if _, err = st.PromoteDue(ctx, store.PromoteParams{Limit: 1000, Now: time.Now()}); err != nil {
+			return
+		}
+		t2 := time.Now()
+		if _, err = st.NextWakeup(ctx); err != nil {
+			return
+		}
+		t3 := time.Now()
+		fetch += t1.Sub(t0)
+		promote += t2.Sub(t1)
+		wake += t3.Sub(t2)
+	}
+	d := time.Duration(reps)
+	return fetch / d, promote / d, wake / d, nil
+}
