@@ -32,6 +32,10 @@ type Options struct {
 	// NoScheduler disables the scheduler loops on this process (another
 	// process on the same database runs them).
 	NoScheduler bool
+	// LeaderTTL is the scheduler leadership lease when several processes
+	// share one database (default 10s): a standby takes over within about
+	// 1.25 x LeaderTTL of the leader's death.
+	LeaderTTL time.Duration
 }
 
 // Client enqueues and manages tasks. It also hosts the engine's commit and
@@ -47,7 +51,7 @@ func NewClient(st store.Store, o Options) (*Client, error) {
 		DefaultPolicy: o.DefaultPolicy, DefaultTimeout: o.DefaultTimeout,
 		LeaseDuration: o.LeaseDuration, PollInterval: o.PollInterval,
 		SucceededRetention: o.SucceededRetention, CancelledRetention: o.CancelledRetention,
-		DeadRetention: o.DeadRetention, NoScheduler: o.NoScheduler,
+		DeadRetention: o.DeadRetention, NoScheduler: o.NoScheduler, LeaderTTL: o.LeaderTTL,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new client: %w", err)
@@ -189,3 +193,10 @@ func (c *Client) SetType(ctx context.Context, tc TypeConfig) error {
 	_, err := c.e.PutType(ctx, engine.TypeSpec{Type: tc.Type, Policy: tc.Policy, Timeout: tc.Timeout, Priority: tc.Priority})
 	return err
 }
+
+// Counters are cumulative engine counters (commits, tasks fetched,
+// outcomes, retries, dead, reaped, promoted) since the client started.
+type Counters = engine.Counters
+
+// Counters returns a snapshot of the engine's counters.
+func (c *Client) Counters() Counters { return c.e.Counters() }

@@ -160,6 +160,7 @@ type Engine struct {
 	outcomes *batcher[store.Outcome, struct{}]
 	leases   *leaseTable
 	retained retentionCounts
+	ctr      counters
 
 	leading  leaderState
 	startMu  sync.Mutex

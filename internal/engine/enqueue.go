@@ -162,6 +162,8 @@ func (e *Engine) commitInserts(ctx context.Context, nts []store.NewTask) ([]stor
 	if err != nil {
 		return nil, nil, err
 	}
+	e.ctr.insertCommits.Add(1)
+	e.ctr.inserted.Add(int64(len(nts)))
 	e.afterInsert(res, now)
 	return res, nil, nil
 }

@@ -21,15 +21,40 @@ type leaseTable struct {
 
 type heldLease struct {
 	leaseID string
-	cancel  context.CancelCauseFunc
+	cancel  context.CancelCauseFunc // nil while the task waits in a prefetch buffer
+	lost    bool                    // a heartbeat found the lease gone
 }
 
 func newLeaseTable() *leaseTable { return &leaseTable{m: make(map[string]*heldLease)} }
 
-func (lt *leaseTable) add(taskID, leaseID string, cancel context.CancelCauseFunc) {
+func (lt *leaseTable) add(taskID, leaseID string) {
 	lt.mu.Lock()
-	lt.m[taskID] = &heldLease{leaseID: leaseID, cancel: cancel}
+	lt.m[taskID] = &heldLease{leaseID: leaseID}
 	lt.mu.Unlock()
+}
+
+// start attaches a running handler's cancel function to its lease. It
+// reports false when the lease was lost while the task waited to start.
+func (lt *leaseTable) start(taskID string, cancel context.CancelCauseFunc) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	h := lt.m[taskID]
+	if h == nil || h.lost {
+		return false
+	}
+	h.cancel = cancel
+	return true
+}
+
+// markLost records that a lease is gone and cancels its handler if running.
+func (lt *leaseTable) markLost(h *heldLease) {
+	lt.mu.Lock()
+	h.lost = true
+	cancel := h.cancel
+	lt.mu.Unlock()
+	if cancel != nil {
+		cancel(errLeaseLost)
+	}
 }
 
 func (lt *leaseTable) remove(taskID string) {
@@ -79,7 +104,7 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 			for i, err := range errs {
 				if err != nil {
 					e.log.Warn("lease lost; cancelling handler", "task_id", refs[start+i].TaskID, "err", err)
-					held[start+i].cancel(errLeaseLost)
+					e.leases.markLost(held[start+i])
 				}
 			}
 		}

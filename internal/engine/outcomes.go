@@ -16,13 +16,25 @@ func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]st
 	if err != nil {
 		return nil, nil, err
 	}
+	e.ctr.outcomeCommits.Add(1)
+	e.ctr.outcomes.Add(int64(len(outs)))
 	ready := false
 	var earliest time.Time
 	for i := range outs {
 		if i < len(errs) && errs[i] != nil {
+			e.ctr.leaseLost.Add(1)
 			continue
 		}
 		o := &outs[i]
+		switch o.State {
+		case store.StateSucceeded:
+			e.ctr.succeeded.Add(1)
+		case store.StateDead:
+			e.ctr.dead.Add(1)
+		}
+		if o.State == store.StateRetryWaiting {
+			e.ctr.retried.Add(1)
+		}
 		switch o.State {
 		case store.StatePending:
 			ready = true

@@ -127,6 +127,7 @@ func (e *Engine) promote(ctx context.Context) {
 			break
 		}
 		total += n
+		e.ctr.promoted.Add(int64(n))
 		if n > 0 {
 			e.wake.broadcast()
 		}
@@ -153,6 +154,7 @@ func (e *Engine) reap(ctx context.Context) {
 		if len(tasks) == 0 {
 			return
 		}
+		e.ctr.reaped.Add(int64(len(tasks)))
 		outs := make([]store.Outcome, len(tasks))
 		for j := range tasks {
 			spec := e.defaultSpec(tasks[j].Type)

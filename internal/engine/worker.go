@@ -23,13 +23,19 @@ type WorkerConfig struct {
 	Types []string
 	// Concurrency is how many handlers run at once. Default 10.
 	Concurrency int
+	// Prefetch is how many leased tasks may wait in the worker's buffer for
+	// a free handler, so that fetches (and their commits) stay large under
+	// load. Buffered tasks are heartbeated like running ones and released at
+	// shutdown. Default 3×Concurrency; negative disables prefetching.
+	Prefetch int
 	// Handle runs one attempt; required.
 	Handle HandleFunc
 	// ShutdownGrace is how long running handlers may finish after the worker
 	// is asked to stop, before their contexts are cancelled and their leases
 	// released for another worker. Default 10s.
 	ShutdownGrace time.Duration
-	// FetchBatch caps how many tasks one fetch leases. Default min(Concurrency, 200).
+	// FetchBatch caps how many tasks one fetch leases. Default
+	// min(Concurrency+Prefetch, 500).
 	FetchBatch int
 }
 
@@ -40,9 +46,10 @@ var workerSeq atomic.Int64
 var errAttemptTimeout = errors.New("attempt timed out")
 
 // RunWorker fetches and runs tasks until ctx is cancelled, then shuts down
-// gracefully: it stops fetching, lets running handlers finish within
-// ShutdownGrace, releases the leases of those still running so another
-// worker takes them at once, and flushes every outcome before returning.
+// gracefully: it stops fetching, releases prefetched tasks that have not
+// started, lets running handlers finish within ShutdownGrace, releases the
+// leases of those still running so another worker takes them at once, and
+// flushes every outcome before returning.
 func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.Handle == nil {
 		return errors.New("run worker: Handle: required")
@@ -58,18 +65,30 @@ func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 10
 	}
+	switch {
+	case cfg.Prefetch == 0:
+		cfg.Prefetch = 3 * cfg.Concurrency
+	case cfg.Prefetch < 0:
+		cfg.Prefetch = 0
+	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
 	if cfg.FetchBatch <= 0 {
-		cfg.FetchBatch = min(cfg.Concurrency, 200)
+		cfg.FetchBatch = min(cfg.Concurrency+cfg.Prefetch, 500)
 	}
 	if cfg.ID == "" {
 		cfg.ID = fmt.Sprintf("%s/w%d", e.cfg.NodeID, workerSeq.Add(1))
 	}
-	w := &workerRun{e: e, cfg: cfg, freed: make(chan struct{}, 1)}
+	capacity := cfg.Concurrency + cfg.Prefetch
+	w := &workerRun{e: e, cfg: cfg, capacity: int64(capacity), freed: make(chan struct{}, 1),
+		queue: make(chan *store.Task, capacity), active: make(map[string]*store.Task)}
 	w.handlerCtx, w.cancelHandlers = context.WithCancel(context.WithoutCancel(ctx))
 	defer w.cancelHandlers()
+	for i := 0; i < cfg.Concurrency; i++ {
+		w.executors.Add(1)
+		go w.executor()
+	}
 	w.loop(ctx)
 	w.shutdown()
 	return nil
@@ -78,14 +97,16 @@ func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 type workerRun struct {
 	e              *Engine
 	cfg            WorkerConfig
-	running        atomic.Int64
+	capacity       int64        // Concurrency + Prefetch
+	inFlight       atomic.Int64 // leased and not finished (buffered or running)
 	freed          chan struct{}
-	handlers       sync.WaitGroup // running handlers
-	pending        counter        // outcomes submitted but not yet committed
+	queue          chan *store.Task
+	executors      sync.WaitGroup
+	pending        counter // outcomes submitted but not yet committed
 	handlerCtx     context.Context
 	cancelHandlers context.CancelFunc
 	mu             sync.Mutex
-	active         map[string]*store.Task // running tasks by id (for release)
+	active         map[string]*store.Task // leased tasks by id (for release)
 }
 
 func (w *workerRun) loop(ctx context.Context) {
@@ -95,9 +116,15 @@ func (w *workerRun) loop(ctx context.Context) {
 	timer := time.NewTimer(e.cfg.PollInterval)
 	defer timer.Stop()
 	backoff := 10 * time.Millisecond
+	// While there is a backlog (the last fetch came back full), wait until
+	// half the capacity is free before fetching again, so fetches stay large
+	// and commits few; when the queue is drained, any free slot fetches at
+	// once, so a new task starts within milliseconds.
+	backlog := false
+	batchMin := max(1, min(w.capacity/2, int64(w.cfg.FetchBatch)))
 	for ctx.Err() == nil {
-		free := int64(w.cfg.Concurrency) - w.running.Load()
-		if free <= 0 {
+		free := w.capacity - w.inFlight.Load()
+		if free <= 0 || (backlog && free < batchMin) {
 			select {
 			case <-w.freed:
 			case <-ctx.Done():
@@ -119,19 +146,22 @@ func (w *workerRun) loop(ctx context.Context) {
 			continue
 		}
 		backoff = 10 * time.Millisecond
+		e.ctr.fetches.Add(1)
+		e.ctr.fetched.Add(int64(len(tasks)))
 		for i := range tasks {
-			w.start(&tasks[i])
+			t := &tasks[i]
+			w.inFlight.Add(1)
+			w.mu.Lock()
+			w.active[t.ID] = t
+			w.mu.Unlock()
+			e.leases.add(t.ID, t.LeaseID)
+			w.queue <- t // never blocks: inFlight <= capacity = cap(queue)
 		}
-		if len(tasks) == limit {
+		backlog = len(tasks) == limit
+		if backlog {
 			continue // there may be more
 		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(e.cfg.PollInterval)
+		resetTimer(timer, e.cfg.PollInterval)
 		select {
 		case <-sub:
 		case <-timer.C:
@@ -140,38 +170,42 @@ func (w *workerRun) loop(ctx context.Context) {
 	}
 }
 
-func (w *workerRun) start(t *store.Task) {
-	w.running.Add(1)
-	w.handlers.Add(1)
-	w.mu.Lock()
-	if w.active == nil {
-		w.active = make(map[string]*store.Task)
+func (w *workerRun) executor() {
+	defer w.executors.Done()
+	for t := range w.queue {
+		w.execute(t)
 	}
-	w.active[t.ID] = t
+}
+
+func (w *workerRun) finish(t *store.Task) {
+	w.mu.Lock()
+	delete(w.active, t.ID)
 	w.mu.Unlock()
-	go w.execute(t)
+	w.inFlight.Add(-1)
+	select {
+	case w.freed <- struct{}{}:
+	default:
+	}
 }
 
 func (w *workerRun) execute(t *store.Task) {
 	e := w.e
-	defer func() {
-		w.mu.Lock()
-		delete(w.active, t.ID)
-		w.mu.Unlock()
-		w.running.Add(-1)
-		select {
-		case w.freed <- struct{}{}:
-		default:
-		}
-		w.handlers.Done()
-	}()
+	defer w.finish(t)
+	if w.handlerCtx.Err() != nil {
+		return // shutting down: the lease was (or is being) released
+	}
 	spec := e.defaultSpec(t.Type)
 	if ent, err := e.types.get(w.handlerCtx, t.Type); err == nil {
 		spec = ent.spec
 	}
 	leaseCtx, cancelLease := context.WithCancelCause(w.handlerCtx)
+	if !e.leases.start(t.ID, cancelLease) {
+		cancelLease(nil)
+		e.leases.remove(t.ID)
+		e.log.Warn("lease lost before the task started; skipped", "task_id", t.ID, "type", t.Type)
+		return
+	}
 	ctx, cancel := context.WithTimeoutCause(leaseCtx, spec.Timeout, errAttemptTimeout)
-	e.leases.add(t.ID, t.LeaseID, cancelLease)
 	e.log.Debug("task started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
 	err := callHandler(ctx, w.cfg.Handle, t)
 	cause := context.Cause(ctx)
@@ -215,9 +249,26 @@ func callHandler(ctx context.Context, h HandleFunc, t *store.Task) (err error) {
 
 func (w *workerRun) shutdown() {
 	e := w.e
+	// Tasks still waiting in the prefetch buffer have not started: release
+	// them at once.
+	var waiting []*store.Task
+drain:
+	for {
+		select {
+		case t := <-w.queue:
+			waiting = append(waiting, t)
+		default:
+			break drain
+		}
+	}
+	close(w.queue)
+	w.release(waiting)
+	for _, t := range waiting {
+		w.finish(t)
+	}
 	done := make(chan struct{})
 	go func() {
-		w.handlers.Wait()
+		w.executors.Wait()
 		close(done)
 	}()
 	select {
@@ -230,15 +281,7 @@ func (w *workerRun) shutdown() {
 			rel = append(rel, t)
 		}
 		w.mu.Unlock()
-		for _, t := range rel {
-			e.leases.remove(t.ID)
-			out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
-			w.pending.Add(1)
-			e.outcomes.submit(out, func(_ struct{}, err error) {
-				e.logOutcome(t, &out, err)
-				w.pending.Done()
-			})
-		}
+		w.release(rel)
 		w.cancelHandlers()
 		// Give cancelled handlers a moment to return; their outcomes are
 		// refused (the lease is gone) and only logged.
@@ -249,6 +292,20 @@ func (w *workerRun) shutdown() {
 		}
 	}
 	w.pending.Wait()
+}
+
+// release gives leases back (pending again, attempt not counted).
+func (w *workerRun) release(ts []*store.Task) {
+	e := w.e
+	for _, t := range ts {
+		e.leases.remove(t.ID)
+		out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
+		w.pending.Add(1)
+		e.outcomes.submit(out, func(_ struct{}, err error) {
+			e.logOutcome(t, &out, err)
+			w.pending.Done()
+		})
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

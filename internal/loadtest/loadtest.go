@@ -24,6 +24,7 @@ type Result struct {
 	Elapsed  time.Duration
 	P50, P99 time.Duration // enqueue -> handler start (first attempts)
 	PeakHeap uint64        // peak Go heap in use during the run, bytes
+	Counters retryq.Counters
 }
 
 // TasksPerSec is the whole-run throughput.
@@ -32,7 +33,10 @@ func (r Result) TasksPerSec() float64 { return float64(r.Tasks) / r.Elapsed.Seco
 func (r Result) String() string {
 	return fmt.Sprintf("%s: %d tasks (%d attempts) in %s = %.0f tasks/s, enqueue->start p50 %s p99 %s, peak heap %d MiB",
 		r.Name, r.Tasks, r.Attempts, r.Elapsed.Round(time.Millisecond), r.TasksPerSec(),
-		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.PeakHeap>>20)
+		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.PeakHeap>>20) +
+		fmt.Sprintf(" [commits: %d insert (%d tasks), %d fetch (%d tasks), %d outcome (%d)]",
+			r.Counters.InsertCommits, r.Counters.Inserted, r.Counters.Fetches, r.Counters.Fetched,
+			r.Counters.OutcomeCommits, r.Counters.Outcomes)
 }
 
 // Options tune a run.

@@ -135,7 +135,7 @@ func Retry(st store.Store, n int, o Options) (Result, error) {
 }
 
 func (h *harness) result(name string, n int, start time.Time) Result {
-	r := Result{Name: name, Tasks: n, Attempts: h.calls.Load(), Elapsed: time.Since(start), PeakHeap: h.heap.peak.Load()}
+	r := Result{Name: name, Tasks: n, Attempts: h.calls.Load(), Elapsed: time.Since(start), PeakHeap: h.heap.peak.Load(), Counters: h.client.Counters()}
 	r.P50, r.P99 = h.percentiles()
 	return r
 }

@@ -140,7 +140,7 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	args = append([]any{f.Now.UnixMicro()}, args...)
 	args = append(args, sqlLimit(f.Limit))
 	var n int64
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE tasks SET `+retrySet+`
 			WHERE rowid IN (SELECT rowid FROM tasks WHERE `+where+` ORDER BY updated_at, id LIMIT ?)`, args...)
 		if err != nil {
@@ -161,7 +161,7 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	where, args := deadWhere(f)
 	args = append(args, sqlLimit(f.Limit))
 	var n int
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		var err error
 		n, err = deleteTasks(ctx, tx, `SELECT rowid FROM tasks WHERE `+where+` ORDER BY updated_at, id LIMIT ?`, args)
 		return err
@@ -204,7 +204,7 @@ func deleteTasks(ctx context.Context, tx *sql.Tx, sel string, args []any) (int, 
 func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
 	const op = "delete finished tasks"
 	var res store.RetentionResult
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		res = store.RetentionResult{}
 		for _, c := range []struct {
 			state  store.State

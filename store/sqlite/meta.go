@@ -16,7 +16,7 @@ func (s *Store) PutType(ctx context.Context, t store.TypeConfig, now time.Time) 
 		return store.TypeConfig{}, fmt.Errorf("put type: %w: empty type or zero now", store.ErrInvalid)
 	}
 	t.UpdatedAt = fromMicros(now.UnixMicro())
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmt(ctx, tx, `INSERT INTO task_types (type, policy, timeout, priority, target, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (type) DO UPDATE SET policy = excluded.policy, timeout = excluded.timeout,
@@ -94,7 +94,7 @@ func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.
 		return store.Lease{}, fmt.Errorf("acquire leader lease: %w: empty name or node, non-positive TTL or zero Now", store.ErrInvalid)
 	}
 	var l store.Lease
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmt(ctx, tx, `INSERT INTO leader_leases (name, node_id, expires_at) VALUES (?1, ?2, ?3)
 			ON CONFLICT (name) DO UPDATE SET node_id = excluded.node_id, expires_at = excluded.expires_at
 			WHERE leader_leases.node_id = excluded.node_id OR leader_leases.expires_at < ?4`)
@@ -117,7 +117,7 @@ func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.
 
 // ReleaseLeader implements store.Store.
 func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
-	return s.write(ctx, "release leader lease "+p.Name, func(tx *sql.Tx) error {
+	return s.write(ctx, "release leader lease "+p.Name, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM leader_leases WHERE name = ? AND node_id = ?`, p.Name, p.NodeID)
 		return err
 	})
@@ -128,7 +128,7 @@ func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) 
 	if n.ID == "" || now.IsZero() {
 		return fmt.Errorf("heartbeat node: %w: empty id or zero now", store.ErrInvalid)
 	}
-	return s.write(ctx, "heartbeat node "+n.ID, func(tx *sql.Tx) error {
+	return s.write(ctx, "heartbeat node "+n.ID, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmt(ctx, tx, `INSERT INTO nodes (id, host, version, role, started_at, last_seen)
 			VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET host = excluded.host, version = excluded.version, role = excluded.role,

@@ -88,6 +88,10 @@ type Store struct {
 	r      *sql.DB // read-only pool
 	closed atomic.Bool
 
+	writeCh    chan *writeReq
+	stopWriter chan struct{}
+	writerDone chan struct{}
+
 	stmtMu    sync.Mutex
 	stmts     map[string]*sql.Stmt // prepared on w, by key
 	toPrepare map[string]string    // key -> query, to prepare after the current transaction
@@ -126,6 +130,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	r.SetConnMaxLifetime(0)
 	r.SetConnMaxIdleTime(0)
 	s.r = r
+	s.writeCh = make(chan *writeReq, 4*maxGroup)
+	s.stopWriter = make(chan struct{})
+	s.writerDone = make(chan struct{})
+	go s.writer()
 	if err := r.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, translate("open sqlite "+cfg.Path, err)
@@ -197,6 +205,10 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
+	}
+	if s.stopWriter != nil {
+		close(s.stopWriter)
+		<-s.writerDone
 	}
 	s.stmtMu.Lock()
 	for _, st := range s.stmts {
@@ -324,27 +336,151 @@ func (s *Store) insertRows(ctx context.Context, tx *sql.Tx, head string, cols in
 	return nil
 }
 
-// write runs fn in one write transaction on the writer connection.
-func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+// write runs fn in a write transaction on the writer connection and returns
+// once that transaction committed (or fn failed).
+//
+// Group commit: concurrent writes are queued to one writer goroutine, which
+// runs every write waiting at that moment in a single transaction, each in
+// its own SAVEPOINT, and commits once. A write whose fn fails is rolled back
+// to its savepoint alone; the others commit. So concurrent enqueues, fetches,
+// outcomes and heartbeats share one fsync instead of paying one each.
+//
+// fn receives a context that is never cancelled: interrupting a statement
+// inside a shared transaction would roll back the other writers' work. A
+// caller whose ctx ends while it is still queued is skipped.
+func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if err := s.check(op); err != nil {
 		return err
 	}
-	tx, err := s.w.BeginTx(ctx, nil)
+	req := &writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	select {
+	case s.writeCh <- req:
+	case <-ctx.Done():
+		return translate(op, ctx.Err())
+	case <-s.stopWriter:
+		return fmt.Errorf("%s: %w", op, store.ErrClosed)
+	}
+	return translate(op, <-req.done)
+}
+
+// writeReq is one queued write.
+type writeReq struct {
+	ctx  context.Context
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	done chan error
+}
+
+// maxGroup bounds how many writes share one transaction.
+const maxGroup = 64
+
+// writer is the single goroutine that owns the write connection.
+func (s *Store) writer() {
+	defer close(s.writerDone)
+	batch := make([]*writeReq, 0, maxGroup)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-s.writeCh:
+			batch = append(batch, r)
+		case <-s.stopWriter:
+			for {
+				select {
+				case r := <-s.writeCh:
+					r.done <- store.ErrClosed
+				default:
+					return
+				}
+			}
+		}
+	drain:
+		for len(batch) < maxGroup {
+			select {
+			case r := <-s.writeCh:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		s.commitGroup(batch)
+		s.stmtMu.Lock()
+		queued := len(s.toPrepare) > 0
+		s.stmtMu.Unlock()
+		if queued {
+			s.prepareQueued(context.Background())
+		}
+	}
+}
+
+// commitGroup runs a group of writes in one transaction and replies to each.
+func (s *Store) commitGroup(batch []*writeReq) {
+	bg := context.Background()
+	errs := make([]error, len(batch))
+	reply := func(commitErr error) {
+		for i, r := range batch {
+			if errs[i] == nil {
+				errs[i] = commitErr
+			}
+			r.done <- errs[i]
+		}
+	}
+	tx, err := s.w.BeginTx(bg, nil)
 	if err != nil {
-		return translate(op, err)
+		reply(err)
+		return
 	}
-	if err = fn(tx); err != nil {
+	if len(batch) == 1 { // the common idle case: no savepoint needed
+		r := batch[0]
+		if err := r.ctx.Err(); err != nil {
+			errs[0] = err
+		} else if errs[0] = r.fn(context.WithoutCancel(r.ctx), tx); errs[0] == nil {
+			reply(tx.Commit())
+			return
+		}
 		tx.Rollback()
-	} else {
-		err = tx.Commit()
+		reply(nil)
+		return
 	}
-	s.stmtMu.Lock()
-	queued := len(s.toPrepare) > 0
-	s.stmtMu.Unlock()
-	if queued {
-		s.prepareQueued(context.WithoutCancel(ctx))
+	ran := 0
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, err := tx.ExecContext(bg, "SAVEPOINT w"); err != nil {
+			tx.Rollback()
+			reply(err)
+			return
+		}
+		if errs[i] = r.fn(context.WithoutCancel(r.ctx), tx); errs[i] != nil {
+			if _, err := tx.ExecContext(bg, "ROLLBACK TO w"); err != nil {
+				// The transaction is unusable: nobody's work survives.
+				tx.Rollback()
+				for j := range batch {
+					if errs[j] == nil || j < i {
+						errs[j] = err
+					}
+				}
+				reply(nil)
+				return
+			}
+		} else {
+			ran++
+		}
+		if _, err := tx.ExecContext(bg, "RELEASE w"); err != nil {
+			tx.Rollback()
+			for j := range batch {
+				errs[j] = err
+			}
+			reply(nil)
+			return
+		}
 	}
-	return translate(op, err)
+	if ran == 0 {
+		tx.Rollback()
+		reply(nil)
+		return
+	}
+	reply(tx.Commit())
 }
 
 // translate maps native errors to the store sentinels and adds op as

@@ -95,7 +95,7 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 		}
 	}
 	results := make([]store.InsertResult, len(p.Tasks))
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		// Existing tasks holding one of the batch's idempotency keys. The
 		// write lock is held since BEGIN IMMEDIATE, so none can appear
 		// between this read and the insert.
@@ -202,7 +202,7 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 		}
 	}
 	var out []store.Task
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmtKey(ctx, tx, "fetch#"+strconv.Itoa(len(types)), func() string { return fetchQuery(len(types)) })
 		if err != nil {
 			return err
@@ -339,7 +339,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		seen[o.TaskID] = true
 		rows = append(rows, r)
 	}
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		applied := make([]bool, len(p.Outcomes))
 		type result struct {
 			typ, worker string
@@ -435,7 +435,7 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 	}
 	now := p.Now.UnixMicro()
 	errs := make([]error, len(p.Leases))
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		clear(errs)
 		st, err := s.txStmt(ctx, tx, `UPDATE tasks SET lease_expires_at = ?
 			WHERE id = ? AND state = 'running' AND lease_id = ? AND lease_expires_at >= ?`)
@@ -483,7 +483,7 @@ func (s *Store) PromoteDue(ctx context.Context, p store.PromoteParams) (int, err
 		return 0, fmt.Errorf("%s: %w: Limit must be positive, Now set", op, store.ErrInvalid)
 	}
 	var n int64
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmt(ctx, tx, `UPDATE tasks SET state = 'pending', updated_at = ?1
 			WHERE rowid IN (SELECT rowid FROM tasks
 				WHERE state IN ('scheduled', 'retry_waiting') AND run_at <= ?1
@@ -654,7 +654,7 @@ func (s *Store) queryTasks(ctx context.Context, op, q string, args ...any) ([]st
 // current state.
 func (s *Store) transition(ctx context.Context, op, verb, id, q string, args ...any) (store.Task, error) {
 	var t store.Task
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmt(ctx, tx, q)
 		if err != nil {
 			return err

@@ -1,0 +1,37 @@
+package engine
+
+import "sync/atomic"
+
+// Counters are cumulative engine counters since start, for metrics and for
+// seeing how well writes are batched.
+type Counters struct {
+	InsertCommits  int64 // transactions of coalesced enqueues
+	Inserted       int64 // tasks inserted by them
+	Fetches        int64 // fetch transactions by in-process workers
+	Fetched        int64 // tasks leased by them
+	OutcomeCommits int64 // transactions of coalesced outcomes
+	Outcomes       int64 // outcomes recorded by them
+	Succeeded      int64
+	Retried        int64
+	Dead           int64
+	LeaseLost      int64 // outcomes refused because the lease was gone
+	Reaped         int64 // expired leases handled by the reaper
+	Promoted       int64 // tasks promoted by the scheduler
+}
+
+type counters struct {
+	insertCommits, inserted, fetches, fetched, outcomeCommits, outcomes atomic.Int64
+	succeeded, retried, dead, leaseLost, reaped, promoted               atomic.Int64
+}
+
+// Counters returns a snapshot of the engine's counters.
+func (e *Engine) Counters() Counters {
+	c := &e.ctr
+	return Counters{
+		InsertCommits: c.insertCommits.Load(), Inserted: c.inserted.Load(),
+		Fetches: c.fetches.Load(), Fetched: c.fetched.Load(),
+		OutcomeCommits: c.outcomeCommits.Load(), Outcomes: c.outcomes.Load(),
+		Succeeded: c.succeeded.Load(), Retried: c.retried.Load(), Dead: c.dead.Load(),
+		LeaseLost: c.leaseLost.Load(), Reaped: c.reaped.Load(), Promoted: c.promoted.Load(),
+	}
+}
