@@ -1,0 +1,277 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/retryq/retryq/internal/engine"
+)
+
+// DefaultMaxBodyBytes is the default limit on request bodies (1 MiB).
+const DefaultMaxBodyBytes int64 = 1 << 20
+
+// Config configures the API handler.
+type Config struct {
+	// Engine serves every route. It must be started by the caller. Required.
+	Engine *engine.Engine
+	// APITokens grant full access. ReadTokens grant read-only access (GET
+	// and HEAD). When both are empty the API is unauthenticated; see
+	// [CheckListen]. Tokens must not be empty strings.
+	APITokens  []string
+	ReadTokens []string
+	// MaxBodyBytes limits request bodies; larger bodies get 413.
+	// Default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Logger receives internal errors (with request ids) and, at debug
+	// level, one line per request. Default: discard. Tokens are never logged.
+	Logger *slog.Logger
+	// Ready backs GET /readyz: nil error means ready. Default: the store
+	// answers a ping and its schema migrations are current.
+	Ready func(ctx context.Context) error
+}
+
+// server holds the handler's state; its methods are the route handlers.
+type server struct {
+	e       *engine.Engine
+	auth    *Auth
+	maxBody int64
+	log     *slog.Logger
+	ready   func(ctx context.Context) error
+	mux     *http.ServeMux
+	routes  []route
+	clock   engine.Clock
+}
+
+// now is the engine clock's time.
+func (s *server) now() time.Time { return s.clock.Now() }
+
+// handlerFunc is a route handler: it writes the success response itself and
+// returns an error for everything else, which the route wrapper turns into
+// the JSON error response.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// route is one registered (method, pattern) pair.
+type route struct {
+	method  string
+	pattern string
+	h       handlerFunc
+}
+
+// New returns the API handler.
+func New(cfg Config) (http.Handler, error) {
+	s, err := newServer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func newServer(cfg Config) (*server, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("api config: Engine: required")
+	}
+	auth, err := NewAuth(cfg.APITokens, cfg.ReadTokens)
+	if err != nil {
+		return nil, fmt.Errorf("api config: %w", err)
+	}
+	if cfg.MaxBodyBytes < 0 {
+		return nil, errors.New("api config: MaxBodyBytes: must not be negative")
+	}
+	s := &server{
+		e:       cfg.Engine,
+		auth:    auth,
+		maxBody: cfg.MaxBodyBytes,
+		log:     cfg.Logger,
+		ready:   cfg.Ready,
+		mux:     http.NewServeMux(),
+		clock:   cfg.Engine.Config().Clock,
+	}
+	if s.maxBody == 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.ready == nil {
+		s.ready = s.defaultReady
+	}
+	s.routes = s.routeTable()
+	for _, rt := range s.routes {
+		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt.h))
+	}
+	return s, nil
+}
+
+// routeTable lists every route. The OpenAPI document must describe exactly
+// these (a test checks it).
+func (s *server) routeTable() []route {
+	return []route{
+		{"GET", "/healthz", s.healthz},
+		{"GET", "/readyz", s.readyz},
+		{"GET", "/v1/openapi.json", s.openAPI},
+
+		{"POST", "/v1/tasks", s.enqueue},
+		{"POST", "/v1/tasks/batch", s.enqueueBatch},
+		{"GET", "/v1/tasks", s.listTasks},
+		{"GET", "/v1/tasks/{id}", s.getTask},
+		{"POST", "/v1/tasks/{id}/cancel", s.cancelTask},
+		{"POST", "/v1/tasks/{id}/retry", s.retryTask},
+		{"POST", "/v1/tasks/{id}/complete", s.completeTask},
+		{"POST", "/v1/tasks/{id}/fail", s.failTask},
+
+		{"GET", "/v1/types", s.listTypes},
+		{"GET", "/v1/types/{type...}", s.getType},
+		{"PUT", "/v1/types/{type...}", s.putType},
+
+		{"GET", "/v1/dlq", s.listDead},
+		{"GET", "/v1/dlq/summary", s.deadSummary},
+		{"POST", "/v1/dlq/redrive", s.redrive},
+		{"POST", "/v1/dlq/purge", s.purge},
+
+		{"GET", "/v1/stats", s.stats},
+		{"GET", "/v1/nodes", s.nodes},
+
+		{"POST", "/v1/leases", s.lease},
+		{"POST", "/v1/leases/{lease_id}/heartbeat", s.heartbeat},
+	}
+}
+
+// publicPaths need no token even when authentication is enabled.
+var publicPaths = map[string]bool{
+	"/healthz":         true,
+	"/readyz":          true,
+	"/v1/openapi.json": true,
+}
+
+// wrap turns a handlerFunc into an http.Handler that writes returned errors.
+func (s *server) wrap(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+// ServeHTTP runs the middleware chain: request id, recovery, access log,
+// authentication, then routing with JSON 404/405 bodies.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id := requestID(r)
+	w.Header().Set("X-Request-Id", id)
+	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
+	sw := &statusWriter{ResponseWriter: w}
+	start := time.Now()
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
+			s.log.Error("api handler panicked", "request_id", id, "method", r.Method, "path", r.URL.Path,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if !sw.wrote {
+				s.writeError(sw, r, errInternal)
+			}
+		}
+		s.log.Debug("api request", "request_id", id, "method", r.Method, "path", r.URL.Path,
+			"status", sw.status(), "duration_ms", float64(time.Since(start).Microseconds())/1000)
+	}()
+	if s.auth.Enabled() && needsAuth(r.URL.Path) {
+		if err := s.auth.authorize(r); err != nil {
+			s.writeError(sw, r, err)
+			return
+		}
+	}
+	s.route(sw, r)
+}
+
+func needsAuth(path string) bool {
+	return (path == "/v1" || strings.HasPrefix(path, "/v1/")) && !publicPaths[path]
+}
+
+// route dispatches to the mux. When no pattern matches, the mux's own
+// plain-text 404/405 response is captured and replaced by a JSON error.
+func (s *server) route(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	cw := &captureWriter{header: make(http.Header)}
+	h.ServeHTTP(cw, r)
+	switch cw.code {
+	case http.StatusNotFound:
+		s.writeError(w, r, &apiError{Status: http.StatusNotFound, Code: CodeNotFound,
+			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+	case http.StatusMethodNotAllowed:
+		allow := cw.header.Get("Allow")
+		w.Header().Set("Allow", allow)
+		s.writeError(w, r, &apiError{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed,
+			Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)})
+	default: // redirects (path cleaning): pass through
+		for k, v := range cw.header {
+			w.Header()[k] = v
+		}
+		if cw.code == 0 {
+			cw.code = http.StatusOK
+		}
+		w.WriteHeader(cw.code)
+		_, _ = w.Write(cw.body)
+	}
+}
+
+// captureWriter records a response in memory.
+type captureWriter struct {
+	header http.Header
+	code   int
+	body   []byte
+}
+
+func (c *captureWriter) Header() http.Header { return c.header }
+func (c *captureWriter) WriteHeader(code int) {
+	if c.code == 0 {
+		c.code = code
+	}
+}
+func (c *captureWriter) Write(p []byte) (int, error) {
+	if c.code == 0 {
+		c.code = http.StatusOK
+	}
+	c.body = append(c.body, p...)
+	return len(p), nil
+}
+
+// statusWriter remembers whether and with which status a response started.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.code, w.wrote = http.StatusOK, true
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) status() int {
+	if !w.wrote {
+		return http.StatusOK
+	}
+	return w.code
+}

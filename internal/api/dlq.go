@@ -1,0 +1,173 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/store"
+)
+
+// maxErrorCodeLen bounds error_code filters.
+const maxErrorCodeLen = 200
+
+// listDead handles GET /v1/dlq: dead tasks, newest first.
+func (s *server) listDead(w http.ResponseWriter, r *http.Request) error {
+	q, err := parseQuery(r, "type", "error_code", "reason", "since", "limit", "cursor")
+	if err != nil {
+		return err
+	}
+	var f store.DeadFilter
+	if f.Type, err = q.typ(); err != nil {
+		return err
+	}
+	if f.ErrorCode, err = q.text("error_code", maxErrorCodeLen); err != nil {
+		return err
+	}
+	if f.Reason, err = q.reason(); err != nil {
+		return err
+	}
+	if f.Since, err = q.time("since"); err != nil {
+		return err
+	}
+	if f.Limit, err = q.limit(); err != nil {
+		return err
+	}
+	if f.Cursor, err = q.cursor(); err != nil {
+		return err
+	}
+	ts, next, err := s.e.ListDead(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, s.page(r.Context(), ts, next))
+	return nil
+}
+
+// deadGroupJSON is one row of the DLQ summary.
+type deadGroupJSON struct {
+	Type      string   `json:"type"`
+	ErrorCode string   `json:"error_code"`
+	Reason    string   `json:"reason"`
+	Count     int      `json:"count"`
+	Oldest    jsonTime `json:"oldest"`
+	Newest    jsonTime `json:"newest"`
+}
+
+// deadSummary handles GET /v1/dlq/summary: dead tasks grouped by type,
+// error code and reason, largest group first.
+func (s *server) deadSummary(w http.ResponseWriter, r *http.Request) error {
+	q, err := parseQuery(r, "since")
+	if err != nil {
+		return err
+	}
+	since, err := q.time("since")
+	if err != nil {
+		return err
+	}
+	gs, err := s.e.DeadSummary(r.Context(), since)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Groups []deadGroupJSON `json:"groups"`
+		Total  int             `json:"total"`
+	}{Groups: make([]deadGroupJSON, len(gs))}
+	for i, g := range gs {
+		out.Groups[i] = deadGroupJSON{Type: g.Type, ErrorCode: g.ErrorCode, Reason: g.Reason, Count: g.Count,
+			Oldest: jsonTime(g.Oldest), Newest: jsonTime(g.Newest)}
+		out.Total += g.Count
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// dlqFilterBody selects dead tasks for redrive and purge. Empty fields do
+// not filter: an empty body selects every dead task.
+type dlqFilterBody struct {
+	Type      string   `json:"type"`
+	ErrorCode string   `json:"error_code"`
+	Reason    string   `json:"reason"`
+	Since     *string  `json:"since"`
+	IDs       []string `json:"ids"`
+	Limit     int      `json:"limit"`
+}
+
+func (b *dlqFilterBody) filter() (store.DeadFilter, error) {
+	f := store.DeadFilter{Type: b.Type, ErrorCode: b.ErrorCode, IDs: b.IDs, Limit: b.Limit}
+	var err error
+	if b.Type != "" {
+		if err := engine.ValidateType("type", b.Type); err != nil {
+			return f, err
+		}
+	}
+	if len(b.ErrorCode) > maxErrorCodeLen {
+		return f, fieldError("error_code", "is longer than %d bytes", maxErrorCodeLen)
+	}
+	if f.Reason, err = checkReason("reason", b.Reason); err != nil {
+		return f, err
+	}
+	if b.Since != nil {
+		if f.Since, err = parseTime("since", *b.Since); err != nil {
+			return f, err
+		}
+	}
+	if b.Limit < 0 {
+		return f, fieldError("limit", "must not be negative (0 means no limit)")
+	}
+	return f, nil
+}
+
+// redrive handles POST /v1/dlq/redrive.
+func (s *server) redrive(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseQuery(r); err != nil {
+		return err
+	}
+	var b dlqFilterBody
+	if err := s.readBody(w, r, &b, true); err != nil {
+		return err
+	}
+	f, err := b.filter()
+	if err != nil {
+		return err
+	}
+	n, err := s.e.Redrive(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"redriven": n})
+	return nil
+}
+
+// purgeBody is the body of POST /v1/dlq/purge.
+type purgeBody struct {
+	dlqFilterBody
+	OlderThanSeconds *float64 `json:"older_than_seconds"`
+}
+
+// purge handles POST /v1/dlq/purge.
+func (s *server) purge(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseQuery(r); err != nil {
+		return err
+	}
+	var b purgeBody
+	if err := s.readBody(w, r, &b, true); err != nil {
+		return err
+	}
+	f, err := b.filter()
+	if err != nil {
+		return err
+	}
+	older, err := optSeconds("older_than_seconds", b.OlderThanSeconds, maxDelay)
+	if err != nil {
+		return err
+	}
+	if b.OlderThanSeconds != nil {
+		f.Before = s.now().Add(-older)
+	}
+	n, err := s.e.Purge(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"purged": n})
+	return nil
+}

@@ -1,0 +1,105 @@
+package api
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+)
+
+// kill leases one task of typ and fails it permanently with code.
+func (e *env) kill(typ, code string) string {
+	e.t.Helper()
+	l := e.leaseOne(typ, nil)
+	r := e.must(http.StatusOK, "POST", "/v1/tasks/"+l["id"].(string)+"/fail", map[string]any{
+		"lease_id": l["lease_id"], "error": map[string]any{"code": code, "message": "boom " + code, "retryable": false},
+	})
+	if r.m["state"] != "dead" {
+		e.t.Fatalf("fail = %s", r)
+	}
+	return l["id"].(string)
+}
+
+func TestDLQ(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	start := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
+	for range 3 {
+		e.enqueue(map[string]any{"type": "a"})
+	}
+	e.enqueue(map[string]any{"type": "b"})
+	a1, a2 := e.kill("a", "E1"), e.kill("a", "E1")
+	e.kill("a", "E2")
+	b1 := e.kill("b", "E2")
+
+	l := e.must(http.StatusOK, "GET", "/v1/dlq", nil).m
+	if ts := l["tasks"].([]any); len(ts) != 4 || ts[0].(map[string]any)["dead_reason"] != "non_retryable" {
+		t.Fatalf("dlq = %v", l)
+	}
+	if ts := e.must(http.StatusOK, "GET", "/v1/dlq?type=a&error_code=E1&reason=non_retryable&since="+url.QueryEscape(start), nil).m["tasks"].([]any); len(ts) != 2 {
+		t.Fatalf("filtered dlq = %v", ts)
+	}
+	p1 := e.must(http.StatusOK, "GET", "/v1/dlq?limit=3", nil).m
+	p2 := e.must(http.StatusOK, "GET", "/v1/dlq?limit=3&cursor="+p1["next_cursor"].(string), nil).m
+	if len(p1["tasks"].([]any)) != 3 || len(p2["tasks"].([]any)) != 1 || p2["next_cursor"] != nil {
+		t.Fatalf("pages = %v / %v", p1, p2)
+	}
+	if ts := e.must(http.StatusOK, "GET", "/v1/dlq?since=2999-01-01T00:00:00Z", nil).m["tasks"].([]any); len(ts) != 0 {
+		t.Fatalf("future since = %v", ts)
+	}
+	for _, c := range []struct{ q, field string }{
+		{"since=yesterday", "since"}, {"reason=tired", "reason"}, {"limit=-1", "limit"}, {"type=a%20b", "type"}, {"cursor=..%2F", "cursor"}, {"x=1", "x"},
+	} {
+		e.mustErr(http.StatusBadRequest, CodeInvalidField, c.field, "GET", "/v1/dlq?"+c.q, nil)
+	}
+
+	s := e.must(http.StatusOK, "GET", "/v1/dlq/summary", nil).m
+	gs := s["groups"].([]any)
+	g0 := gs[0].(map[string]any)
+	if s["total"] != 4.0 || len(gs) != 3 || g0["type"] != "a" || g0["error_code"] != "E1" || g0["count"] != 2.0 || g0["reason"] != "non_retryable" {
+		t.Fatalf("summary = %v", s)
+	}
+	if mustTime(t, g0["oldest"]).After(mustTime(t, g0["newest"])) {
+		t.Fatalf("oldest after newest: %v", g0)
+	}
+	if s := e.must(http.StatusOK, "GET", "/v1/dlq/summary?since=2999-01-01T00:00:00Z", nil).m; s["total"] != 0.0 || len(s["groups"].([]any)) != 0 {
+		t.Fatalf("future summary = %v", s)
+	}
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "since", "GET", "/v1/dlq/summary?since=1", nil)
+
+	// Redrive by ids and by filter.
+	if r := e.must(http.StatusOK, "POST", "/v1/dlq/redrive", map[string]any{"ids": []string{a1}}).m; r["redriven"] != 1.0 {
+		t.Fatalf("redrive ids = %v", r)
+	}
+	if st := e.state(a1); st != "pending" {
+		t.Fatalf("redriven task state %s", st)
+	}
+	if r := e.must(http.StatusOK, "POST", "/v1/dlq/redrive", map[string]any{"type": "b", "error_code": "E2", "limit": 10}).m; r["redriven"] != 1.0 {
+		t.Fatalf("redrive filter = %v", r)
+	}
+	if e.state(b1) != "pending" {
+		t.Fatal("b1 not redriven")
+	}
+	for _, c := range []struct{ body, field string }{
+		{`{"reason":"x"}`, "reason"}, {`{"since":"x"}`, "since"}, {`{"limit":-1}`, "limit"}, {`{"ids":[""]}`, "ids[0]"},
+		{`{"older_than_seconds":5}`, "older_than_seconds"}, {`{"type":"a b"}`, "type"},
+	} {
+		e.mustErr(http.StatusBadRequest, CodeInvalidField, c.field, "POST", "/v1/dlq/redrive", c.body)
+	}
+
+	// Purge: older_than excludes fresh deaths; the filter selects.
+	if r := e.must(http.StatusOK, "POST", "/v1/dlq/purge", map[string]any{"older_than_seconds": 3600}).m; r["purged"] != 0.0 {
+		t.Fatalf("purge older = %v", r)
+	}
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "older_than_seconds", "POST", "/v1/dlq/purge", `{"older_than_seconds":-1}`)
+	if r := e.must(http.StatusOK, "POST", "/v1/dlq/purge", map[string]any{"type": "a", "error_code": "E1"}).m; r["purged"] != 1.0 {
+		t.Fatalf("purge = %v", r)
+	}
+	e.mustErr(http.StatusNotFound, CodeNotFound, "", "GET", "/v1/tasks/"+a2, nil)
+	// An empty body matches every dead task.
+	if r := e.must(http.StatusOK, "POST", "/v1/dlq/purge", nil).m; r["purged"] != 1.0 {
+		t.Fatalf("purge all = %v", r)
+	}
+	if s := e.must(http.StatusOK, "GET", "/v1/dlq/summary", nil).m; s["total"] != 0.0 {
+		t.Fatalf("summary after purge = %v", s)
+	}
+}

@@ -1,0 +1,206 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// writeJSON sends v with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // only our own types are marshalled: a bug
+		b = []byte(`{"error":{"code":"internal","message":"could not encode the response"}}`)
+		status = http.StatusInternalServerError
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// readBody reads and decodes the JSON request body into dst, rejecting
+// oversized bodies (413), bodies that are not application/json (415),
+// malformed JSON, unknown fields and trailing data (400). When optional is
+// true an empty body is accepted and leaves dst unchanged; otherwise it is
+// a 400.
+func (s *server) readBody(w http.ResponseWriter, r *http.Request, dst any, optional bool) error {
+	tooLarge := &apiError{Status: http.StatusRequestEntityTooLarge, Code: CodePayloadTooLarge,
+		Message: fmt.Sprintf("request body is larger than %d bytes", s.maxBody)}
+	if r.ContentLength > s.maxBody {
+		return tooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return tooLarge
+		}
+		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: "could not read the request body"}
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		if optional {
+			return nil
+		}
+		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: "a JSON request body is required"}
+	}
+	if err := checkContentType(r); err != nil {
+		return err
+	}
+	return decodeJSON(body, dst, "")
+}
+
+// checkContentType requires application/json (parameters such as charset
+// are allowed, as is the +json suffix).
+func checkContentType(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || (strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json"))) {
+		return nil
+	}
+	if ct == "" {
+		ct = "none"
+	}
+	return &apiError{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType,
+		Message: fmt.Sprintf("request bodies must be application/json (got Content-Type %s)", ct)}
+}
+
+// decodeJSON strictly decodes one JSON value from data into dst. Field
+// names in errors are prefixed with prefix (e.g. "tasks[3].").
+func decodeJSON(data []byte, dst any, prefix string) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return jsonError(err, prefix)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformedJSON,
+			Message: "malformed JSON: unexpected data after the JSON value" + at(prefix)}
+	}
+	return nil
+}
+
+func at(prefix string) string {
+	if prefix == "" {
+		return ""
+	}
+	return " (in " + strings.TrimSuffix(prefix, ".") + ")"
+}
+
+// jsonError turns encoding/json errors into 400s naming the JSON field.
+func jsonError(err error, prefix string) error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	var ie *json.InvalidUnmarshalError
+	switch {
+	case errors.As(err, &ie):
+		return fmt.Errorf("decode request: %w", err) // a bug: 500
+	case errors.As(err, &se):
+		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformedJSON,
+			Message: fmt.Sprintf("malformed JSON at byte %d: %s%s", se.Offset, strings.TrimPrefix(se.Error(), "json: "), at(prefix))}
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: "malformed JSON: unexpected end of input" + at(prefix)}
+	case errors.As(err, &te):
+		if te.Field == "" {
+			if prefix == "" {
+				return fieldError("", "the request body must be a JSON object (got %s)", te.Value)
+			}
+			return fieldError(strings.TrimSuffix(prefix, "."), "must be a JSON object (got %s)", te.Value)
+		}
+		return fieldError(prefix+te.Field, "must be %s (got %s)", kindName(te), te.Value)
+	}
+	if rest, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fieldError(prefix+strings.Trim(rest, `"`), "unknown field")
+	}
+	return &apiError{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ") + at(prefix)}
+}
+
+func kindName(te *json.UnmarshalTypeError) string {
+	if te.Type == nil {
+		return "a valid value"
+	}
+	switch s := te.Type.String(); {
+	case s == "string":
+		return "a string"
+	case s == "bool":
+		return "a boolean"
+	case strings.HasPrefix(s, "int") || strings.HasPrefix(s, "uint"):
+		return "an integer in range"
+	case strings.HasPrefix(s, "float"):
+		return "a number"
+	case strings.HasPrefix(s, "[]") && s != "[]uint8":
+		return "an array"
+	case strings.HasPrefix(s, "map[") || strings.HasPrefix(s, "struct") || strings.Contains(s, "."):
+		return "an object"
+	}
+	return "a " + te.Type.Kind().String()
+}
+
+// Limits of duration fields.
+const (
+	maxDelay = 10 * 365 * 24 * time.Hour
+)
+
+// seconds converts a number of seconds in [0, max] into a Duration.
+func seconds(field string, v float64, max time.Duration) (time.Duration, error) {
+	if math.IsNaN(v) || v < 0 || v > max.Seconds() {
+		return 0, fieldError(field, "must be between 0 and %s seconds (got %g)", strconv.FormatFloat(max.Seconds(), 'f', -1, 64), v)
+	}
+	return time.Duration(math.Round(v * 1e9)), nil
+}
+
+// optSeconds is seconds for an optional field (nil = 0).
+func optSeconds(field string, v *float64, max time.Duration) (time.Duration, error) {
+	if v == nil {
+		return 0, nil
+	}
+	return seconds(field, *v, max)
+}
+
+// durSeconds writes a duration as (possibly fractional) seconds.
+func durSeconds(d time.Duration) float64 { return d.Seconds() }
+
+// parseTime reads an RFC 3339 timestamp.
+func parseTime(field, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fieldError(field, "must be an RFC 3339 time such as 2024-05-01T12:00:00Z (got %q)", truncate(s, 64))
+	}
+	return t, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// jsonTime is a timestamp in JSON: RFC 3339 in UTC with fractional seconds,
+// or null when zero.
+type jsonTime time.Time
+
+// MarshalJSON implements json.Marshaler.
+func (t jsonTime) MarshalJSON() ([]byte, error) {
+	tt := time.Time(t)
+	if tt.IsZero() {
+		return []byte("null"), nil
+	}
+	return []byte(`"` + tt.UTC().Format(time.RFC3339Nano) + `"`), nil
+}
+
+// isNull reports whether raw JSON is absent or the literal null.
+func isNull(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) == 0 || string(t) == "null"
+}

@@ -1,0 +1,160 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// statsWindow is the window of the attempt-based statistics.
+const statsWindow = time.Hour
+
+// nodeAliveAfter: a node whose last heartbeat is older is reported not alive
+// (nodes heartbeat every 5s).
+const nodeAliveAfter = 30 * time.Second
+
+// statsJSON are the statistics of one type or of all types.
+type statsJSON struct {
+	Type   string              `json:"type,omitempty"`
+	Counts map[store.State]int `json:"counts"`
+	Total  int                 `json:"total"`
+	// DLQSize is the number of dead tasks.
+	DLQSize int `json:"dlq_size"`
+	// Attempts, Retries and Failures count attempts finished in the window.
+	Attempts int `json:"attempts"`
+	Retries  int `json:"retries"`
+	Failures int `json:"failures"`
+	// RetryRate is retries / attempts in the window.
+	RetryRate float64 `json:"retry_rate"`
+	// MeanRetriesPerTask is retries / first attempts in the window.
+	MeanRetriesPerTask float64 `json:"mean_retries_per_task"`
+	firstAttempts      int
+}
+
+func newStats(typ string) *statsJSON {
+	st := &statsJSON{Type: typ, Counts: make(map[store.State]int, len(store.States))}
+	for _, s := range store.States {
+		st.Counts[s] = 0
+	}
+	return st
+}
+
+func (st *statsJSON) add(ts *store.TypeStats) {
+	for s, n := range ts.Counts {
+		st.Counts[s] += n
+		st.Total += n
+	}
+	st.DLQSize = st.Counts[store.StateDead]
+	st.firstAttempts += ts.FirstAttempts
+	st.Retries += ts.Retries
+	st.Failures += ts.Failures
+	st.Attempts = st.firstAttempts + st.Retries
+	if st.Attempts > 0 {
+		st.RetryRate = float64(st.Retries) / float64(st.Attempts)
+	}
+	if st.firstAttempts > 0 {
+		st.MeanRetriesPerTask = float64(st.Retries) / float64(st.firstAttempts)
+	}
+}
+
+// stats handles GET /v1/stats.
+func (s *server) stats(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseQuery(r); err != nil {
+		return err
+	}
+	tss, err := s.e.Stats(r.Context(), statsWindow)
+	if err != nil {
+		return err
+	}
+	overall := newStats("")
+	types := make([]*statsJSON, 0, len(tss))
+	for i := range tss {
+		st := newStats(tss[i].Type)
+		st.add(&tss[i])
+		overall.add(&tss[i])
+		types = append(types, st)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"window_seconds": statsWindow.Seconds(),
+		"overall":        overall,
+		"types":          types,
+	})
+	return nil
+}
+
+// nodeJSON is one registered node.
+type nodeJSON struct {
+	ID        string   `json:"id"`
+	Host      string   `json:"host"`
+	Version   string   `json:"version"`
+	Role      string   `json:"role"`
+	StartedAt jsonTime `json:"started_at"`
+	LastSeen  jsonTime `json:"last_seen"`
+	Alive     bool     `json:"alive"`
+}
+
+// nodes handles GET /v1/nodes: the nodes seen since ?since= (default: the
+// last hour).
+func (s *server) nodes(w http.ResponseWriter, r *http.Request) error {
+	q, err := parseQuery(r, "since")
+	if err != nil {
+		return err
+	}
+	now := s.now()
+	since, err := q.time("since")
+	if err != nil {
+		return err
+	}
+	if since.IsZero() {
+		since = now.Add(-time.Hour)
+	}
+	ns, err := s.e.Store().ListNodes(r.Context(), since)
+	if err != nil {
+		return err
+	}
+	out := make([]nodeJSON, len(ns))
+	for i, n := range ns {
+		out[i] = nodeJSON{ID: n.ID, Host: n.Host, Version: n.Version, Role: n.Role,
+			StartedAt: jsonTime(n.StartedAt), LastSeen: jsonTime(n.LastSeen), Alive: now.Sub(n.LastSeen) < nodeAliveAfter}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"nodes": out})
+	return nil
+}
+
+// healthz handles GET /healthz: the process is up.
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+// readyz handles GET /readyz: 200 when Config.Ready passes, else 503.
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := s.ready(ctx); err != nil {
+		s.log.Warn("not ready", "request_id", requestIDFrom(r.Context()), "err", err)
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady,
+			Message: "not ready: the database is unreachable or its migrations are not current (see the server log)"}
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}
+
+// defaultReady checks that the store answers and its schema is current.
+func (s *server) defaultReady(ctx context.Context) error {
+	st := s.e.Store()
+	if err := st.Ping(ctx); err != nil {
+		return err
+	}
+	applied, known, err := st.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if applied != known {
+		return fmt.Errorf("schema version %d, this binary needs %d", applied, known)
+	}
+	return nil
+}

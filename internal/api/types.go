@@ -1,0 +1,120 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/retry"
+)
+
+// maxTypeTimeout bounds timeout_seconds of a task type (as the engine does).
+const maxTypeTimeout = 24 * time.Hour
+
+// typeJSON is the wire form of a task type's configuration.
+type typeJSON struct {
+	Type           string         `json:"type"`
+	Retry          retry.Policy   `json:"retry"`
+	TimeoutSeconds float64        `json:"timeout_seconds"`
+	Priority       int            `json:"priority"`
+	Target         *engine.Target `json:"target"`
+	UpdatedAt      jsonTime       `json:"updated_at"`
+	Stored         bool           `json:"stored"`
+}
+
+func typeOut(spec engine.TypeSpec) typeJSON {
+	return typeJSON{
+		Type: spec.Type, Retry: spec.Policy.WithDefaults(), TimeoutSeconds: durSeconds(spec.Timeout),
+		Priority: spec.Priority, Target: spec.Target, UpdatedAt: jsonTime(spec.UpdatedAt), Stored: spec.Stored,
+	}
+}
+
+// typeBody is the body of PUT /v1/types/{type}.
+type typeBody struct {
+	Retry          json.RawMessage `json:"retry"`
+	TimeoutSeconds *float64        `json:"timeout_seconds"`
+	Priority       int             `json:"priority"`
+	Target         json.RawMessage `json:"target"` // an engine.Target, decoded apart so errors name "target.<field>"
+}
+
+// spec converts the body into a TypeSpec, validating the policy so that
+// errors name the field inside "retry".
+func (b *typeBody) spec(typ string) (engine.TypeSpec, error) {
+	spec := engine.TypeSpec{Type: typ, Priority: b.Priority}
+	if !isNull(b.Target) {
+		spec.Target = new(engine.Target)
+		if err := decodeJSON(b.Target, spec.Target, "target."); err != nil {
+			return spec, err
+		}
+	}
+	if len(b.Retry) > 0 {
+		if err := json.Unmarshal(b.Retry, &spec.Policy); err != nil {
+			return spec, policyError("retry", err)
+		}
+	}
+	if err := spec.Policy.Validate(); err != nil {
+		return spec, policyError("retry", err)
+	}
+	var err error
+	if spec.Timeout, err = optSeconds("timeout_seconds", b.TimeoutSeconds, maxTypeTimeout); err != nil {
+		return spec, err
+	}
+	return spec, nil
+}
+
+// listTypes handles GET /v1/types: every stored type configuration.
+func (s *server) listTypes(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseQuery(r); err != nil {
+		return err
+	}
+	specs, err := s.e.ListTypes(r.Context())
+	if err != nil {
+		return err
+	}
+	out := make([]typeJSON, len(specs))
+	for i, sp := range specs {
+		out[i] = typeOut(sp)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"types": out})
+	return nil
+}
+
+// getType handles GET /v1/types/{type}: the effective configuration, which
+// is the defaults (stored false) for a type never configured.
+func (s *server) getType(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseQuery(r); err != nil {
+		return err
+	}
+	spec, err := s.e.TypeSpec(r.Context(), r.PathValue("type"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, typeOut(spec))
+	return nil
+}
+
+// putType handles PUT /v1/types/{type}: stores (replaces) the configuration.
+func (s *server) putType(w http.ResponseWriter, r *http.Request) error {
+	if _, err := parseQuery(r); err != nil {
+		return err
+	}
+	typ := r.PathValue("type")
+	if err := engine.ValidateType("type", typ); err != nil {
+		return err
+	}
+	var b typeBody
+	if err := s.readBody(w, r, &b, false); err != nil {
+		return err
+	}
+	spec, err := b.spec(typ)
+	if err != nil {
+		return err
+	}
+	saved, err := s.e.PutType(r.Context(), spec)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, typeOut(saved))
+	return nil
+}

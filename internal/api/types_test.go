@@ -1,0 +1,83 @@
+package api
+
+import (
+	"net/http"
+	"testing"
+)
+
+func TestTypes(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	// An unconfigured type: the defaults, stored=false.
+	d := e.must(http.StatusOK, "GET", "/v1/types/never.set", nil).m
+	pol := d["retry"].(map[string]any)
+	if d["stored"] != false || d["type"] != "never.set" || pol["max_attempts"] != 5.0 || pol["backoff"] != "exponential" ||
+		d["target"] != nil || d["updated_at"] != nil || d["timeout_seconds"] != 300.0 {
+		t.Fatalf("default type = %v", d)
+	}
+	if l := e.must(http.StatusOK, "GET", "/v1/types", nil).m; len(l["types"].([]any)) != 0 {
+		t.Fatalf("types = %v", l)
+	}
+
+	p := e.must(http.StatusOK, "PUT", "/v1/types/billing/charge", map[string]any{
+		"retry":           map[string]any{"backoff": "linear", "initial_delay_seconds": 0.5, "max_delay_seconds": 60, "max_attempts": 7, "no_retry_on": []string{"402"}},
+		"timeout_seconds": 12.5,
+		"priority":        3,
+		"target":          map[string]any{"url": "https://example.com/hook", "headers": map[string]string{"X-K": "v"}, "timeout_seconds": 5},
+	}).m
+	pol = p["retry"].(map[string]any)
+	tg := p["target"].(map[string]any)
+	if p["type"] != "billing/charge" || p["stored"] != true || p["timeout_seconds"] != 12.5 || p["priority"] != 3.0 ||
+		pol["backoff"] != "linear" || pol["initial_delay_seconds"] != 0.5 || pol["max_attempts"] != 7.0 || pol["jitter"] != "proportional" ||
+		tg["url"] != "https://example.com/hook" || tg["timeout_seconds"] != 5.0 {
+		t.Fatalf("put = %v", p)
+	}
+	mustTime(t, p["updated_at"])
+	g := e.must(http.StatusOK, "GET", "/v1/types/billing/charge", nil).m
+	if g["stored"] != true || g["priority"] != 3.0 || g["retry"].(map[string]any)["max_attempts"] != 7.0 {
+		t.Fatalf("get = %v", g)
+	}
+	l := e.must(http.StatusOK, "GET", "/v1/types", nil).m["types"].([]any)
+	if len(l) != 1 || l[0].(map[string]any)["type"] != "billing/charge" {
+		t.Fatalf("list = %v", l)
+	}
+	// The type's priority and max attempts apply to new tasks.
+	task := e.enqueue(map[string]any{"type": "billing/charge"})
+	if task["priority"] != 3.0 || task["max_attempts"] != 7.0 {
+		t.Fatalf("task = %v", task)
+	}
+	// PUT replaces: an empty body config resets to defaults.
+	r := e.must(http.StatusOK, "PUT", "/v1/types/billing/charge", `{}`).m
+	if r["priority"] != 0.0 || r["target"] != nil || r["retry"].(map[string]any)["max_attempts"] != 5.0 {
+		t.Fatalf("reset = %v", r)
+	}
+
+	for _, c := range []struct{ body, field string }{
+		{`{"retry":{"backoff":"random"}}`, "retry.backoff"},
+		{`{"retry":{"initial_delay_seconds":10,"max_delay_seconds":5}}`, "retry.max_delay_seconds"},
+		{`{"retry":{"max_attempts":-1}}`, "retry.max_attempts"},
+		{`{"retry":{"jitter_fraction":2}}`, "retry.jitter_fraction"},
+		{`{"retry":{"bogus":1}}`, "retry.bogus"},
+		{`{"retry":{"initial_delay_seconds":"1s"}}`, "retry"}, // the retry package reports no field for this one
+		{`{"retry":[]}`, "retry"},
+		{`{"timeout_seconds":-1}`, "timeout_seconds"},
+		{`{"timeout_seconds":90000}`, "timeout_seconds"},
+		{`{"priority":"x"}`, "priority"},
+		{`{"priority":1000001}`, "priority"},
+		{`{"target":{"url":"ftp://x"}}`, "target.url"},
+		{`{"target":{}}`, "target.url"},
+		{`{"target":{"url":"http://x","method":"BREW"}}`, "target.method"},
+		{`{"target":{"url":"http://x","nope":1}}`, "target.nope"},
+		{`{"target":{"url":"http://x","timeout_seconds":-1}}`, "target.timeout_seconds"},
+		{`{"target":{"url":"http://x","concurrency":"many"}}`, "target.concurrency"},
+		{`{"type":"x"}`, "type"},
+	} {
+		e.mustErr(http.StatusBadRequest, CodeInvalidField, c.field, "PUT", "/v1/types/t1", c.body)
+	}
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "type", "PUT", "/v1/types/bad%20name", `{}`)
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "type", "GET", "/v1/types/bad%20name", nil)
+	e.mustErr(http.StatusBadRequest, CodeMalformedJSON, "", "PUT", "/v1/types/t1", nil)
+	e.mustErr(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "DELETE", "/v1/types/t1", nil)
+	if g := e.must(http.StatusOK, "GET", "/v1/types/t1", nil).m; g["stored"] != false {
+		t.Fatalf("invalid PUTs stored t1: %v", g)
+	}
+}
