@@ -29,6 +29,8 @@ type Options struct {
 	PollInterval time.Duration
 	// Retention of finished tasks (defaults 24h, 24h, 30 days; negative keeps forever).
 	SucceededRetention, CancelledRetention, DeadRetention time.Duration
+	// RetentionInterval is how often retention runs (default 1m).
+	RetentionInterval time.Duration
 	// NoScheduler disables the scheduler loops on this process (another
 	// process on the same database runs them).
 	NoScheduler bool
@@ -51,7 +53,8 @@ func NewClient(st store.Store, o Options) (*Client, error) {
 		DefaultPolicy: o.DefaultPolicy, DefaultTimeout: o.DefaultTimeout,
 		LeaseDuration: o.LeaseDuration, PollInterval: o.PollInterval,
 		SucceededRetention: o.SucceededRetention, CancelledRetention: o.CancelledRetention,
-		DeadRetention: o.DeadRetention, NoScheduler: o.NoScheduler, LeaderTTL: o.LeaderTTL,
+		DeadRetention: o.DeadRetention, NoScheduler: o.NoScheduler,
+		RetentionInterval: o.RetentionInterval, LeaderTTL: o.LeaderTTL,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("new client: %w", err)

@@ -223,3 +223,35 @@ func TestDelayedTaskStartsOnTime(t *testing.T) {
 		t.Fatal("delayed task did not start before the poll interval: no precise wake-up")
 	}
 }
+
+func TestRetentionDeletesAndCounts(t *testing.T) {
+	e := newEnv(t, retryq.Options{
+		DefaultPolicy:      fastPolicy(1),
+		SucceededRetention: 50 * time.Millisecond,
+		CancelledRetention: time.Hour,
+		DeadRetention:      150 * time.Millisecond,
+		RetentionInterval:  20 * time.Millisecond,
+	})
+	ctx := context.Background()
+	e.mux.HandleFunc("ok", func(ctx context.Context, task *retryq.Task) error { return nil })
+	e.mux.HandleFunc("bad", func(ctx context.Context, task *retryq.Task) error { return retryq.Permanent(errors.New("no")) })
+	e.startWorker(retryq.WorkerConfig{})
+	ok, _ := e.client.Enqueue(ctx, "ok", nil)
+	bad, _ := e.client.Enqueue(ctx, "bad", nil)
+	kept, _ := e.client.Enqueue(ctx, "idle", nil)
+	if _, err := e.client.Cancel(ctx, kept.Task.ID); err != nil {
+		t.Fatal(err)
+	}
+	gone := func(id string) bool {
+		_, err := e.client.Get(ctx, id)
+		return errors.Is(err, retryq.ErrNotFound)
+	}
+	waitFor(t, 10*time.Second, "succeeded and dead tasks to be deleted", func() bool { return gone(ok.Task.ID) && gone(bad.Task.ID) })
+	if gone(kept.Task.ID) {
+		t.Fatal("a cancelled task was deleted before its (1h) retention")
+	}
+	c := e.client.Counters()
+	if c.DeletedSucceeded != 1 || c.DeletedDead != 1 || c.DeletedCancelled != 0 {
+		t.Fatalf("retention counters %+v", c)
+	}
+}

@@ -17,6 +17,8 @@ type Counters struct {
 	LeaseLost      int64 // outcomes refused because the lease was gone
 	Reaped         int64 // expired leases handled by the reaper
 	Promoted       int64 // tasks promoted by the scheduler
+	// Retention deletions on this node (never silent: also logged).
+	DeletedSucceeded, DeletedCancelled, DeletedDead int64
 }
 
 type counters struct {
@@ -27,11 +29,13 @@ type counters struct {
 // Counters returns a snapshot of the engine's counters.
 func (e *Engine) Counters() Counters {
 	c := &e.ctr
+	r := e.Retained()
 	return Counters{
 		InsertCommits: c.insertCommits.Load(), Inserted: c.inserted.Load(),
 		Fetches: c.fetches.Load(), Fetched: c.fetched.Load(),
 		OutcomeCommits: c.outcomeCommits.Load(), Outcomes: c.outcomes.Load(),
 		Succeeded: c.succeeded.Load(), Retried: c.retried.Load(), Dead: c.dead.Load(),
 		LeaseLost: c.leaseLost.Load(), Reaped: c.reaped.Load(), Promoted: c.promoted.Load(),
+		DeletedSucceeded: int64(r.Succeeded), DeletedCancelled: int64(r.Cancelled), DeletedDead: int64(r.Dead),
 	}
 }

@@ -206,16 +206,26 @@ func (e *Engine) retention(ctx context.Context) {
 	if p.SucceededBefore.IsZero() && p.CancelledBefore.IsZero() && p.DeadBefore.IsZero() {
 		return
 	}
-	res, err := e.st.DeleteFinished(ctx, p)
-	if err != nil {
-		if ctx.Err() == nil {
-			e.log.Warn("retention failed", "err", err)
+	var total store.RetentionResult
+	// Bounded: at most 100 batches per run; the rest waits for the next run.
+	for i := 0; i < 100 && ctx.Err() == nil; i++ {
+		res, err := e.st.DeleteFinished(ctx, p)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("retention failed", "err", err)
+			}
+			break
 		}
-		return
+		e.retained.add(res)
+		total.Succeeded += res.Succeeded
+		total.Cancelled += res.Cancelled
+		total.Dead += res.Dead
+		if res.Succeeded < p.Limit && res.Cancelled < p.Limit && res.Dead < p.Limit {
+			break
+		}
 	}
-	e.retained.add(res)
-	if res.Succeeded+res.Cancelled+res.Dead > 0 {
-		e.log.Info("retention deleted finished tasks", "succeeded", res.Succeeded, "cancelled", res.Cancelled, "dead", res.Dead)
+	if total.Succeeded+total.Cancelled+total.Dead > 0 {
+		e.log.Info("retention deleted finished tasks", "succeeded", total.Succeeded, "cancelled", total.Cancelled, "dead", total.Dead)
 	}
 }
 
