@@ -33,8 +33,8 @@ func TestDispatch(t *testing.T) {
 		stderr     string
 		emptyOuput bool
 	}{
-		{args: nil, status: 2, stderr: "Commands:\n  run "},
-		{args: []string{"help"}, status: 0, stdout: "Commands:\n  run "},
+		{args: nil, status: 2, stderr: "\n  run "},
+		{args: []string{"help"}, status: 0, stdout: "\n  run "},
 		{args: []string{"--help"}, status: 0, stdout: "Usage:\n  retryq COMMAND"},
 		{args: []string{"frobnicate"}, status: 2, stderr: "retryq: unknown command \"frobnicate\""},
 		{args: []string{"help", "frobnicate"}, status: 2, stderr: "unknown command"},
