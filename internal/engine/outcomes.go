@@ -13,6 +13,18 @@ import (
 func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]struct{}, []error, error) {
 	now := e.now()
 	errs, err := e.st.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now})
+	// A database that is briefly away (restart, failover, network blip)
+	// should not cost finished work: retry the whole batch for a while. The
+	// leases stay valid meanwhile unless the outage outlasts them, in which
+	// case the conditional updates refuse the outcomes and the reaper's
+	// retry decision applies instead.
+	for backoff, tries := 50*time.Millisecond, 0; err != nil && errors.Is(err, store.ErrUnavailable) && tries < 8 && ctx.Err() == nil; tries++ {
+		e.log.Warn("record outcomes: database unavailable; retrying", "outcomes", len(outs), "backoff", backoff, "err", err)
+		sleepCtx(ctx, backoff)
+		backoff = min(2*backoff, 2*time.Second)
+		now = e.now()
+		errs, err = e.st.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now})
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -89,6 +89,11 @@ func (c Config) dsn(writer bool) string {
 	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(c.BusyTimeout.Milliseconds(), 10)+")")
 	q.Add("_pragma", "cache_size(-"+strconv.Itoa(c.CacheSizeKiB)+")")
 	q.Add("_pragma", "temp_store(MEMORY)")
+	// Ephemeral tables (UPDATE ... FROM (VALUES ...), sorters) take their
+	// page cache from the temp schema, and tearing one down walks its whole
+	// cache: a small temp cache keeps every batched statement cheap (bulk
+	// throughput went from ~10k to ~18k tasks/s) while main keeps its own.
+	q.Add("_pragma", "temp.cache_size(-1024)")
 	if writer {
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous("+c.Synchronous+")")
