@@ -21,15 +21,8 @@ func Bulk(st store.Store, n int, o Options) (Result, error) {
 	}
 	ctx := context.Background()
 	start := time.Now()
-	batch := make([]retryq.NewTask, 0, 1000)
-	for i := 0; i < n; i++ {
-		batch = append(batch, retryq.NewTask{Type: "bench", Payload: stamp()})
-		if len(batch) == cap(batch) || i == n-1 {
-			if _, err := h.client.EnqueueMany(ctx, batch); err != nil {
-				return Result{}, fmt.Errorf("bulk enqueue: %w", err)
-			}
-			batch = batch[:0]
-		}
+	if err := h.enqueueBatches(ctx, n); err != nil {
+		return Result{}, fmt.Errorf("bulk enqueue: %w", err)
 	}
 	h.startWorker()
 	if err := h.wait(runTimeout); err != nil {
@@ -113,15 +106,8 @@ func Retry(st store.Store, n int, o Options) (Result, error) {
 	}
 	ctx := context.Background()
 	start := time.Now()
-	batch := make([]retryq.NewTask, 0, 1000)
-	for i := 0; i < n; i++ {
-		batch = append(batch, retryq.NewTask{Type: "bench", Payload: stamp()})
-		if len(batch) == cap(batch) || i == n-1 {
-			if _, err := h.client.EnqueueMany(ctx, batch); err != nil {
-				return Result{}, fmt.Errorf("retry enqueue: %w", err)
-			}
-			batch = batch[:0]
-		}
+	if err := h.enqueueBatches(ctx, n); err != nil {
+		return Result{}, fmt.Errorf("retry enqueue: %w", err)
 	}
 	h.startWorker()
 	if err := h.wait(runTimeout); err != nil {
@@ -132,6 +118,21 @@ func Retry(st store.Store, n int, o Options) (Result, error) {
 		return r, fmt.Errorf("retry: %d handler calls for %d tasks, want exactly %d", r.Attempts, n, 3*n)
 	}
 	return r, verify(ctx, st, n)
+}
+
+// enqueueBatches enqueues n tasks with EnqueueMany, 1,000 per transaction.
+func (h *harness) enqueueBatches(ctx context.Context, n int) error {
+	batch := make([]retryq.NewTask, 0, 1000)
+	for i := 0; i < n; i++ {
+		batch = append(batch, retryq.NewTask{Type: "bench", Payload: stamp()})
+		if len(batch) == cap(batch) || i == n-1 {
+			if _, err := h.client.EnqueueMany(ctx, batch); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	return nil
 }
 
 func (h *harness) result(name string, n int, start time.Time) Result {
