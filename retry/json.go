@@ -13,17 +13,17 @@ import (
 // policyJSON is the wire form of Policy. Durations are decimal seconds kept
 // as text so that they convert exactly (see seconds.go).
 type policyJSON struct {
-	Backoff        string      `json:"backoff,omitempty"`
-	InitialDelay   json.Number `json:"initial_delay_seconds,omitempty"`
-	Multiplier     float64     `json:"multiplier,omitempty"`
-	MaxDelay       json.Number `json:"max_delay_seconds,omitempty"`
-	MaxDoublings   int         `json:"max_doublings,omitempty"`
-	Jitter         string      `json:"jitter,omitempty"`
-	JitterFraction float64     `json:"jitter_fraction,omitempty"`
-	MaxAttempts    int         `json:"max_attempts,omitempty"`
-	RetryWindow    json.Number `json:"retry_window_seconds,omitempty"`
-	RetryOn        []string    `json:"retry_on,omitempty"`
-	NoRetryOn      []string    `json:"no_retry_on,omitempty"`
+	Backoff        string          `json:"backoff,omitempty"`
+	InitialDelay   json.RawMessage `json:"initial_delay_seconds,omitempty"`
+	Multiplier     float64         `json:"multiplier,omitempty"`
+	MaxDelay       json.RawMessage `json:"max_delay_seconds,omitempty"`
+	MaxDoublings   int             `json:"max_doublings,omitempty"`
+	Jitter         string          `json:"jitter,omitempty"`
+	JitterFraction float64         `json:"jitter_fraction,omitempty"`
+	MaxAttempts    int             `json:"max_attempts,omitempty"`
+	RetryWindow    json.RawMessage `json:"retry_window_seconds,omitempty"`
+	RetryOn        []string        `json:"retry_on,omitempty"`
+	NoRetryOn      []string        `json:"no_retry_on,omitempty"`
 }
 
 // MarshalJSON writes p in its public JSON form:
@@ -55,11 +55,11 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-func secondsNumber(d time.Duration) json.Number {
+func secondsNumber(d time.Duration) json.RawMessage {
 	if d == 0 {
-		return ""
+		return nil
 	}
-	return json.Number(formatSeconds(d))
+	return json.RawMessage(formatSeconds(d))
 }
 
 // UnmarshalJSON reads the JSON form described at [Policy.MarshalJSON]. All
@@ -118,9 +118,15 @@ func (p *Policy) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-func decodeSeconds(field string, n json.Number) (time.Duration, error) {
-	if n == "" {
+func decodeSeconds(field string, raw json.RawMessage) (time.Duration, error) {
+	n := bytes.TrimSpace(raw)
+	if len(n) == 0 || string(n) == "null" {
 		return 0, nil
+	}
+	// Taking the raw value (rather than json.Number) lets a string such as
+	// "1s" be reported against its field instead of as malformed JSON.
+	if c := n[0]; c != '-' && (c < '0' || c > '9') {
+		return 0, fieldErr(field, "must be a number of seconds (got %.40s)", string(n))
 	}
 	d, err := parseSeconds(string(n))
 	if err != nil {
