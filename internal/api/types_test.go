@@ -57,7 +57,7 @@ func TestTypes(t *testing.T) {
 		{`{"retry":{"max_attempts":-1}}`, "retry.max_attempts"},
 		{`{"retry":{"jitter_fraction":2}}`, "retry.jitter_fraction"},
 		{`{"retry":{"bogus":1}}`, "retry.bogus"},
-		{`{"retry":{"initial_delay_seconds":"1s"}}`, "retry"}, // the retry package reports no field for this one
+		{`{"retry":{"initial_delay_seconds":"1s"}}`, "retry.initial_delay_seconds"},
 		{`{"retry":[]}`, "retry"},
 		{`{"timeout_seconds":-1}`, "timeout_seconds"},
 		{`{"timeout_seconds":90000}`, "timeout_seconds"},

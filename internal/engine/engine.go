@@ -159,6 +159,7 @@ type Engine struct {
 	inserts  *batcher[store.NewTask, store.InsertResult]
 	outcomes *batcher[store.Outcome, struct{}]
 	leases   *leaseTable
+	push     *pusher // push-target deliveries (push.go)
 	retained retentionCounts
 	ctr      counters
 
@@ -185,6 +186,7 @@ func New(cfg Config) (*Engine, error) {
 		leases: newLeaseTable(),
 	}
 	e.types = newTypeCache(e)
+	e.push = newPusher(e)
 	e.inserts = newBatcher(c.MaxEnqueueBatch, 4*c.MaxEnqueueBatch, e.commitInserts)
 	e.outcomes = newBatcher(c.MaxOutcomeBatch, 4*c.MaxOutcomeBatch, e.commitOutcomes)
 	return e, nil
@@ -225,6 +227,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	if !e.cfg.NoScheduler {
 		e.goLoop(func() { e.electionLoop(ctx) })
 	}
+	e.push.start(ctx) // push targets, on every node
 	return nil
 }
 
@@ -243,6 +246,9 @@ func (e *Engine) Close() error {
 	e.startMu.Lock()
 	cancel := e.cancel
 	e.startMu.Unlock()
+	// Push deliveries first: they release or record their outcomes through
+	// the commit loops, which stop below.
+	e.push.stop()
 	if cancel != nil {
 		cancel()
 	}

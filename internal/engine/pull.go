@@ -53,6 +53,9 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			return nil, err
 		}
 	}
+	if err := e.checkNoPushTargets(ctx, r.Types); err != nil {
+		return nil, err
+	}
 	if r.Max == 0 {
 		r.Max = 1
 	}

@@ -208,5 +208,6 @@ func (e *Engine) PutType(ctx context.Context, spec TypeSpec) (TypeSpec, error) {
 		return TypeSpec{}, fmt.Errorf("put type %s: %w", spec.Type, err)
 	}
 	e.types.invalidate(spec.Type)
+	e.pushTypesChanged()
 	return e.decodeType(saved)
 }

@@ -62,6 +62,9 @@ func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			return fmt.Errorf("run worker: %w", err)
 		}
 	}
+	if err := e.checkNoPushTargets(ctx, cfg.Types); err != nil {
+		return fmt.Errorf("run worker: %w", err)
+	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 10
 	}

@@ -1,0 +1,446 @@
+package engine
+
+// Push targets: the engine delivers the tasks of a type that has a Target
+// itself, by HTTP, instead of handing them to workers.
+//
+// Every node (leader or not) runs one pusher. Its refresh loop reads the
+// stored types every pushRefreshInterval, and at once after PutType in this
+// process (Engine.pushTypesChanged), and keeps one fetcher per type with a
+// target. A fetcher leases up to (concurrency − in flight) tasks of its type
+// with worker id "<node>/push", woken like in-process workers by the wake
+// broadcaster and the poll interval, and delivers each task in its own
+// goroutine. Concurrency is counted per type from lease to committed outcome,
+// so a type whose target hangs fills only its own slots: there is no shared
+// pool that one slow target could exhaust, and the total number of
+// deliveries is bounded by the sum of the types' concurrencies.
+//
+// A delivery is one HTTP request: the payload as body (Content-Type
+// application/json), the target's headers, then Retryq-Task-Id (the
+// receiver's idempotency key), Retryq-Attempt and Retryq-Task-Type, which
+// the target's headers cannot override. Its context times out after the
+// target's timeout_seconds, else the type's timeout, else 30s. The outcome
+// goes through the single retry decision (Engine.Decide) and the outcome
+// coalescer; the pusher has no retry loop of its own:
+//
+//   - 2xx: succeeded;
+//   - 429, 408, 5xx except 501: transient, code = the status ("503");
+//     Retry-After (seconds or HTTP date) sets the delay, capped by the
+//     policy's max delay (in retry.Policy.Decide);
+//   - any other status, 3xx included: permanent, code = the status;
+//   - the attempt timed out: transient, "timeout";
+//   - refused connection: transient, "connection_refused"; a reset or a
+//     connection closed without a response (EOF): transient,
+//     "connection_reset"; other network errors as retry.Classify says, and
+//     unrecognised ones class unknown (retried), code "delivery_error".
+//
+// The history row's Detail holds "HTTP <status>: <first KiB of the body>"
+// for every response, successes included.
+//
+// Redirects are never followed, whatever the method: following a 301/302/303
+// turns a POST into a body-less GET and would silently drop the payload, and
+// a push target is configuration, so a redirect means the URL is wrong. A 3xx
+// is a permanent failure (code "301", …) whose detail names the Location; fix
+// the URL and redrive the dead tasks.
+//
+// The request carries no Idempotency-Key header on purpose: net/http treats
+// requests with one as replayable and may resend them on its own after some
+// connection errors, which would be a hidden retry outside Decide.
+//
+// Leases: a fetch leases for timeout + pushLeaseMargin, and the delivery is
+// registered in the engine's lease table, so the heartbeat loop extends it
+// and a lease found lost (the task was cancelled or reaped) cancels the
+// request; its outcome is then dropped. If the node dies, the reaper retries
+// the task as lease_expired.
+//
+// Shutdown (Engine.Close, before the commit loops stop): fetchers stop at
+// once; deliveries in flight get up to pushShutdownGrace to finish and
+// record their outcome; those still running are then cancelled and their
+// leases released (pending again, the attempt not counted) so another node
+// delivers them at once instead of waiting for the lease to expire. The
+// receiver may therefore see the same Retryq-Task-Id twice; that is what the
+// idempotency key is for.
+//
+// Config conflict: a type with a target must not also be served by
+// in-process workers (RunWorker) or pull workers (Lease). Both would compete
+// with the pusher for the same tasks; each task is still leased by only one
+// of them at a time, but which one runs it is arbitrary. See
+// Engine.checkNoPushTargets.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// Push defaults and limits.
+const (
+	DefaultPushConcurrency = 16
+	DefaultPushTimeout     = 30 * time.Second
+
+	// CodeDeliveryError is the error code of a failed delivery that no
+	// classifier recognised (class unknown, retried).
+	CodeDeliveryError = "delivery_error"
+
+	pushRefreshInterval = typeCacheTTL
+	pushLeaseMargin     = 10 * time.Second // covers the outcome commit after a timed-out request
+	pushMaxFetch        = 100              // tasks per fetch
+	pushBodyExcerpt     = 1 << 10          // bytes of the response body kept in the history
+	pushDrainLimit      = 64 << 10         // bytes read past the excerpt to reuse the connection
+	pushShutdownGrace   = 10 * time.Second // in-flight deliveries may finish within this at Close
+	pushStopWait        = 5 * time.Second  // then cancelled deliveries must return within this
+)
+
+// Headers set on every delivery.
+const (
+	HeaderTaskID   = "Retryq-Task-Id"
+	HeaderAttempt  = "Retryq-Attempt"
+	HeaderTaskType = "Retryq-Task-Type"
+)
+
+// pushTarget is a type's resolved target. It is immutable; a changed
+// configuration is swapped in as a new value.
+type pushTarget struct {
+	url         string
+	method      string
+	header      http.Header
+	host        string // a "Host" header from the target, else ""
+	timeout     time.Duration
+	concurrency int
+	raw         string // stored JSON and timeout, to detect changes
+}
+
+// resolveTarget applies the defaults: method POST, timeout the target's,
+// else the type's stored timeout, else 30s; concurrency 16.
+func resolveTarget(t *Target, typeTimeout time.Duration) *pushTarget {
+	pt := &pushTarget{url: t.URL, method: t.Method, header: make(http.Header), concurrency: t.Concurrency}
+	if pt.method == "" {
+		pt.method = http.MethodPost
+	}
+	switch {
+	case t.TimeoutSeconds > 0:
+		pt.timeout = time.Duration(t.TimeoutSeconds * float64(time.Second))
+	case typeTimeout > 0:
+		pt.timeout = typeTimeout
+	default:
+		pt.timeout = DefaultPushTimeout
+	}
+	if pt.concurrency <= 0 {
+		pt.concurrency = DefaultPushConcurrency
+	}
+	pt.header.Set("Content-Type", "application/json")
+	for k, v := range t.Headers {
+		if strings.EqualFold(k, "Host") {
+			pt.host = v
+			continue
+		}
+		pt.header.Set(k, v)
+	}
+	return pt
+}
+
+// pusher runs the push fetchers and deliveries of one engine.
+type pusher struct {
+	e        *Engine
+	client   *http.Client
+	workerID string
+	grace    time.Duration // pushShutdownGrace; tests shorten it
+	refresh  chan struct{} // one slot: the stored types changed
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	fetchers map[string]*pushFetcher
+
+	ctx              context.Context // fetchers' context; cancelled first at stop
+	cancel           context.CancelFunc
+	deliverCtx       context.Context // deliveries' context; cancelled after the grace
+	cancelDeliveries context.CancelFunc
+	loops            sync.WaitGroup // refresh loop and fetchers
+	deliveries       sync.WaitGroup // delivery goroutines
+	stopOnce         sync.Once
+}
+
+func newPusher(e *Engine) *pusher {
+	return &pusher{
+		e:        e,
+		client:   newPushClient(),
+		workerID: e.cfg.NodeID + "/push",
+		grace:    pushShutdownGrace,
+		refresh:  make(chan struct{}, 1),
+		fetchers: make(map[string]*pushFetcher),
+	}
+}
+
+// newPushClient returns the HTTP client shared by all deliveries: a
+// transport sized for many concurrent requests to the same few hosts (the
+// default keeps only 2 idle connections per host, so a busy target would
+// pay a new connection per request), no overall client timeout (each
+// request has its own context) and no redirects.
+func newPushClient() *http.Client {
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   10 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &http.Client{
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// pushTypesChanged makes the pusher reload the stored types now (called
+// after PutType). It never blocks.
+func (e *Engine) pushTypesChanged() {
+	if e.push == nil {
+		return
+	}
+	select {
+	case e.push.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// checkNoPushTargets returns an error naming the first of types that has a
+// push target: such a type is delivered by the engine and must not also be
+// fetched by workers.
+func (e *Engine) checkNoPushTargets(ctx context.Context, types []string) error {
+	for _, typ := range types {
+		ent, err := e.types.get(ctx, typ)
+		if err != nil {
+			return err
+		}
+		if ent.spec.Target != nil {
+			return fieldErr("types", "type %q has a push target: the engine delivers its tasks itself, workers must not fetch them", typ)
+		}
+	}
+	return nil
+}
+
+// start launches the refresh loop; parent is the engine's loop context.
+func (p *pusher) start(parent context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started || p.stopped {
+		return
+	}
+	p.started = true
+	p.ctx, p.cancel = context.WithCancel(parent)
+	p.deliverCtx, p.cancelDeliveries = context.WithCancel(context.WithoutCancel(parent))
+	p.loops.Add(1)
+	go func() {
+		defer p.loops.Done()
+		p.run(p.ctx)
+	}()
+}
+
+// stop stops fetching, lets deliveries finish within the grace, cancels and
+// releases the rest and waits for their outcomes. It must run before the
+// outcome coalescer stops. It is idempotent.
+func (p *pusher) stop() {
+	p.stopOnce.Do(func() {
+		p.mu.Lock()
+		p.stopped = true
+		started := p.started
+		if started {
+			p.cancel()
+		}
+		p.mu.Unlock()
+		if !started {
+			return
+		}
+		p.loops.Wait() // no delivery starts after this
+		done := make(chan struct{})
+		go func() {
+			p.deliveries.Wait()
+			close(done)
+		}()
+		grace := time.NewTimer(p.grace)
+		defer grace.Stop()
+		select {
+		case <-done:
+		case <-grace.C:
+			p.e.log.Info("push deliveries still running at shutdown; cancelling and releasing them", "node", p.e.cfg.NodeID)
+			p.cancelDeliveries()
+			wait := time.NewTimer(pushStopWait)
+			defer wait.Stop()
+			select {
+			case <-done:
+			case <-wait.C:
+				p.e.log.Warn("push deliveries did not return after cancellation", "node", p.e.cfg.NodeID)
+			}
+		}
+		p.cancelDeliveries()
+		p.client.CloseIdleConnections()
+	})
+}
+
+// run keeps the set of fetchers in line with the stored targets.
+func (p *pusher) run(ctx context.Context) {
+	tick := time.NewTicker(pushRefreshInterval)
+	defer tick.Stop()
+	for {
+		if err := p.sync(ctx); err != nil && ctx.Err() == nil {
+			p.e.log.Warn("push: reload types failed; keeping the current targets", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-p.refresh:
+		}
+	}
+}
+
+// sync reads the stored types and starts, updates or stops fetchers.
+func (p *pusher) sync(ctx context.Context) error {
+	tcs, err := p.e.st.ListTypes(ctx)
+	if err != nil {
+		return err
+	}
+	want := make(map[string]*pushTarget)
+	for _, tc := range tcs {
+		raw := bytes.TrimSpace(tc.Target)
+		if len(raw) == 0 || string(raw) == "null" {
+			continue
+		}
+		var t Target
+		if err := json.Unmarshal(raw, &t); err != nil {
+			p.e.log.Error("push: undecodable target; type not delivered", "type", tc.Type, "err", err)
+			continue
+		}
+		if err := t.Validate(); err != nil {
+			p.e.log.Error("push: invalid target; type not delivered", "type", tc.Type, "err", err)
+			continue
+		}
+		pt := resolveTarget(&t, tc.Timeout)
+		pt.raw = string(raw) + "|" + tc.Timeout.String()
+		want[tc.Type] = pt
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || ctx.Err() != nil {
+		return nil
+	}
+	for typ, f := range p.fetchers {
+		if want[typ] == nil {
+			f.cancel()
+			delete(p.fetchers, typ)
+			p.e.log.Info("push target removed; deliveries in flight finish", "type", typ)
+		}
+	}
+	for typ, pt := range want {
+		if f := p.fetchers[typ]; f != nil {
+			if f.target.Load().raw != pt.raw {
+				f.target.Store(pt)
+				signal(f.changed)
+				p.e.log.Info("push target updated", "type", typ, "url", pt.url, "concurrency", pt.concurrency, "timeout", pt.timeout)
+			}
+			continue
+		}
+		fctx, cancel := context.WithCancel(ctx)
+		f := &pushFetcher{p: p, typ: typ, cancel: cancel, freed: make(chan struct{}, 1), changed: make(chan struct{}, 1)}
+		f.target.Store(pt)
+		p.fetchers[typ] = f
+		p.loops.Add(1)
+		go func() {
+			defer p.loops.Done()
+			f.run(fctx)
+		}()
+		p.e.log.Info("push target active", "type", typ, "url", pt.url, "concurrency", pt.concurrency, "timeout", pt.timeout)
+	}
+	return nil
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// pushFetcher leases and delivers the tasks of one push type.
+type pushFetcher struct {
+	p        *pusher
+	typ      string
+	target   atomic.Pointer[pushTarget]
+	inFlight atomic.Int64  // leased and not yet recorded or released
+	freed    chan struct{} // one slot: a delivery finished
+	changed  chan struct{} // one slot: the target changed
+	cancel   context.CancelFunc
+}
+
+func (f *pushFetcher) run(ctx context.Context) {
+	e := f.p.e
+	sub := e.wake.subscribe()
+	defer e.wake.unsubscribe(sub)
+	timer := time.NewTimer(e.cfg.PollInterval)
+	defer timer.Stop()
+	backoff := 10 * time.Millisecond
+	for ctx.Err() == nil {
+		pt := f.target.Load()
+		free := int64(pt.concurrency) - f.inFlight.Load()
+		if free <= 0 {
+			select {
+			case <-f.freed:
+			case <-f.changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		limit := int(min(free, pushMaxFetch))
+		tasks, err := e.st.FetchTasks(ctx, store.FetchParams{
+			Types: []string{f.typ}, Limit: limit, WorkerID: f.p.workerID,
+			LeaseDuration: pt.timeout + pushLeaseMargin, Now: e.now(),
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			e.log.Warn("push: fetch failed; backing off", "type", f.typ, "err", err, "backoff", backoff)
+			sleepCtx(ctx, backoff)
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		for i := range tasks {
+			t := &tasks[i]
+			f.inFlight.Add(1)
+			e.leases.add(t.ID, t.LeaseID)
+			f.p.deliveries.Add(1)
+			go f.p.deliver(f, pt, t)
+		}
+		if len(tasks) == limit {
+			continue // there may be more
+		}
+		resetTimer(timer, e.cfg.PollInterval)
+		select {
+		case <-sub:
+		case <-timer.C:
+		case <-f.changed:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (f *pushFetcher) finish() {
+	f.inFlight.Add(-1)
+	signal(f.freed)
+}

@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/retryq/retryq/retry"
+	"github.com/retryq/retryq/store"
+)
+
+// pushResult is what one HTTP delivery produced.
+type pushResult struct {
+	status     int           // response status; 0 when no response arrived
+	retryAfter time.Duration // parsed Retry-After of the response
+	location   string        // Location of a 3xx response
+	excerpt    string        // first pushBodyExcerpt bytes of the body, made printable
+	truncated  bool          // the body was longer than the excerpt
+	err        error         // transport error when status is 0
+	timedOut   bool          // the attempt's timeout fired
+}
+
+// deliver runs one delivery of a leased task and records its outcome.
+func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
+	e := p.e
+	defer p.deliveries.Done()
+	defer f.finish() // after the outcome is committed: the slot counts until then
+
+	leaseCtx, cancelLease := context.WithCancelCause(p.deliverCtx)
+	defer cancelLease(nil)
+	if !e.leases.start(t.ID, cancelLease) {
+		e.leases.remove(t.ID)
+		e.log.Warn("push: lease lost before the delivery started; skipped", "task_id", t.ID, "type", t.Type)
+		return
+	}
+	e.log.Debug("push delivery started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "url", pt.url)
+	res := p.attempt(leaseCtx, pt, t)
+	e.leases.remove(t.ID)
+	// Outcomes are committed even if the engine is shutting down: the
+	// commit loops stop only after the pusher.
+	recCtx := context.WithoutCancel(leaseCtx)
+
+	if res.status == 0 && leaseCtx.Err() != nil {
+		if errors.Is(context.Cause(leaseCtx), errLeaseLost) {
+			e.log.Warn("push delivery aborted: lease lost (task cancelled or reaped)", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
+			return
+		}
+		// Shutdown cancelled the request: give the task back at once.
+		out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
+		_ = e.record(recCtx, t, out)
+		return
+	}
+
+	now := e.now()
+	var out store.Outcome
+	if res.status >= 200 && res.status <= 299 {
+		out = store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StateSucceeded,
+			OutcomeKind: store.OutcomeSucceeded, Detail: res.detail()}
+	} else {
+		spec := e.defaultSpec(t.Type)
+		if ent, err := e.types.get(recCtx, t.Type); err == nil {
+			spec = ent.spec
+		}
+		out = e.Decide(t, &spec, res.failure(pt), now)
+	}
+	_ = e.record(recCtx, t, out) // logged by record
+}
+
+// attempt sends the request and reads the start of the response.
+func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) pushResult {
+	ctx, cancel := context.WithTimeoutCause(parent, pt.timeout, errAttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, pt.method, pt.url, bytes.NewReader(t.Payload))
+	if err != nil {
+		return pushResult{err: err}
+	}
+	req.Header = pt.header.Clone()
+	if pt.host != "" {
+		req.Host = pt.host
+	}
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "retryq/"+p.e.cfg.Version)
+	}
+	req.Header.Set(HeaderTaskID, t.ID)
+	req.Header.Set(HeaderAttempt, strconv.Itoa(t.Attempt))
+	req.Header.Set(HeaderTaskType, t.Type)
+
+	resp, err := p.client.Do(req)
+	if err != nil {
+		return pushResult{err: err, timedOut: errors.Is(context.Cause(ctx), errAttemptTimeout)}
+	}
+	defer resp.Body.Close()
+	res := pushResult{status: resp.StatusCode}
+	if v := resp.Header.Get("Retry-After"); v != "" {
+		res.retryAfter, _ = retry.ParseRetryAfter(v, p.e.now())
+	}
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		res.location = resp.Header.Get("Location")
+	}
+	// The status decides the outcome; a body that cannot be read in time
+	// only shortens the excerpt.
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, pushBodyExcerpt+1))
+	if len(b) > pushBodyExcerpt {
+		b, res.truncated = b[:pushBodyExcerpt], true
+	}
+	res.excerpt = printable(b)
+	// Read a little more so the connection can be reused; a larger body
+	// closes it.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, pushDrainLimit))
+	return res
+}
+
+// printable makes a body excerpt safe to store as text: valid UTF-8 (a rune
+// cut by the excerpt limit becomes U+FFFD) without NUL bytes, which
+// PostgreSQL text refuses.
+func printable(b []byte) string {
+	s := strings.ToValidUTF8(string(b), "\uFFFD")
+	return strings.ReplaceAll(s, "\x00", "\uFFFD")
+}
+
+// detail is the history detail of a response: "HTTP 503: <body excerpt>".
+func (r *pushResult) detail() string {
+	if r.status == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "HTTP %d", r.status)
+	if r.location != "" {
+		fmt.Fprintf(&sb, " (redirect to %s not followed)", r.location)
+	}
+	if r.excerpt != "" {
+		sb.WriteString(": ")
+		sb.WriteString(r.excerpt)
+		if r.truncated {
+			sb.WriteString(" …[truncated]")
+		}
+	}
+	return sb.String()
+}
+
+// failure converts a failed delivery into the Failure that Decide
+// classifies (the policy's retry_on / no_retry_on lists still apply to the
+// code).
+func (r *pushResult) failure(pt *pushTarget) Failure {
+	switch {
+	case r.status != 0:
+		he := &retry.HTTPError{StatusCode: r.status, RetryAfter: r.retryAfter}
+		msg := he.Error()
+		if r.status >= 300 && r.status <= 399 {
+			msg += ": push targets do not follow redirects"
+		}
+		return Failure{Code: strconv.Itoa(r.status), Message: msg, Class: he.Class(),
+			RetryAfter: r.retryAfter, Detail: r.detail()}
+	case r.timedOut:
+		return Failure{Code: retry.CodeTimeout, Class: retry.ClassTransient,
+			Message: fmt.Sprintf("push delivery timed out after %s: %v", pt.timeout, r.err)}
+	}
+	class, code, _ := retry.Classify(r.err)
+	if code == "" && errors.Is(r.err, io.EOF) {
+		// The target closed the connection without answering.
+		class, code = retry.ClassTransient, retry.CodeConnectionReset
+	}
+	switch code {
+	case retry.CodeDeadlineExceeded:
+		class, code = retry.ClassTransient, retry.CodeTimeout
+	case "", retry.CodeCanceled:
+		class, code = retry.ClassUnknown, CodeDeliveryError
+	}
+	return Failure{Code: code, Message: "push delivery failed: " + r.err.Error(), Class: class}
+}
