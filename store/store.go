@@ -11,7 +11,8 @@ import (
 // a batch either happens whole or not at all. See docs/storage.md.
 type Store interface {
 	// InsertTasks inserts a batch of new tasks in one transaction. A task whose
-	// RunAt is after Now starts scheduled, otherwise pending. A task whose
+	// RunAt is after Now starts scheduled, otherwise pending (or running, when
+	// NewTask.Lease asks for direct dispatch). A task whose
 	// idempotency key already exists (in the table or earlier in the same
 	// batch) is not inserted: its result holds the existing task and
 	// Duplicate=true. Results are in input order.
@@ -135,6 +136,21 @@ type NewTask struct {
 	MaxAttempts    int
 	IdempotencyKey string    // "" = none
 	RunAt          time.Time // zero = Now
+	// Lease, when set, inserts a task that is due at once already leased
+	// (direct dispatch to a worker that has a free slot): it starts running
+	// with Attempt 1, the given LeaseID, LeaseExpiresAt = Now+Lease.Duration,
+	// WorkerID and StartedAt = Now. It is ignored for a task that starts
+	// scheduled and for a duplicate idempotency key (the existing task is
+	// returned as it is).
+	Lease *NewLease
+}
+
+// NewLease leases a task at insert time. LeaseID must be unique, like the
+// lease ids FetchTasks grants.
+type NewLease struct {
+	LeaseID  string
+	WorkerID string
+	Duration time.Duration
 }
 
 // InsertParams is the input of InsertTasks.

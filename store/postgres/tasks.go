@@ -91,12 +91,13 @@ func collectTasks(rows pgx.Rows) ([]store.Task, error) {
 
 const insertTasksSQL = `
 INSERT INTO tasks AS t (id, type, payload, priority, effective_prio, state, max_attempts,
-	idempotency_key, run_at, created_at, updated_at)
+	idempotency_key, run_at, created_at, updated_at, attempt, lease_id, lease_expires_at, worker_id, started_at)
 SELECT i.id, i.type, i.payload, i.priority, i.priority, i.state, i.max_attempts,
-	i.key, i.run_at, $10, $10
+	i.key, i.run_at, $10::timestamptz, $10::timestamptz, i.attempt, i.lease_id, i.lease_exp, i.worker_id,
+	CASE WHEN i.lease_id IS NULL THEN NULL::timestamptz ELSE $10::timestamptz END
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::text[], $6::int[],
-	$7::text[], $8::timestamptz[], $9::int[]) AS i(id, type, payload, priority, state,
-	max_attempts, key, run_at, ord)
+	$7::text[], $8::timestamptz[], $9::int[], $11::int[], $12::text[], $13::timestamptz[], $14::text[])
+	AS i(id, type, payload, priority, state, max_attempts, key, run_at, ord, attempt, lease_id, lease_exp, worker_id)
 ORDER BY i.ord
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ` + taskCols
@@ -120,6 +121,9 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 		prios, maxes, ords = make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n)
 		keys               = make([]*string, 0, n)
 		runAts             = make([]time.Time, 0, n)
+		attempts           = make([]int32, 0, n)
+		leaseIDs, workers  = make([]*string, 0, n), make([]string, 0, n)
+		leaseExps          = make([]*time.Time, 0, n)
 		firstByKey         = map[string]int{} // idempotency key -> first input index
 		dupOf              = make([]int, n)   // input index -> earlier index with the same key, or -1
 	)
@@ -148,6 +152,18 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 		if runAt.After(p.Now) {
 			state = store.StateScheduled
 		}
+		if nt.Lease != nil && state == store.StatePending {
+			state = store.StateRunning
+			attempts = append(attempts, 1)
+			leaseIDs = append(leaseIDs, &nt.Lease.LeaseID)
+			workers = append(workers, nt.Lease.WorkerID)
+			leaseExps = append(leaseExps, nullTime(p.Now.Add(nt.Lease.Duration)))
+		} else {
+			attempts = append(attempts, 0)
+			leaseIDs = append(leaseIDs, nil)
+			workers = append(workers, "")
+			leaseExps = append(leaseExps, nil)
+		}
 		ids = append(ids, nt.ID)
 		types = append(types, nt.Type)
 		payloads = append(payloads, []byte(nt.Payload))
@@ -162,7 +178,7 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 	results := make([]store.InsertResult, n)
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, insertTasksSQL, ids, types, payloads, prios, states, maxes,
-			keys, runAts, ords, now)
+			keys, runAts, ords, now, attempts, leaseIDs, leaseExps, workers)
 		if err != nil {
 			return err
 		}

@@ -115,7 +115,7 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 			}
 			keys = keys[n:]
 		}
-		const cols = 11
+		const cols = 16
 		args := make([]any, 0, cols*len(p.Tasks))
 		for i, nt := range p.Tasks {
 			if nt.IdempotencyKey != "" {
@@ -137,15 +137,25 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 				State: state, MaxAttempts: nt.MaxAttempts, IdempotencyKey: nt.IdempotencyKey,
 				RunAt: fromMicros(runAt.UnixMicro()), CreatedAt: fromMicros(now), UpdatedAt: fromMicros(now),
 			}
+			var leaseID, leaseExp, startedAt any
+			if nt.Lease != nil && state == store.StatePending {
+				t.State, t.Attempt = store.StateRunning, 1
+				t.LeaseID, t.WorkerID = nt.Lease.LeaseID, nt.Lease.WorkerID
+				t.LeaseExpiresAt = fromMicros(p.Now.Add(nt.Lease.Duration).UnixMicro())
+				t.StartedAt = fromMicros(now)
+				leaseID, leaseExp, startedAt = t.LeaseID, t.LeaseExpiresAt.UnixMicro(), now
+			}
 			results[i] = store.InsertResult{Task: t}
 			if nt.IdempotencyKey != "" {
 				existing[nt.IdempotencyKey] = t // later duplicates in this batch
 			}
 			args = append(args, t.ID, t.Type, blob(t.Payload), t.Priority, t.EffectivePrio, string(t.State),
-				t.MaxAttempts, nullStr(t.IdempotencyKey), runAt.UnixMicro(), now, now)
+				t.MaxAttempts, nullStr(t.IdempotencyKey), runAt.UnixMicro(), now, now,
+				t.Attempt, leaseID, leaseExp, t.WorkerID, startedAt)
 		}
 		return s.insertRows(ctx, tx, `INSERT INTO tasks (id, type, payload, priority, effective_prio, state,
-			max_attempts, idempotency_key, run_at, created_at, updated_at)`, cols, args)
+			max_attempts, idempotency_key, run_at, created_at, updated_at,
+			attempt, lease_id, lease_expires_at, worker_id, started_at)`, cols, args)
 	})
 	if err != nil {
 		return nil, err

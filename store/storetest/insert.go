@@ -19,6 +19,49 @@ var insertTests = []testCase{
 	{"Insert/IdempotencyExisting", testIdemExisting},
 	{"Insert/IdempotencyWithinBatch", testIdemBatch},
 	{"Insert/IdempotencyConcurrent", testIdemConcurrent},
+	{"Insert/Leased", testInsertLeased},
+}
+
+// testInsertLeased covers direct dispatch: a due task inserted with a lease
+// starts running under it; scheduled tasks and duplicates ignore the lease.
+func testInsertLeased(e *env) {
+	lease := func(id string) *store.NewLease {
+		return &store.NewLease{LeaseID: "direct-" + id, WorkerID: "w-direct", Duration: 30 * time.Second}
+	}
+	due, later, dup := nt("t_due", "a"), nt("t_later", "a"), nt("t_dup", "a")
+	due.Lease, later.Lease = lease("due"), lease("later")
+	later.RunAt = base.Add(time.Minute)
+	e.insert(base, nt("t_keyed", "a"))
+	keyed := nt("t_k1", "a")
+	keyed.IdempotencyKey = "k"
+	e.insert(base, keyed)
+	dup.IdempotencyKey, dup.Lease = "k", lease("dup")
+	res := e.insert(base, due, later, dup)
+	e.eq("due state", res[0].Task.State, store.StateRunning)
+	e.eq("due attempt", res[0].Task.Attempt, 1)
+	e.eq("due lease", res[0].Task.LeaseID, "direct-due")
+	e.eq("due worker", res[0].Task.WorkerID, "w-direct")
+	e.eqTime("due lease expiry", res[0].Task.LeaseExpiresAt, base.Add(30*time.Second))
+	got := e.get("t_due", store.StateRunning)
+	e.eq("stored lease", got.LeaseID, "direct-due")
+	e.eq("stored attempt", got.Attempt, 1)
+	e.eqTime("stored started", got.StartedAt, base)
+	e.eq("scheduled ignores the lease", res[1].Task.State, store.StateScheduled)
+	e.eq("scheduled lease id", e.get("t_later", store.StateScheduled).LeaseID, "")
+	e.eq("duplicate", res[2].Duplicate, true)
+	e.eq("duplicate keeps the existing task", e.get("t_k1", store.StatePending).LeaseID, "")
+	// The leased task is not fetched again, it shows in lease expiry, and its
+	// outcome applies under the direct lease with a complete history row.
+	exp, err := e.s.ExpiredLeases(e.ctx, store.ExpiredParams{Limit: 10, Now: base.Add(time.Minute)})
+	e.noErr("expired leases", err)
+	e.eqIDs("expired", exp, "t_due")
+	e.eqIDs("fetch", e.fetch(base, 10), "t_k1", "t_keyed")
+	e.mustRecord(base.Add(time.Second), succeed(got))
+	hist := e.attempts("t_due")
+	e.eq("history rows", len(hist), 1)
+	e.eq("history worker", hist[0].WorkerID, "w-direct")
+	e.eqTime("history started", hist[0].StartedAt, base)
+	e.eq("history number", hist[0].Number, 1)
 }
 
 func testInsertSingle(e *env) {

@@ -1,0 +1,451 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// This file holds what the commands talking to a retryq server share: the
+// --server, --token and --json flags, the HTTP client, and the translation
+// of error answers and transport failures into one-line messages.
+
+// exitFailure is the exit status of a command the server (or the network)
+// failed: an API error, an unreachable server, a refused confirmation.
+const exitFailure = 1
+
+// defaultServerURL is the API address when --server and RETRYQ_SERVER are unset.
+const defaultServerURL = "http://127.0.0.1:7420"
+
+// requestTimeout bounds one API call (long polls wait at most 30s).
+const requestTimeout = 60 * time.Second
+
+// maxResponseBytes bounds how much of an answer is read.
+const maxResponseBytes = 64 << 20
+
+// clientFlags are the flags of the commands that call the API.
+type clientFlags struct {
+	server string
+	token  string
+	json   bool
+}
+
+// register adds --server and --token, and --json when withJSON.
+func (f *clientFlags) register(fs *flag.FlagSet, withJSON bool) {
+	fs.StringVar(&f.server, "server", "", "retryq server `URL` (env RETRYQ_SERVER; default "+defaultServerURL+")")
+	fs.StringVar(&f.token, "token", "", "API bearer `token` (env RETRYQ_API_TOKEN)")
+	if withJSON {
+		fs.BoolVar(&f.json, "json", false, "print the API's JSON answer instead of a table (for scripts)")
+	}
+}
+
+// client returns the API client the flags and environment describe, or an
+// error naming the flag at fault.
+func (f *clientFlags) client(env *Env) (*apiClient, error) {
+	raw := firstNonEmpty(f.server, env.Getenv("RETRYQ_SERVER"), defaultServerURL)
+	base, err := normalizeServerURL(raw)
+	if err != nil {
+		src := "--server"
+		if f.server == "" {
+			src = "RETRYQ_SERVER"
+		}
+		return nil, fmt.Errorf("%s: %v", src, err)
+	}
+	token := f.token
+	if token == "" {
+		if toks := splitEnv(env.Getenv("RETRYQ_API_TOKEN")); len(toks) > 0 {
+			token = toks[0]
+		}
+	}
+	if strings.ContainsAny(token, "\r\n") {
+		return nil, errors.New("--token: must not contain line breaks")
+	}
+	return newAPIClient(base, token), nil
+}
+
+// normalizeServerURL accepts "http://host:port", "https://host" or a bare
+// "host:port" (taken as http) and returns it without a trailing slash.
+func normalizeServerURL(raw string) (string, error) {
+	s := strings.TrimSpace(raw)
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") ||
+		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return "", fmt.Errorf("want a server URL such as %s, got %q", defaultServerURL, raw)
+	}
+	return strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/"), nil
+}
+
+// apiClient calls one retryq server.
+type apiClient struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+func newAPIClient(base, token string) *apiClient {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	return &apiClient{base: base, token: token, hc: &http.Client{Transport: tr}}
+}
+
+// close releases idle connections.
+func (c *apiClient) close() { c.hc.CloseIdleConnections() }
+
+// call sends method path?query with body (JSON-encoded unless nil) and, on
+// a 2xx answer, decodes it into out (unless nil) and returns the raw body.
+// Error answers become *apiCallError, transport failures *unreachableError.
+func (c *apiClient) call(ctx context.Context, method, path string, query url.Values, body, out any) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	u := c.base + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "retryq-cli/"+Version)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, &unreachableError{server: c.base, err: err}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, &unreachableError{server: c.base, err: err}
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, decodeAPIError(resp, data)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return nil, fmt.Errorf("%s %s: the server's answer is not the expected JSON (%v); is %s a retryq server?",
+				method, path, err, c.base)
+		}
+	}
+	return data, nil
+}
+
+// apiCallError is an error answer of the API.
+type apiCallError struct {
+	Status    int
+	Code      string
+	Message   string
+	Field     string
+	RequestID string
+}
+
+func (e *apiCallError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.Message)
+	fmt.Fprintf(&b, " (HTTP %d %s", e.Status, e.Code)
+	if e.RequestID != "" {
+		fmt.Fprintf(&b, ", request id %s", e.RequestID)
+	}
+	b.WriteString(")")
+	switch e.Status {
+	case http.StatusUnauthorized:
+		b.WriteString("; pass --token or set RETRYQ_API_TOKEN")
+	case http.StatusForbidden:
+		b.WriteString("; this token is read-only, use a full-access token")
+	}
+	return b.String()
+}
+
+// decodeAPIError reads the API's error body, or describes a foreign answer
+// (a proxy's HTML page, say) by its status and first line.
+func decodeAPIError(resp *http.Response, data []byte) error {
+	var body struct {
+		Error struct {
+			Code      string `json:"code"`
+			Message   string `json:"message"`
+			Field     string `json:"field"`
+			RequestID string `json:"request_id"`
+		} `json:"error"`
+	}
+	e := &apiCallError{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
+	if json.Unmarshal(data, &body) == nil && body.Error.Message != "" {
+		e.Code, e.Message, e.Field = body.Error.Code, body.Error.Message, body.Error.Field
+		if body.Error.RequestID != "" {
+			e.RequestID = body.Error.RequestID
+		}
+		if e.Status < 500 {
+			e.RequestID = "" // only server faults need it to find the log line
+		}
+		return e
+	}
+	e.Code = strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_"))
+	if e.Code == "" {
+		e.Code = "error"
+	}
+	first := strings.TrimSpace(string(data))
+	if i := strings.IndexByte(first, '\n'); i >= 0 {
+		first = strings.TrimSpace(first[:i])
+	}
+	first = cleanCell(first, 120)
+	if first == "" {
+		first = "no error details"
+	}
+	e.Message = "the server answered " + resp.Status + ": " + first
+	if e.Status < 500 {
+		e.RequestID = ""
+	}
+	return e
+}
+
+// isAPIError reports whether err is an API error answer with the given
+// status (and code, when not empty).
+func isAPIError(err error, status int, code string) bool {
+	var ae *apiCallError
+	return errors.As(err, &ae) && ae.Status == status && (code == "" || ae.Code == code)
+}
+
+// unreachableError is a request that got no HTTP answer.
+type unreachableError struct {
+	server string
+	err    error
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+func (e *unreachableError) Error() string {
+	return fmt.Sprintf("cannot reach the retryq server at %s: %s (is `retryq server` running? set --server or RETRYQ_SERVER)",
+		e.server, describeNetError(e.err))
+}
+
+// describeNetError says in a few words why a request got no answer.
+func describeNetError(err error) string {
+	var dnsErr *net.DNSError
+	var netErr net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "the connection was closed before an answer"
+	case errors.As(err, &dnsErr):
+		return "unknown host " + dnsErr.Name
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return fmt.Sprintf("no answer within %v", requestTimeout)
+	case errors.Is(err, context.Canceled):
+		return "interrupted"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// fail reports err for command name and returns exitFailure.
+func fail(env *Env, name string, err error) int {
+	fmt.Fprintf(env.Stderr, "retryq %s: %v\n", name, err)
+	return exitFailure
+}
+
+// parseArgs parses flags that may come before, between or after the
+// positional arguments ("retryq tasks get ID --json") and returns the
+// positional ones. Everything after "--" is positional.
+func parseArgs(env *Env, fs *flag.FlagSet, args []string) (pos []string, status int, ok bool) {
+	for range len(args) + 1 { // each round consumes at least one argument
+		if len(args) > 0 && args[0] == "--" {
+			return append(pos, args[1:]...), exitOK, true
+		}
+		if st, ok := parseFlags(env, fs, args); !ok {
+			return nil, st, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, exitOK, true
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), exitOK, true
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	return pos, exitOK, true
+}
+
+// wantArgs checks the number of positional arguments of command name.
+func wantArgs(env *Env, name string, pos []string, n int, what string) (int, bool) {
+	switch {
+	case len(pos) < n:
+		return usageError(env, name, "missing "+what), false
+	case len(pos) > n:
+		return usageError(env, name, fmt.Sprintf("unexpected argument %q", pos[n])), false
+	}
+	return exitOK, true
+}
+
+// subcommand is one verb of a command with verbs ("tasks list").
+type subcommand struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *Env, args []string) int
+}
+
+// runSubcommand dispatches "retryq NAME VERB ..." to the verb.
+func runSubcommand(ctx context.Context, env *Env, name, usage string, subs []subcommand, args []string) int {
+	var b strings.Builder
+	b.WriteString(usage)
+	b.WriteString("\nCommands:\n")
+	width := 0
+	for _, s := range subs {
+		width = max(width, len(s.name))
+	}
+	for _, s := range subs {
+		fmt.Fprintf(&b, "  %-*s  %s\n", width, s.name, s.summary)
+	}
+	fmt.Fprintf(&b, "\nRun \"retryq %s COMMAND -h\" for a command's flags.\n", name)
+	if len(args) == 0 {
+		io.WriteString(env.Stderr, b.String())
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		io.WriteString(env.Stdout, b.String())
+		return exitOK
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return s.run(ctx, env, args[1:])
+		}
+	}
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.name
+	}
+	return usageError(env, name, fmt.Sprintf("unknown command %q (want %s)", args[0], strings.Join(names, ", ")))
+}
+
+// printJSON writes a JSON answer indented, for --json.
+func printJSON(w io.Writer, raw []byte) {
+	var b bytes.Buffer
+	if err := json.Indent(&b, bytes.TrimSpace(raw), "", "  "); err != nil {
+		w.Write(raw)
+		return
+	}
+	b.WriteByte('\n')
+	w.Write(b.Bytes())
+}
+
+// marshalJSON prints v as indented JSON, for --json output built by the CLI.
+func marshalJSON(w io.Writer, v any) {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	w.Write(append(b, '\n'))
+}
+
+// readJSONArg reads a JSON flag value: inline JSON, @FILE, or @- for
+// standard input. It returns the compacted document or an error naming flag.
+func readJSONArg(env *Env, flagName, v string) (json.RawMessage, error) {
+	var data []byte
+	src := "value"
+	switch {
+	case v == "@-":
+		b, err := io.ReadAll(io.LimitReader(env.Stdin, maxResponseBytes))
+		if err != nil {
+			return nil, fmt.Errorf("%s: read standard input: %v", flagName, err)
+		}
+		data, src = b, "standard input"
+	case strings.HasPrefix(v, "@"):
+		b, err := readFileLimited(v[1:])
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", flagName, err)
+		}
+		data, src = b, v[1:]
+	default:
+		data = []byte(v)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("%s: %s is empty, want JSON", flagName, src)
+	}
+	var doc any
+	if err := json.Unmarshal(data, &doc); err != nil { // for the error's offset
+		return nil, fmt.Errorf("%s: %s is not valid JSON: %s", flagName, src, jsonErrorText(data, err))
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, data); err != nil {
+		return nil, fmt.Errorf("%s: %s is not valid JSON: %s", flagName, src, jsonErrorText(data, err))
+	}
+	return b.Bytes(), nil
+}
+
+// readFileLimited reads a file of at most maxResponseBytes.
+func readFileLimited(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxResponseBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxResponseBytes {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxResponseBytes)
+	}
+	return b, nil
+}
+
+// jsonErrorText describes a JSON syntax error with its line and column.
+func jsonErrorText(data []byte, err error) string {
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return strings.TrimPrefix(err.Error(), "json: ")
+	}
+	line, col := 1, 1
+	for i := 0; i < int(se.Offset)-1 && i < len(data); i++ {
+		if data[i] == '\n' {
+			line, col = line+1, 1
+		} else {
+			col++
+		}
+	}
+	return fmt.Sprintf("%s at line %d, column %d", se.Error(), line, col)
+}
+
+// confirm asks question on stderr and reads a y/N answer from stdin.
+func confirm(env *Env, question string) bool {
+	fmt.Fprintf(env.Stderr, "%s [y/N] ", question)
+	line, err := bufio.NewReader(io.LimitReader(env.Stdin, 1024)).ReadString('\n')
+	if err != nil && line == "" {
+		fmt.Fprintln(env.Stderr)
+		return false
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,508 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/retryq/retryq/internal/api"
+	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/retry"
+	"github.com/retryq/retryq/store"
+)
+
+func init() {
+	register(&command{name: "demo", summary: "watch retryq handle a flaky simulated AI API (starts everything itself)", run: runDemo})
+}
+
+const demoUsage = `Usage: retryq demo [--duration 20s] [--rate 20] [--db sqlite:PATH] [--listen 127.0.0.1:0]
+
+Starts, in this one process, a retryq server on embedded SQLite (a temporary
+file unless --db), a simulated "AI API" on 127.0.0.1 that misbehaves like a
+real one (latency, 429 with Retry-After, 503 bursts, an outage from 40% to
+60% of the run, inputs it rejects for good), and a stream of --rate tasks a
+second of two types:
+
+  ai.summarize  delivered by the server itself: its type has a push target
+                pointing at the simulated API;
+  ai.embed      run by an in-process Go worker that calls the simulated API.
+
+It prints progress every second and, after --duration or on Ctrl-C, a
+summary per type and state, the dead-letter queue by reason, and the commands
+to inspect it. With --db the data stays for "retryq server --db ...".
+`
+
+// The demo's task types.
+const (
+	demoPushType   = "ai.summarize"
+	demoWorkerType = "ai.embed"
+)
+
+// demoBadEvery: every demoBadEvery-th task carries an input the simulated
+// API rejects with 400.
+const demoBadEvery = 25
+
+type demoOptions struct {
+	db       string
+	duration time.Duration
+	rate     float64
+	listen   string
+	logFile  string
+}
+
+func parseDemo(env *Env, args []string) (*demoOptions, int) {
+	const name = "demo"
+	o := &demoOptions{duration: 20 * time.Second, rate: 20, listen: "127.0.0.1:0"}
+	fs := newFlagSet(name, demoUsage)
+	fs.StringVar(&o.db, "db", "", "keep the data in this `database`, e.g. sqlite:demo.db (default: a temporary SQLite file)")
+	fs.Var(durationValue{&o.duration}, "duration", "`time` to enqueue tasks for, 1s..1h")
+	fs.Float64Var(&o.rate, "rate", o.rate, "`N` tasks enqueued per second, 0.1..1000")
+	fs.StringVar(&o.listen, "listen", o.listen, "`address` of the demo's retryq API (loopback only)")
+	fs.StringVar(&o.logFile, "log", "", "write the server's warnings and errors to this `file` (default: discarded)")
+	pos, st, ok := parseArgs(env, fs, args)
+	if !ok {
+		return nil, st
+	}
+	if st, ok := wantArgs(env, name, pos, 0, ""); !ok {
+		return nil, st
+	}
+	switch {
+	case o.duration < time.Second || o.duration > time.Hour:
+		return nil, usageError(env, name, fmt.Sprintf("--duration: must be between 1s and 1h (got %v)", o.duration))
+	case math.IsNaN(o.rate) || o.rate < 0.1 || o.rate > 1000:
+		return nil, usageError(env, name, fmt.Sprintf("--rate: must be between 0.1 and 1000 tasks a second (got %v)", o.rate))
+	}
+	if err := api.CheckListen(o.listen, false); err != nil {
+		return nil, usageError(env, name, "--listen: "+err.Error())
+	}
+	if o.db != "" && !strings.HasPrefix(o.db, "sqlite:") && !strings.HasPrefix(o.db, "postgres://") &&
+		!strings.HasPrefix(o.db, "postgresql://") && !strings.HasSuffix(o.db, ".db") {
+		return nil, usageError(env, name, fmt.Sprintf("--db: want sqlite:PATH or postgres://..., got %q", redactDSN(o.db)))
+	}
+	return o, exitOK
+}
+
+func runDemo(ctx context.Context, env *Env, args []string) int {
+	o, st := parseDemo(env, args)
+	if o == nil {
+		return st
+	}
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	d := &demo{o: o, env: env}
+	if err := d.boot(ctx); err != nil {
+		d.cleanup()
+		return fail(env, "demo", err)
+	}
+	d.run(ctx)
+	stopSignals() // a second Ctrl-C now interrupts the shutdown
+	return d.finish()
+}
+
+// demo is one run of "retryq demo".
+type demo struct {
+	o   *demoOptions
+	env *Env
+
+	tmpDir  string // temporary database directory, removed at the end
+	dbDSN   string
+	logOut  *os.File
+	srv     *runningServer
+	sim     *simAPI
+	hc      *http.Client
+	began   time.Time
+	elapsed time.Duration
+
+	workerStop context.CancelFunc
+	workerDone chan struct{}
+	enqueued   int
+	interrupt  bool
+}
+
+// Policies of the demo types: the pushed type retries longer (8 attempts,
+// up to 4s apart: most of its tasks ride out the outage), the worker type
+// gives up sooner (4 attempts: tasks caught in the outage end in the
+// dead-letter queue).
+var (
+	demoPushPolicy = retry.Policy{Backoff: retry.BackoffExponential, InitialDelay: 250 * time.Millisecond, Multiplier: 2,
+		MaxDelay: 4 * time.Second, Jitter: retry.JitterFull, MaxAttempts: 8}
+	demoWorkerPolicy = retry.Policy{Backoff: retry.BackoffExponential, InitialDelay: 200 * time.Millisecond, Multiplier: 2,
+		MaxDelay: 2 * time.Second, Jitter: retry.JitterProportional, JitterFraction: 0.25, MaxAttempts: 4}
+)
+
+func (d *demo) boot(ctx context.Context) error {
+	d.dbDSN = d.o.db
+	if d.dbDSN == "" {
+		dir, err := os.MkdirTemp("", "retryq-demo-")
+		if err != nil {
+			return fmt.Errorf("create a temporary directory: %w", err)
+		}
+		d.tmpDir = dir
+		d.dbDSN = "sqlite:" + filepath.Join(dir, "demo.db")
+	}
+	var logW io.Writer = io.Discard
+	if d.o.logFile != "" {
+		f, err := os.OpenFile(d.o.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("--log: %w", err)
+		}
+		d.logOut, logW = f, f
+	}
+	log := slog.New(slog.NewTextHandler(logW, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	srv, err := startServer(ctx, &serverOptions{db: d.dbDSN, listen: d.o.listen, nodeID: "demo",
+		logFormat: "text", logLevel: "warn", maxBody: api.DefaultMaxBodyBytes, poll: 250 * time.Millisecond}, log)
+	if err != nil {
+		return err
+	}
+	d.srv = srv
+	d.began = time.Now()
+	// The simulated API's rate limit: a bit above the steady request rate,
+	// so that the retries piling up after the outage meet 429s.
+	d.sim, err = startSimAPI(d.began, d.o.duration, int64(math.Ceil(d.o.rate*1.5)))
+	if err != nil {
+		return err
+	}
+	d.hc = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
+
+	if _, err := srv.eng.PutType(ctx, engine.TypeSpec{Type: demoPushType, Policy: demoPushPolicy, Timeout: 5 * time.Second,
+		Target: &engine.Target{URL: d.sim.url + "/v1/summarize", Method: "POST", TimeoutSeconds: 2, Concurrency: 16}}); err != nil {
+		return fmt.Errorf("configure %s: %w", demoPushType, err)
+	}
+	if _, err := srv.eng.PutType(ctx, engine.TypeSpec{Type: demoWorkerType, Policy: demoWorkerPolicy, Timeout: 5 * time.Second}); err != nil {
+		return fmt.Errorf("configure %s: %w", demoWorkerType, err)
+	}
+	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	d.workerStop, d.workerDone = stop, make(chan struct{})
+	go func() {
+		defer close(d.workerDone)
+		err := srv.eng.RunWorker(wctx, engine.WorkerConfig{ID: "demo/embed-worker", Types: []string{demoWorkerType},
+			Concurrency: 16, Handle: d.embed, ShutdownGrace: 2 * time.Second})
+		if err != nil {
+			log.Error("demo worker stopped", "err", err)
+		}
+	}()
+	d.printIntro()
+	return nil
+}
+
+// embed is the in-process handler of ai.embed: one call to the simulated
+// API. Failures are classified by the type's policy: retry.FromResponse
+// makes 429/5xx transient (honouring Retry-After) and 400 permanent.
+func (d *demo) embed(ctx context.Context, t *store.Task) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.sim.url+"/v1/embed", bytes.NewReader(t.Payload))
+	if err != nil {
+		return retry.Permanent(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Retryq-Task-Id", t.ID)
+	resp, err := d.hc.Do(req)
+	if err != nil {
+		if errors.Is(err, io.EOF) { // the connection was dropped without an answer
+			return retry.WithCode(retry.CodeConnectionReset, retry.Transient(err))
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if err := retry.FromResponse(resp, time.Now()); err != nil {
+		var he *retry.HTTPError
+		if errors.As(err, &he) && strings.TrimSpace(he.Body) != "" {
+			return fmt.Errorf("%w: %s", err, strings.TrimSpace(he.Body)) // still classified by its status
+		}
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	return nil
+}
+
+func (d *demo) printIntro() {
+	w := d.env.Stdout
+	from, to := outageWindow(d.o.duration)
+	where := "a temporary SQLite database"
+	if d.o.db != "" {
+		where = redactDSN(d.o.db)
+	}
+	fmt.Fprintf(w, "retryq demo: %v of tasks at %s/s against a simulated AI API that misbehaves:\n", d.o.duration, strconv.FormatFloat(d.o.rate, 'f', -1, 64))
+	fmt.Fprintf(w, "  20-200ms latency, 429 + Retry-After over its rate limit, 503 bursts, an outage from %v to %v,\n", from.Round(100*time.Millisecond), to.Round(100*time.Millisecond))
+	fmt.Fprintf(w, "  and 1 task in %d with an input it rejects (400).\n\n", demoBadEvery)
+	fmt.Fprintf(w, "  retryq API    http://%s (%s)\n", d.srv.addr, where)
+	fmt.Fprintf(w, "  %-13s pushed by the server to %s/v1/summarize; %s\n", demoPushType, d.sim.url, policyWords(&demoPushPolicy))
+	fmt.Fprintf(w, "  %-13s run by an in-process Go worker calling %s/v1/embed; %s\n\n", demoWorkerType, d.sim.url, policyWords(&demoWorkerPolicy))
+	fmt.Fprintf(w, "While it runs, try in another terminal:\n  retryq stats --server http://%s\n  retryq dlq summary --server http://%s\n\n", d.srv.addr, d.srv.addr)
+	fmt.Fprintln(w, "Press Ctrl-C to stop early.")
+	fmt.Fprintln(w)
+}
+
+// policyWords describes a retry policy in a few words.
+func policyWords(p *retry.Policy) string {
+	return fmt.Sprintf("%s backoff from %v up to %v, %d attempts", p.Backoff, p.InitialDelay, p.MaxDelay, p.MaxAttempts)
+}
+
+// run enqueues tasks at the configured rate and prints progress every
+// second until the duration passes or ctx ends.
+func (d *demo) run(ctx context.Context) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(d.o.duration)
+	defer deadline.Stop()
+	nextReport := d.began.Add(time.Second)
+	// Bounded: one round per 100ms tick until the deadline timer fires.
+	for {
+		select {
+		case <-ctx.Done():
+			d.interrupt = true
+			d.elapsed = time.Since(d.began)
+			fmt.Fprintln(d.env.Stdout, "\ninterrupted")
+			return
+		case <-deadline.C:
+			d.enqueueDue(ctx, d.o.duration)
+			d.elapsed = time.Since(d.began)
+			return
+		case now := <-tick.C:
+			d.enqueueDue(ctx, now.Sub(d.began))
+			if !now.Before(nextReport) {
+				d.progress(ctx, now.Sub(d.began))
+				nextReport = nextReport.Add(time.Second)
+			}
+		}
+	}
+}
+
+// enqueueDue enqueues the tasks due by elapsed time e.
+func (d *demo) enqueueDue(ctx context.Context, e time.Duration) {
+	want := int(d.o.rate * min(e, d.o.duration).Seconds())
+	if want <= d.enqueued {
+		return
+	}
+	reqs := make([]engine.EnqueueRequest, 0, want-d.enqueued)
+	for i := d.enqueued; i < want; i++ {
+		typ := demoPushType
+		if i%2 == 1 {
+			typ = demoWorkerType
+		}
+		p := map[string]any{"doc": fmt.Sprintf("doc-%05d", i+1), "text": "The quick brown fox jumps over the lazy dog."}
+		if i%demoBadEvery == demoBadEvery/2 {
+			p["bad"] = true
+			p["text"] = "\x00\x01 not text"
+		}
+		b, _ := json.Marshal(p)
+		reqs = append(reqs, engine.EnqueueRequest{Type: typ, Payload: b})
+	}
+	if _, err := d.srv.eng.EnqueueMany(ctx, reqs); err != nil {
+		if ctx.Err() == nil {
+			fmt.Fprintf(d.env.Stderr, "retryq demo: enqueue failed: %v\n", err)
+		}
+		return
+	}
+	d.enqueued = want
+}
+
+// demoCounts are the task counts of all demo types.
+type demoCounts struct {
+	byType          map[string]map[store.State]int
+	total           map[store.State]int
+	first, retries  int
+	perTypeAttempts map[string][2]int // first attempts, retries
+}
+
+func (d *demo) counts(ctx context.Context) (*demoCounts, error) {
+	tss, err := d.srv.eng.Stats(ctx, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	c := &demoCounts{byType: map[string]map[store.State]int{}, total: map[store.State]int{}, perTypeAttempts: map[string][2]int{}}
+	for _, ts := range tss {
+		m := map[store.State]int{}
+		for s, n := range ts.Counts {
+			m[s] += n
+			c.total[s] += n
+		}
+		c.byType[ts.Type] = m
+		c.first += ts.FirstAttempts
+		c.retries += ts.Retries
+		c.perTypeAttempts[ts.Type] = [2]int{ts.FirstAttempts, ts.Retries}
+	}
+	return c, nil
+}
+
+func retryRate(first, retries int) string {
+	if first+retries == 0 {
+		return "-"
+	}
+	return fmtPercent(float64(retries) / float64(first+retries))
+}
+
+func (d *demo) progress(ctx context.Context, e time.Duration) {
+	c, err := d.counts(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			fmt.Fprintf(d.env.Stderr, "retryq demo: read stats: %v\n", err)
+		}
+		return
+	}
+	t := c.total
+	inFlight := t[store.StatePending] + t[store.StateRunning] + t[store.StateScheduled]
+	fmt.Fprintf(d.env.Stdout, "[%3ds] enqueued %5d  succeeded %5d  retrying %4d  dead %4d  in flight %4d  retry rate %6s  upstream: %s\n",
+		int(e.Round(time.Second)/time.Second), d.enqueued, t[store.StateSucceeded], t[store.StateRetryWaiting], t[store.StateDead],
+		inFlight, retryRate(c.first, c.retries), phaseAt(e, d.o.duration))
+}
+
+// finish stops the worker, prints the summary and shuts everything down.
+func (d *demo) finish() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d.workerStop()
+	select {
+	case <-d.workerDone:
+	case <-ctx.Done():
+	}
+	c, err := d.counts(ctx)
+	var dead []store.DeadGroup
+	if err == nil {
+		dead, err = d.srv.eng.DeadSummary(ctx, time.Time{})
+	}
+	sampleID := ""
+	if err == nil && len(dead) > 0 {
+		var ts []store.Task
+		ts, _, err = d.srv.eng.ListDead(ctx, store.DeadFilter{Type: dead[0].Type, ErrorCode: dead[0].ErrorCode, Limit: 1})
+		if len(ts) > 0 {
+			sampleID = ts[0].ID
+		}
+	}
+	status := exitOK
+	if err != nil {
+		fmt.Fprintf(d.env.Stderr, "retryq demo: read the final counts: %v\n", err)
+		status = exitFailure
+	} else {
+		d.printSummary(c, dead, sampleID)
+	}
+	d.cleanup()
+	return status
+}
+
+func (d *demo) printSummary(c *demoCounts, dead []store.DeadGroup, sampleID string) {
+	w := d.env.Stdout
+	fmt.Fprintf(w, "\nSummary after %v: %d tasks enqueued, %d attempts, retry rate %s\n\n",
+		d.elapsed.Round(100*time.Millisecond), d.enqueued, c.first+c.retries, retryRate(c.first, c.retries))
+	tb := newTable("TYPE", "RUN BY", "SUCCEEDED", "RETRYING", "DEAD", "IN FLIGHT", "RETRY RATE").alignRight(2, 3, 4, 5, 6)
+	types := []string{demoPushType, demoWorkerType}
+	for typ := range c.byType {
+		if !slices.Contains(types, typ) {
+			types = append(types, typ)
+		}
+	}
+	for _, typ := range types {
+		m := c.byType[typ]
+		by := map[string]string{demoPushType: "push delivery", demoWorkerType: "in-process Go worker"}[typ]
+		a := c.perTypeAttempts[typ]
+		tb.add(typ, orDash(by), strconv.Itoa(m[store.StateSucceeded]), strconv.Itoa(m[store.StateRetryWaiting]),
+			strconv.Itoa(m[store.StateDead]), strconv.Itoa(m[store.StatePending]+m[store.StateRunning]+m[store.StateScheduled]),
+			retryRate(a[0], a[1]))
+	}
+	t := c.total
+	tb.add("TOTAL", "", strconv.Itoa(t[store.StateSucceeded]), strconv.Itoa(t[store.StateRetryWaiting]), strconv.Itoa(t[store.StateDead]),
+		strconv.Itoa(t[store.StatePending]+t[store.StateRunning]+t[store.StateScheduled]), retryRate(c.first, c.retries))
+	tb.write(w)
+	fmt.Fprintf(w, "\nsucceeded %d, dead %d, still retrying %d\n", t[store.StateSucceeded], t[store.StateDead], t[store.StateRetryWaiting])
+
+	fmt.Fprintln(w, "\nDead-letter queue by reason:")
+	if len(dead) == 0 {
+		fmt.Fprintln(w, "  (empty)")
+	} else {
+		dt := newTable("TYPE", "ERROR", "REASON", "COUNT").alignRight(3)
+		for _, g := range dead {
+			dt.add(g.Type, orDash(g.ErrorCode), g.Reason, strconv.Itoa(g.Count))
+		}
+		dt.write(w)
+	}
+	fmt.Fprintf(w, "\nSimulated API: %s\n", d.sim.summary())
+
+	d.printInspect(dead, sampleID)
+}
+
+// printInspect tells how to look at the dead-letter queue with the CLI,
+// with commands built from this run's largest DLQ group and one of its tasks.
+func (d *demo) printInspect(dead []store.DeadGroup, sampleID string) {
+	w := d.env.Stdout
+	listCmd, redriveCmd := "retryq dlq list", ""
+	if len(dead) > 0 {
+		g := dead[0]
+		filter := " --type " + shellQuote(g.Type)
+		if g.ErrorCode != "" {
+			filter += " --error-code " + shellQuote(g.ErrorCode)
+		}
+		listCmd += filter
+		redriveCmd = "retryq dlq redrive" + filter
+	}
+	getCmd := "retryq tasks get ID"
+	if sampleID != "" {
+		getCmd = "retryq tasks get " + sampleID
+	}
+	lines := [][2]string{}
+	if d.o.db != "" {
+		fmt.Fprintln(w, "\nThe data is kept. Inspect the dead-letter queue with the CLI:")
+		lines = append(lines, [2]string{"retryq server --db " + shellQuote(d.o.db), "# serves it on 127.0.0.1:7420; then, in another terminal:"})
+	} else {
+		fmt.Fprintln(w, "\nThis run's database was temporary and is now removed. To keep one and inspect its")
+		fmt.Fprintln(w, "dead-letter queue with the CLI:")
+		lines = append(lines,
+			[2]string{"retryq demo --db sqlite:demo.db", ""},
+			[2]string{"retryq server --db sqlite:demo.db", "# afterwards; then, in another terminal:"})
+	}
+	lines = append(lines,
+		[2]string{"retryq dlq summary", "# dead tasks by type, error and reason"},
+		[2]string{listCmd, "# the tasks of the largest group"})
+	if d.o.db != "" {
+		lines = append(lines, [2]string{getCmd, "# one of them, with its attempt history"})
+		if redriveCmd != "" {
+			lines = append(lines, [2]string{redriveCmd, "# back to pending, once the cause is fixed"})
+		}
+	} else {
+		lines = append(lines, [2]string{"retryq tasks get ID", "# a task with its attempt history"})
+	}
+	width := 0
+	for _, l := range lines {
+		width = max(width, len(l[0]))
+	}
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", strings.TrimRight(fmt.Sprintf("%-*s  %s", width, l[0], l[1]), " "))
+	}
+	fmt.Fprintf(w, "While a demo runs, add --server with the API address it printed at the start.\n")
+}
+
+// cleanup shuts the server and the simulated API down and removes the
+// temporary database.
+func (d *demo) cleanup() {
+	if d.workerStop != nil {
+		d.workerStop()
+		<-d.workerDone
+	}
+	if d.srv != nil {
+		d.srv.shutdown()
+	}
+	if d.sim != nil {
+		d.sim.close()
+	}
+	if d.hc != nil {
+		d.hc.CloseIdleConnections()
+	}
+	if d.logOut != nil {
+		d.logOut.Close()
+	}
+	if d.tmpDir != "" {
+		_ = os.RemoveAll(d.tmpDir)
+	}
+}

@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemo runs "retryq demo" for 3 seconds with --db: it exits 0, prints
+// progress every second and a summary with succeeded and dead counts and
+// the dead-letter queue by reason, and leaves its data in the database.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds")
+	}
+	db := "sqlite:" + filepath.Join(t.TempDir(), "demo.db")
+	start := time.Now()
+	st, out, errOut := cli(t, "", "demo", "--duration", "3s", "--rate", "50", "--db", db)
+	t.Logf("demo took %v; output:\n%s", time.Since(start).Round(time.Millisecond), out)
+	if st != 0 || errOut != "" {
+		t.Fatalf("demo: status %d\nstderr: %s", st, errOut)
+	}
+	wantOutput(t, "demo", out, "retryq API    http://127.0.0.1:", "retryq dlq summary --server http://127.0.0.1:",
+		"[  1s] enqueued", "[  2s] enqueued", "Summary after 3", "150 tasks enqueued", "ai.summarize", "ai.embed", "TOTAL",
+		"Dead-letter queue by reason:", "Simulated API:", "bad input (400)",
+		"retryq server --db "+db)
+	if !regexp.MustCompile(`ai\.embed +400 +non_retryable`).MatchString(out) {
+		t.Errorf("no bad-input (400, non_retryable) group in the DLQ summary")
+	}
+	m := regexp.MustCompile(`succeeded (\d+), dead (\d+), still retrying (\d+)`).FindStringSubmatch(out)
+	if m == nil || m[1] == "0" || m[2] == "0" {
+		t.Errorf("want non-zero succeeded and dead counts, got %q", m)
+	}
+	// The data stays: a server on the same database sees the dead tasks.
+	s := startAPIServer(t, func(o *serverOptions) { o.db = db })
+	var sum apiDLQSummary
+	s.cliJSON(t, &sum, "dlq", "summary")
+	if sum.Total == 0 || !strings.Contains(s.cliOK(t, "dlq", "list", "--reason", "non_retryable"), "ai.embed") {
+		t.Errorf("the demo's dead tasks are not in %s: %+v", db, sum)
+	}
+}

@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/store/postgres"
+)
+
+// pgExec runs one statement on url.
+func pgExec(t *testing.T, url, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// migrationRows returns schema_migrations as "version name applied_at" lines.
+func migrationRows(t *testing.T, url string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, "SELECT version, name, applied_at FROM schema_migrations ORDER BY version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v int
+		var name string
+		var at time.Time
+		if err := rows.Scan(&v, &name, &at); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%d %s %s", v, name, at.Format(time.RFC3339Nano)))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMigratePostgres: the first `retryq migrate` applies every migration
+// and prints the version, a second one changes nothing, and a database
+// migrated by a newer binary is refused by both migrate and server.
+func TestMigratePostgres(t *testing.T) {
+	clearServerEnv(t)
+	url := pgtest.URL(t)
+	known := postgres.KnownVersion()
+	want := fmt.Sprintf("postgres schema version %d (this binary knows %d): up to date", known, known)
+
+	status, stdout, stderr := runMain("migrate", "--db", url)
+	if status != 0 || !strings.Contains(stdout, want) {
+		t.Fatalf("first migrate: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
+	}
+	first := migrationRows(t, url)
+	if len(first) != known {
+		t.Fatalf("after the first migrate schema_migrations holds %q, want %d rows", first, known)
+	}
+	// The schema is really there.
+	pgExec(t, url, "SELECT id, state, lease_id FROM tasks LIMIT 1")
+
+	status, stdout, stderr = runMain("migrate", "--db", url)
+	if status != 0 || !strings.Contains(stdout, want) {
+		t.Fatalf("second migrate: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
+	}
+	if second := migrationRows(t, url); strings.Join(second, "\n") != strings.Join(first, "\n") {
+		t.Fatalf("second migrate changed schema_migrations:\nbefore %q\nafter  %q", first, second)
+	}
+
+	// A newer binary migrated this database.
+	pgExec(t, url, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", known+1, fmt.Sprintf("%04d_from_the_future.sql", known+1))
+	tooNew := fmt.Sprintf("schema version %d, this binary knows %d", known+1, known)
+
+	status, stdout, stderr = runMain("migrate", "--db", url)
+	if status != 1 || !strings.Contains(stderr, tooNew) || !strings.Contains(stderr, "newer than this binary") {
+		t.Errorf("migrate on a newer schema: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
+	}
+	if rows := migrationRows(t, url); len(rows) != known+1 {
+		t.Errorf("refused migrate touched schema_migrations: %q", rows)
+	}
+
+	// The server refuses it too, with and without migrating at start.
+	for _, extra := range [][]string{nil, {"--no-migrate"}} {
+		args := append([]string{"server", "--db", url, "--listen", "127.0.0.1:0"}, extra...)
+		status, stderr := runServerToExit(t, args...)
+		if status != 1 || !strings.Contains(stderr, tooNew) || !strings.Contains(stderr, "newer than this binary") {
+			t.Errorf("retryq %s on a newer schema: status %d\nstderr: %s", strings.Join(args[:1+len(extra)], " "), status, stderr)
+		}
+	}
+}
+
+// TestMigrateConcurrent: nodes migrating the same fresh database at once
+// all succeed (the migrations serialize on an advisory lock) and apply each
+// migration once.
+func TestMigrateConcurrent(t *testing.T) {
+	clearServerEnv(t)
+	url := pgtest.URL(t)
+	const n = 3
+	var wg sync.WaitGroup
+	statuses := make([]int, n)
+	outs := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var so, se string
+			statuses[i], so, se = runMain("migrate", "--db", url)
+			outs[i] = so + se
+		}()
+	}
+	wg.Wait()
+	for i := range n {
+		if statuses[i] != 0 {
+			t.Errorf("migrate %d: status %d: %s", i, statuses[i], outs[i])
+		}
+	}
+	if rows := migrationRows(t, url); len(rows) != postgres.KnownVersion() {
+		t.Errorf("schema_migrations after concurrent migrates: %q", rows)
+	}
+}
+
+// TestServerRefusesOldSchema: with --no-migrate the server does not start on
+// a database that still needs `retryq migrate`, and says so.
+func TestServerRefusesOldSchema(t *testing.T) {
+	clearServerEnv(t)
+	url := pgtest.URL(t)
+	status, stderr := runServerToExit(t, "server", "--db", url, "--listen", "127.0.0.1:0", "--no-migrate")
+	if status != 1 || !strings.Contains(stderr, "retryq migrate") {
+		t.Errorf("server --no-migrate on an empty database: status %d\nstderr: %s", status, stderr)
+	}
+}
+
+// TestMigrateSQLite: migrate reports the version of a SQLite file (which is
+// migrated whenever it is opened).
+func TestMigrateSQLite(t *testing.T) {
+	clearServerEnv(t)
+	path := filepath.Join(t.TempDir(), "q.db")
+	for range 2 {
+		status, stdout, stderr := runMain("migrate", "--db", "sqlite:"+path)
+		if status != 0 || !strings.Contains(stdout, "sqlite schema version") || !strings.Contains(stdout, "up to date") {
+			t.Fatalf("migrate sqlite: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+func init() {
+	register(&command{name: "stats", summary: "show task counts by type and state, retry rates and the DLQ size", run: runStats})
+}
+
+const statsUsage = `Usage: retryq stats [--json]
+
+Shows, per task type and overall, how many tasks are in each state now, and
+for the attempts finished in the last hour how many were retries (the retry
+rate is retries / attempts).
+`
+
+// apiStats is one block of GET /v1/stats.
+type apiStats struct {
+	Type               string         `json:"type"`
+	Counts             map[string]int `json:"counts"`
+	Total              int            `json:"total"`
+	DLQSize            int            `json:"dlq_size"`
+	Attempts           int            `json:"attempts"`
+	Retries            int            `json:"retries"`
+	Failures           int            `json:"failures"`
+	RetryRate          float64        `json:"retry_rate"`
+	MeanRetriesPerTask float64        `json:"mean_retries_per_task"`
+}
+
+// apiStatsAnswer is the answer of GET /v1/stats.
+type apiStatsAnswer struct {
+	WindowSeconds float64    `json:"window_seconds"`
+	Overall       apiStats   `json:"overall"`
+	Types         []apiStats `json:"types"`
+}
+
+func runStats(ctx context.Context, env *Env, args []string) int {
+	const name = "stats"
+	var cf clientFlags
+	fs := newFlagSet(name, statsUsage)
+	cf.register(fs, true)
+	pos, st, ok := parseArgs(env, fs, args)
+	if !ok {
+		return st
+	}
+	if st, ok := wantArgs(env, name, pos, 0, ""); !ok {
+		return st
+	}
+	c, err := cf.client(env)
+	if err != nil {
+		return usageError(env, name, err.Error())
+	}
+	defer c.close()
+	var s apiStatsAnswer
+	raw, err := c.call(ctx, "GET", "/v1/stats", nil, nil, &s)
+	if err != nil {
+		return fail(env, name, err)
+	}
+	if cf.json {
+		printJSON(env.Stdout, raw)
+		return exitOK
+	}
+	writeStats(env.Stdout, &s)
+	return exitOK
+}
+
+func writeStats(w io.Writer, s *apiStatsAnswer) {
+	if s.Overall.Total == 0 && s.Overall.Attempts == 0 {
+		fmt.Fprintln(w, "no tasks yet")
+		return
+	}
+	tb := newTable("TYPE", "SCHEDULED", "PENDING", "RUNNING", "RETRYING", "SUCCEEDED", "DEAD", "CANCELLED",
+		"ATTEMPTS", "RETRIES", "RETRY RATE").alignRight(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	row := func(label string, st *apiStats) {
+		n := func(state string) string { return strconv.Itoa(st.Counts[state]) }
+		tb.add(label, n("scheduled"), n("pending"), n("running"), n("retry_waiting"), n("succeeded"), n("dead"),
+			n("cancelled"), strconv.Itoa(st.Attempts), strconv.Itoa(st.Retries), fmtPercent(st.RetryRate))
+	}
+	for i := range s.Types {
+		row(cleanCell(s.Types[i].Type, 40), &s.Types[i])
+	}
+	if len(s.Types) != 1 {
+		row("TOTAL", &s.Overall)
+	}
+	tb.write(w)
+	window := time.Duration(s.WindowSeconds * float64(time.Second))
+	if window <= 0 {
+		window = time.Hour
+	}
+	fmt.Fprintf(w, "\nStates are current; attempts, retries and the retry rate cover the last %v.\n", window)
+	if s.Overall.DLQSize > 0 {
+		fmt.Fprintf(w, "%d task(s) in the dead-letter queue: retryq dlq summary\n", s.Overall.DLQSize)
+	}
+}

@@ -1,0 +1,188 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// table prints rows as aligned columns separated by two spaces, with a
+// header line. Numeric columns may be right-aligned. Cells are cleaned of
+// control characters, so that data from the server cannot break the layout
+// or send escape sequences to the terminal.
+type table struct {
+	header []string
+	rows   [][]string
+	right  []bool
+}
+
+func newTable(header ...string) *table {
+	return &table{header: header, right: make([]bool, len(header))}
+}
+
+// alignRight right-aligns the given columns.
+func (t *table) alignRight(cols ...int) *table {
+	for _, c := range cols {
+		if c >= 0 && c < len(t.right) {
+			t.right[c] = true
+		}
+	}
+	return t
+}
+
+// add appends a row; missing cells are empty, extra cells are dropped.
+func (t *table) add(cells ...string) {
+	row := make([]string, len(t.header))
+	for i := range row {
+		if i < len(cells) {
+			row[i] = cleanCell(cells[i], 0)
+		}
+	}
+	t.rows = append(t.rows, row)
+}
+
+// write prints the table.
+func (t *table) write(w io.Writer) {
+	widths := make([]int, len(t.header))
+	for i, h := range t.header {
+		widths[i] = utf8.RuneCountInString(h)
+	}
+	for _, r := range t.rows {
+		for i, c := range r {
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	line := func(cells []string) {
+		var l strings.Builder
+		for i, c := range cells {
+			if i > 0 {
+				l.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+			if t.right[i] {
+				l.WriteString(pad + c)
+			} else if i < len(cells)-1 {
+				l.WriteString(c + pad)
+			} else {
+				l.WriteString(c)
+			}
+		}
+		b.WriteString(strings.TrimRight(l.String(), " "))
+		b.WriteByte('\n')
+	}
+	line(t.header)
+	for _, r := range t.rows {
+		line(r)
+	}
+	io.WriteString(w, b.String())
+}
+
+// fieldList prints "label  value" lines with the values aligned, for one
+// object (a task, a type).
+type fieldList struct {
+	labels, values []string
+}
+
+func (f *fieldList) add(label, value string) {
+	f.labels = append(f.labels, label)
+	f.values = append(f.values, value)
+}
+
+func (f *fieldList) write(w io.Writer) {
+	width := 0
+	for _, l := range f.labels {
+		width = max(width, utf8.RuneCountInString(l))
+	}
+	var b strings.Builder
+	for i, l := range f.labels {
+		fmt.Fprintf(&b, "%-*s  %s\n", width, l, cleanCell(f.values[i], 0))
+	}
+	io.WriteString(w, b.String())
+}
+
+// cleanCell replaces control characters (newlines, tabs, escapes) with
+// spaces and, when limit > 0, shortens s to limit runes with an ellipsis.
+func cleanCell(s string, limit int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || r == utf8.RuneError {
+			return ' '
+		}
+		return r
+	}, s)
+	if limit > 0 && utf8.RuneCountInString(s) > limit {
+		r := []rune(s)
+		s = string(r[:limit-1]) + "…"
+	}
+	return s
+}
+
+// orDash returns s, or "-" when s is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// fmtTime formats a time in the local zone, to the second.
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+// fmtRelTime formats t relative to now: "in 30s", "5m ago", "now".
+func fmtRelTime(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := t.Sub(now)
+	switch {
+	case d > 0 && d >= time.Second:
+		return "in " + fmtAge(d)
+	case d < 0 && -d >= time.Second:
+		return fmtAge(-d) + " ago"
+	default:
+		return "now"
+	}
+}
+
+// fmtAge formats a positive duration coarsely: 45s, 12m, 3h, 5d.
+func fmtAge(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d/time.Hour)) + "h"
+	default:
+		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	}
+}
+
+// fmtSeconds formats a duration given in seconds: 0.25s, 30s, 10m0s.
+func fmtSeconds(s float64) string {
+	if s == 0 {
+		return "0s"
+	}
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+	}
+	return d.Round(time.Second).String()
+}
+
+// fmtPercent formats a ratio as a percentage with one decimal.
+func fmtPercent(r float64) string {
+	return strconv.FormatFloat(r*100, 'f', 1, 64) + "%"
+}

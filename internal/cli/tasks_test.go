@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/retryq/retryq/internal/engine"
+)
+
+// TestCLITaskRoundTrip: enqueue, get, list, cancel and retry through the
+// CLI, in table and --json form.
+func TestCLITaskRoundTrip(t *testing.T) {
+	s := startAPIServer(t, nil)
+
+	var task apiTask
+	s.cliJSON(t, &task, "enqueue", "email.send", "--payload", `{"to": "a@example.com"}`, "--key", "order-42",
+		"--priority", "7", "--max-attempts", "3")
+	if task.ID == "" || task.Type != "email.send" || task.State != "pending" || task.Priority != 7 ||
+		task.MaxAttempts != 3 || task.IdempotencyKey != "order-42" || compactJSON(t, task.Payload) != `{"to":"a@example.com"}` {
+		t.Fatalf("enqueue --json: %+v", task)
+	}
+	// The same key again: the existing task, flagged.
+	out := s.cliOK(t, "enqueue", "email.send", "--payload", `{"to":"b@example.com"}`, "--key", "order-42")
+	wantOutput(t, "duplicate enqueue", out, "duplicate", task.ID)
+
+	// A delayed task from a payload file, and one from standard input.
+	dir := t.TempDir()
+	path := dir + "/payload.json"
+	writeTestFile(t, path, "{\n  \"report\": 9\n}\n")
+	out = s.cliOK(t, "enqueue", "report.build", "--payload", "@"+path, "--delay", "1h")
+	wantOutput(t, "delayed enqueue", out, "enqueued report.build", "scheduled", "in 59m")
+	st, out, errOut := cli(t, `[1,2,3]`, "enqueue", "batch.job", "--payload", "@-", "--server", s.url, "--json")
+	if st != 0 || !strings.Contains(out, `"payload": [`) {
+		t.Errorf("enqueue --payload @-: status %d\nstdout: %s\nstderr: %s", st, out, errOut)
+	}
+
+	// get: table and JSON.
+	out = s.cliOK(t, "tasks", "get", task.ID)
+	wantOutput(t, "tasks get", out, "ID", task.ID, "email.send", "pending", "0/3", "order-42", `{"to":"a@example.com"}`)
+	var got apiTask
+	s.cliJSON(t, &got, "tasks", "get", task.ID)
+	if got.ID != task.ID || got.Attempts == nil {
+		t.Errorf("tasks get --json: %+v", got)
+	}
+
+	// One failed attempt shows up in the history.
+	ctx := context.Background()
+	ts, err := s.rs.eng.Lease(ctx, engine.LeaseRequest{WorkerID: "mailer-7", Types: []string{"email.send"}})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("lease: %v %d", err, len(ts))
+	}
+	if _, err := s.rs.eng.Fail(ctx, ts[0].ID, engine.LeaseToken(&ts[0]), engine.ReportedError{Code: "503", Message: "mailer unavailable"}); err != nil {
+		t.Fatal(err)
+	}
+	out = s.cliOK(t, "tasks", "get", task.ID)
+	wantOutput(t, "tasks get after a failure", out, "retry_waiting", "1/3", "Attempt history:", "mailer-7", "failed",
+		"503 mailer unavailable", "Last error", "[transient]")
+
+	// list: filters, table, JSON, paging.
+	out = s.cliOK(t, "tasks", "list", "--type", "email.send")
+	wantOutput(t, "tasks list", out, "ID", "STATE", task.ID, "retry_waiting", "503 mailer unavailable")
+	if strings.Contains(out, "report.build") {
+		t.Errorf("tasks list --type email.send shows other types:\n%s", out)
+	}
+	var page apiTaskPage
+	s.cliJSON(t, &page, "tasks", "list", "--state", "scheduled,pending")
+	if len(page.Tasks) != 2 || page.NextCursor != nil {
+		t.Errorf("tasks list --state scheduled,pending --json: %+v", page)
+	}
+	st, out, errOut = cli(t, "", "tasks", "list", "--limit", "1", "--server", s.url)
+	if st != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(errOut, "more tasks: retryq tasks list --limit 1 --server "+s.url+" --cursor ") {
+		t.Errorf("tasks list --limit 1: status %d\nstdout: %s\nstderr: %s", st, out, errOut)
+	}
+	if out := s.cliOK(t, "tasks", "list", "--type", "nothing.here"); !strings.Contains(out, "no tasks match") {
+		t.Errorf("empty list: %s", out)
+	}
+
+	// cancel, then retry; retrying a pending task is a conflict (exit 1).
+	out = s.cliOK(t, "tasks", "cancel", task.ID)
+	wantOutput(t, "tasks cancel", out, "cancelled task "+task.ID, "now cancelled")
+	var retried apiTask
+	s.cliJSON(t, &retried, "tasks", "retry", task.ID)
+	if retried.State != "pending" || retried.Attempt != 0 {
+		t.Errorf("tasks retry --json: %+v", retried)
+	}
+	st, _, errOut = cli(t, "", "tasks", "retry", task.ID, "--server", s.url)
+	if st != 1 || !strings.Contains(errOut, "retryq tasks retry: ") || !strings.Contains(errOut, "in state pending (HTTP 409 conflict)") {
+		t.Errorf("tasks retry of a pending task: status %d, stderr: %s", st, errOut)
+	}
+	st, _, errOut = cli(t, "", "tasks", "get", "01HXZ5K3J8T9M2Q4V6W8Y0A1B2", "--server", s.url)
+	if st != 1 || !strings.Contains(errOut, "HTTP 404 not_found") {
+		t.Errorf("tasks get of an unknown id: status %d, stderr: %s", st, errOut)
+	}
+}

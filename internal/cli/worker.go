@@ -1,0 +1,551 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/retryq/retryq/internal/engine"
+)
+
+func init() {
+	register(&command{name: "worker", summary: "run a shell command for each task leased from a retryq server", run: runWorker})
+}
+
+const workerUsage = `Usage: retryq worker --types A,B --exec 'CMD' [flags]
+
+A pull worker: leases tasks of the given types from a retryq server over the
+HTTP API (long-polling while there are none) and runs CMD with "sh -c" once
+per task, up to --concurrency at a time. The task's JSON payload is CMD's
+standard input; RETRYQ_TASK_ID, RETRYQ_TASK_TYPE and RETRYQ_ATTEMPT are in
+its environment. Its standard output and error pass through.
+
+While CMD runs the lease is heartbeated every --lease/3. Exit status 0
+completes the task. Any other exit fails the attempt with error code
+"exit:N" and the last non-empty line CMD wrote to standard error as the
+message; codes listed in --permanent-exit are reported as not retryable, the
+others as retryable. The server decides with the type's retry policy whether
+and when the task runs again. If the lease is lost (the task was cancelled,
+or the lease expired and another worker took it), CMD is stopped and its
+outcome dropped.
+
+SIGINT or SIGTERM stops leasing and lets running commands finish for up to
+--grace; commands still running then are stopped (SIGTERM, then SIGKILL to
+their process group) and their attempts failed as retryable. A second
+signal stops them at once.
+
+Example:
+  retryq worker --types img.resize --exec './resize.sh' --concurrency 4 --permanent-exit 2,64
+`
+
+// Worker tuning.
+const (
+	pullWaitSeconds  = 20                     // long-poll length of a lease request
+	stderrTailBytes  = 4096                   // how much of CMD's stderr is kept for the message
+	maxMessageRunes  = 1000                   // longest reported error message
+	killGrace        = 5 * time.Second        // SIGTERM → SIGKILL for a command being stopped
+	maxLeaseBackoff  = 5 * time.Second        // longest pause between failing lease requests
+	reportAttempts   = 5                      // tries to report an outcome through network errors
+	reportRetryPause = 500 * time.Millisecond // first pause between those tries
+)
+
+type workerOptions struct {
+	cf          clientFlags
+	types       []string
+	exec        string
+	concurrency int
+	permanent   []int
+	lease       time.Duration
+	grace       time.Duration
+	timeout     time.Duration
+	id          string
+}
+
+func parseWorker(env *Env, args []string) (*workerOptions, int) {
+	const name = "worker"
+	o := &workerOptions{concurrency: 1, lease: 30 * time.Second, grace: 30 * time.Second}
+	var types string
+	fs := newFlagSet(name, workerUsage)
+	o.cf.register(fs, false)
+	fs.StringVar(&types, "types", "", "comma-separated task `types` to lease; required")
+	fs.StringVar(&o.exec, "exec", "", "shell `command` run with sh -c for each task; required")
+	fs.IntVar(&o.concurrency, "concurrency", o.concurrency, "`N` commands running at once, 1..1000")
+	fs.Var(exitCodesValue{&o.permanent}, "permanent-exit", "exit `codes` that are permanent failures (not retried), e.g. 2,64")
+	fs.Var(durationValue{&o.lease}, "lease", "lease `length`; heartbeated every third of it (1s..1h)")
+	fs.Var(durationValue{&o.grace}, "grace", "`time` running commands may take to finish after SIGINT/SIGTERM")
+	fs.Var(durationValue{&o.timeout}, "timeout", "stop a command running longer than this `duration` and fail the attempt as retryable (0 = none)")
+	fs.StringVar(&o.id, "worker-id", "", "this worker's `id` in leases and task history (default HOST-PID)")
+	pos, st, ok := parseArgs(env, fs, args)
+	if !ok {
+		return nil, st
+	}
+	if st, ok := wantArgs(env, name, pos, 0, ""); !ok {
+		return nil, st
+	}
+	for _, t := range strings.Split(types, ",") {
+		if t = strings.TrimSpace(t); t == "" {
+			continue
+		}
+		if err := engine.ValidateType("--types", t); err != nil {
+			return nil, usageError(env, name, err.Error())
+		}
+		if !slices.Contains(o.types, t) {
+			o.types = append(o.types, t)
+		}
+	}
+	switch {
+	case len(o.types) == 0:
+		return nil, usageError(env, name, "--types: required, e.g. --types email.send,img.resize")
+	case strings.TrimSpace(o.exec) == "":
+		return nil, usageError(env, name, "--exec: required, the shell command to run for each task")
+	case o.concurrency < 1 || o.concurrency > 1000:
+		return nil, usageError(env, name, fmt.Sprintf("--concurrency: must be between 1 and 1000 (got %d)", o.concurrency))
+	case o.lease < time.Second || o.lease > engine.MaxLeaseDuration:
+		return nil, usageError(env, name, fmt.Sprintf("--lease: must be between 1s and 1h (got %v)", o.lease))
+	case o.grace < 0:
+		return nil, usageError(env, name, fmt.Sprintf("--grace: must not be negative (got %v)", o.grace))
+	case o.timeout < 0:
+		return nil, usageError(env, name, fmt.Sprintf("--timeout: must not be negative (got %v)", o.timeout))
+	case len(o.id) > 200:
+		return nil, usageError(env, name, "--worker-id: at most 200 bytes")
+	}
+	if o.id == "" {
+		host, _ := os.Hostname()
+		o.id = fmt.Sprintf("%s-%d", firstNonEmpty(host, "worker"), os.Getpid())
+	}
+	return o, exitOK
+}
+
+func runWorker(ctx context.Context, env *Env, args []string) int {
+	o, st := parseWorker(env, args)
+	if o == nil {
+		return st
+	}
+	c, err := o.cf.client(env)
+	if err != nil {
+		return usageError(env, "worker", err.Error())
+	}
+	defer c.close()
+	w := &pullWorker{o: o, env: env, c: c, out: &lockedWriter{w: env.Stdout}, errOut: &lockedWriter{w: env.Stderr},
+		sem: make(chan struct{}, o.concurrency)}
+	return w.run(ctx)
+}
+
+// lockedWriter serializes writes of concurrent commands and log lines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// pullWorker is a running "retryq worker".
+type pullWorker struct {
+	o      *workerOptions
+	env    *Env
+	c      *apiClient
+	out    io.Writer
+	errOut io.Writer
+
+	// killCtx is cancelled when running commands must stop (grace over,
+	// second signal).
+	killCtx context.Context
+	// sem holds one token per command in flight (capacity --concurrency);
+	// running counts the task goroutines.
+	sem     chan struct{}
+	running sync.WaitGroup
+}
+
+func (w *pullWorker) logf(format string, args ...any) {
+	fmt.Fprintf(w.errOut, "%s retryq worker: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+// leasedTask is a task of a lease answer.
+type leasedTask struct {
+	ID      string          `json:"id"`
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload"`
+	Attempt int             `json:"attempt"`
+	LeaseID string          `json:"lease_id"`
+}
+
+func (w *pullWorker) run(ctx context.Context) int {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, terminationSignals...)
+	defer signal.Stop(sigs)
+
+	leaseCtx, stopLeasing := context.WithCancel(ctx)
+	defer stopLeasing()
+	killCtx, kill := context.WithCancel(context.WithoutCancel(ctx))
+	defer kill()
+	w.killCtx = killCtx
+
+	// Signals: the first stops leasing, the second stops the commands.
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case s := <-sigs:
+			w.logf("received %v: no new tasks; letting running commands finish (up to %v; signal again to stop them now)", s, w.o.grace)
+			stopLeasing()
+		case <-ctx.Done():
+			stopLeasing()
+		case <-stopped:
+			return
+		}
+		select {
+		case s := <-sigs:
+			w.logf("received %v again: stopping running commands", s)
+			kill()
+		case <-stopped:
+		}
+	}()
+
+	w.logf("%s leasing %s from %s; concurrency %d, lease %v", w.o.id, strings.Join(w.o.types, ","), w.c.base,
+		w.o.concurrency, w.o.lease)
+	status := w.leaseLoop(leaseCtx)
+
+	// Drain: wait for running commands, up to the grace period.
+	if n := len(w.sem); n > 0 {
+		w.logf("waiting for %d running command(s)", n)
+	}
+	done := make(chan struct{})
+	go func() { w.running.Wait(); close(done) }()
+	grace := time.NewTimer(w.o.grace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		w.logf("grace period of %v is over: stopping the commands still running", w.o.grace)
+		kill()
+		<-done
+	case <-killCtx.Done():
+		<-done
+	}
+	w.logf("stopped")
+	return status
+}
+
+// leaseLoop leases tasks while ctx lives and starts a command for each.
+// It returns the exit status: 0, or exitFailure when the server rejects
+// the worker's requests (bad token, unknown route).
+func (w *pullWorker) leaseLoop(ctx context.Context) int {
+	backoff := 250 * time.Millisecond
+	failing := false
+	for ctx.Err() == nil {
+		// Wait for a free slot, then take every free slot (at most 100).
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			return exitOK
+		}
+		free := 1
+		for free < min(w.o.concurrency, engine.MaxLeaseBatch) {
+			select {
+			case w.sem <- struct{}{}:
+				free++
+				continue
+			default:
+			}
+			break
+		}
+		tasks, err := w.lease(ctx, free)
+		for range free - len(tasks) {
+			<-w.sem
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return exitOK
+			}
+			var ae *apiCallError
+			if errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500 && ae.Status != 408 && ae.Status != 429 {
+				w.logf("the server rejected the lease request: %v", err)
+				return exitFailure
+			}
+			if !failing {
+				w.logf("lease request failed, retrying with backoff: %v", err)
+			}
+			failing = true
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+			backoff = min(2*backoff, maxLeaseBackoff)
+			continue
+		}
+		if failing {
+			w.logf("lease requests work again")
+			failing, backoff = false, 250*time.Millisecond
+		}
+		for i := range tasks {
+			t := tasks[i]
+			w.running.Add(1)
+			go func() {
+				defer w.running.Done()
+				defer func() { <-w.sem }()
+				w.handle(t)
+			}()
+		}
+	}
+	return exitOK
+}
+
+// lease asks for up to n tasks, long-polling.
+func (w *pullWorker) lease(ctx context.Context, n int) ([]leasedTask, error) {
+	body := map[string]any{
+		"worker_id": w.o.id, "types": w.o.types, "max": n,
+		"wait_seconds": pullWaitSeconds, "lease_seconds": w.o.lease.Seconds(),
+	}
+	var out struct {
+		Tasks []leasedTask `json:"tasks"`
+	}
+	if _, err := w.c.call(ctx, "POST", "/v1/leases", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return out.Tasks, nil
+}
+
+// handle runs one task's command while heartbeating its lease, then reports
+// the outcome.
+func (w *pullWorker) handle(t leasedTask) {
+	start := time.Now()
+	lost := make(chan struct{})
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		w.heartbeat(hbCtx, t, lost)
+	}()
+	res := w.execute(t, lost)
+	stopHB()
+	<-hbDone
+	took := time.Since(start).Round(time.Millisecond)
+	select {
+	case <-lost:
+		w.logf("task %s (%s, attempt %d): lease lost while the command ran; outcome dropped", t.ID, t.Type, t.Attempt)
+		return
+	default:
+	}
+	if res.ok {
+		err := w.report(t, "complete", map[string]any{"lease_id": t.LeaseID})
+		w.logReport(t, err, fmt.Sprintf("succeeded in %v", took))
+		return
+	}
+	e := map[string]any{"code": res.code, "message": res.message}
+	if res.retryable != nil {
+		e["retryable"] = *res.retryable
+	}
+	var answer struct {
+		State        string  `json:"state"`
+		DeadReason   string  `json:"dead_reason"`
+		DelaySeconds float64 `json:"delay_seconds"`
+	}
+	err := w.reportInto(t, "fail", map[string]any{"lease_id": t.LeaseID, "error": e}, &answer)
+	what := fmt.Sprintf("failed in %v with %s: %s", took, res.code, res.message)
+	switch answer.State {
+	case "retry_waiting":
+		what += fmt.Sprintf(" → retry in %s", fmtSeconds(answer.DelaySeconds))
+	case "dead":
+		what += " → dead (" + answer.DeadReason + ")"
+	}
+	w.logReport(t, err, what)
+}
+
+func (w *pullWorker) logReport(t leasedTask, err error, what string) {
+	switch {
+	case err == nil:
+		w.logf("task %s (%s, attempt %d) %s", t.ID, t.Type, t.Attempt, what)
+	case isAPIError(err, 409, ""):
+		w.logf("task %s (%s, attempt %d) %s, but the lease was lost: outcome dropped (%v)", t.ID, t.Type, t.Attempt, what, err)
+	default:
+		w.logf("task %s (%s, attempt %d) %s, but reporting it failed: %v", t.ID, t.Type, t.Attempt, what, err)
+	}
+}
+
+// heartbeat extends the lease every lease/3 until ctx ends; it closes lost
+// when the server says the lease is gone.
+func (w *pullWorker) heartbeat(ctx context.Context, t leasedTask, lost chan<- struct{}) {
+	tick := time.NewTicker(w.o.lease / 3)
+	defer tick.Stop()
+	path := "/v1/leases/" + url.PathEscape(t.LeaseID) + "/heartbeat"
+	body := map[string]any{"lease_seconds": w.o.lease.Seconds()}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		_, err := w.c.call(ctx, "POST", path, nil, body, nil)
+		switch {
+		case err == nil, ctx.Err() != nil:
+		case isAPIError(err, 409, ""), isAPIError(err, 404, ""):
+			close(lost)
+			return
+		default:
+			w.logf("task %s: heartbeat failed (will retry): %v", t.ID, err)
+		}
+	}
+}
+
+// report posts an outcome, retrying through network errors and 5xx for a
+// bounded number of tries.
+func (w *pullWorker) report(t leasedTask, action string, body any) error {
+	return w.reportInto(t, action, body, nil)
+}
+
+func (w *pullWorker) reportInto(t leasedTask, action string, body, out any) error {
+	path := "/v1/tasks/" + url.PathEscape(t.ID) + "/" + action
+	pause := reportRetryPause
+	var err error
+	for i := 0; i < reportAttempts; i++ {
+		if _, err = w.c.call(context.Background(), "POST", path, nil, body, out); err == nil {
+			return nil
+		}
+		var ae *apiCallError
+		if errors.As(err, &ae) && ae.Status < 500 {
+			return err
+		}
+		time.Sleep(pause) // bounded: reportAttempts tries, pauses doubling from 0.5s
+		pause *= 2
+	}
+	return err
+}
+
+// cmdResult is how a task's command ended.
+type cmdResult struct {
+	ok        bool
+	code      string
+	message   string
+	retryable *bool
+}
+
+// execute runs the command for t, stopping it when the lease is lost, the
+// --timeout passes or the worker must stop.
+func (w *pullWorker) execute(t leasedTask, lost <-chan struct{}) cmdResult {
+	yes, no := true, false
+	cmd := exec.Command("sh", "-c", w.o.exec)
+	payload := t.Payload
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	cmd.Stdin = bytes.NewReader(append(slices.Clip(payload), '\n'))
+	tail := &tailBuffer{max: stderrTailBytes}
+	cmd.Stdout = w.out
+	cmd.Stderr = io.MultiWriter(w.errOut, tail)
+	cmd.Env = append(os.Environ(),
+		"RETRYQ_TASK_ID="+t.ID,
+		"RETRYQ_TASK_TYPE="+t.Type,
+		"RETRYQ_ATTEMPT="+strconv.Itoa(t.Attempt))
+	cmd.WaitDelay = killGrace // bounds waiting for pipes held open by leftovers
+	setProcessGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		return cmdResult{code: "start_failed", message: "could not start sh -c: " + err.Error(), retryable: &yes}
+	}
+	pgid := cmd.Process.Pid
+	waited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(waited) }()
+
+	var timeoutC <-chan time.Time
+	if w.o.timeout > 0 {
+		tm := time.NewTimer(w.o.timeout)
+		defer tm.Stop()
+		timeoutC = tm.C
+	}
+	stopReason := ""
+	select {
+	case <-waited:
+	case <-lost:
+		stopReason = "lease_lost"
+	case <-timeoutC:
+		stopReason = "timeout"
+	case <-w.killCtx.Done():
+		stopReason = "worker_stopped"
+	}
+	if stopReason != "" {
+		signalGroup(pgid, sigTERM)
+		kt := time.NewTimer(killGrace)
+		select {
+		case <-waited:
+		case <-kt.C:
+			signalGroup(pgid, sigKILL)
+			<-waited
+		}
+		kt.Stop()
+	}
+	signalGroup(pgid, sigKILL) // whatever the command left behind in its group
+	status, sig := exitStatus(cmd.ProcessState)
+	switch stopReason {
+	case "timeout":
+		return cmdResult{code: "timeout", message: fmt.Sprintf("the command ran longer than --timeout %v and was stopped", w.o.timeout), retryable: &yes}
+	case "worker_stopped":
+		return cmdResult{code: "worker_stopped", message: "the worker stopped before the command finished", retryable: &yes}
+	case "lease_lost":
+		return cmdResult{code: "lease_lost", message: "lease lost"}
+	}
+	if status == 0 && sig == "" {
+		return cmdResult{ok: true}
+	}
+	msg := tail.lastLine()
+	if sig != "" {
+		if msg == "" {
+			msg = "killed by signal " + sig
+		}
+		return cmdResult{code: "signal:" + sig, message: msg, retryable: &yes}
+	}
+	if msg == "" {
+		msg = "exit status " + strconv.Itoa(status)
+	}
+	r := cmdResult{code: exitCode(status), message: msg, retryable: &yes}
+	if slices.Contains(w.o.permanent, status) {
+		r.retryable = &no
+	}
+	return r
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+// lastLine returns the last non-empty line, cleaned and bounded.
+func (t *tailBuffer) lastLine() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := strings.Split(string(t.b), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(strings.TrimRight(lines[i], "\r")); l != "" {
+			return cleanCell(l, maxMessageRunes)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,262 @@
+//go:build linux
+
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/retry"
+)
+
+// lockedBuffer collects a process's output for concurrent readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// pollUntil calls cond every 20ms until it holds, for at most limit.
+func pollUntil(t *testing.T, limit time.Duration, what string, cond func() bool, diag func() string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for i := 0; ; i++ {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) || i > int(limit/(20*time.Millisecond))+1 {
+			t.Fatalf("timed out after %v waiting for %s\n%s", limit, what, diag())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// postRaw POSTs a JSON body to the API and decodes the answer.
+func postRaw(t *testing.T, url string, body any, out any) int {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("POST %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("POST %s: %d %s: %v", url, resp.StatusCode, data, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// workerHandler is the --exec script of the worker test: it switches on
+// the task type.
+const workerHandler = `
+case "$RETRYQ_TASK_TYPE" in
+cli.ok)
+	cat > "$OUT/payload-$RETRYQ_TASK_ID"
+	echo "$RETRYQ_TASK_TYPE $RETRYQ_ATTEMPT" > "$OUT/env-$RETRYQ_TASK_ID"
+	echo "processed $RETRYQ_TASK_ID" ;;
+cli.flaky)
+	echo "writing the report" >&2
+	echo "disk full: cannot write /var/tmp/out" >&2
+	echo "" >&2
+	exit 1 ;;
+cli.perm)
+	echo "bad input: missing field to" >&2
+	exit 64 ;;
+cli.lease)
+	exit 0 ;;
+cli.slow)
+	touch "$OUT/slow-started"
+	i=0
+	while [ ! -f "$OUT/slow-release" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done
+	[ -f "$OUT/slow-release" ] ;;
+esac
+`
+
+// TestWorkerProcess runs "retryq worker --exec" as a second process against
+// a server in this one: a command that succeeds (reading its payload on
+// stdin), one that keeps failing (retried, then dead with its stderr line),
+// one with a permanent exit code (dead after one attempt), a lease that was
+// never heartbeated (it expires, the worker takes the task, and the stale
+// lease's complete gets 409), and a graceful stop that lets a running
+// command finish.
+func TestWorkerProcess(t *testing.T) {
+	s := startAPIServer(t, nil)
+	ctx := context.Background()
+	fast := retry.Policy{Backoff: retry.BackoffFixed, InitialDelay: 50 * time.Millisecond, MaxDelay: time.Second, Jitter: retry.JitterNone}
+	for typ, attempts := range map[string]int{"cli.flaky": 2, "cli.lease": 3, "cli.perm": 5, "cli.ok": 5, "cli.slow": 5} {
+		p := fast
+		p.MaxAttempts = attempts
+		if _, err := s.rs.eng.PutType(ctx, engine.TypeSpec{Type: typ, Policy: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue := func(typ, payload string) string {
+		var task apiTask
+		s.cliJSON(t, &task, "enqueue", typ, "--payload", payload)
+		return task.ID
+	}
+	getTask := func(id string) apiTask {
+		var task apiTask
+		s.cliJSON(t, &task, "tasks", "get", id)
+		return task
+	}
+
+	// A lease taken over HTTP and never heartbeated.
+	leaseID := enqueue("cli.lease", `{"k":1}`)
+	var la struct {
+		Tasks []struct {
+			ID      string `json:"id"`
+			LeaseID string `json:"lease_id"`
+		} `json:"tasks"`
+	}
+	if code := postRaw(t, s.url+"/v1/leases", map[string]any{"worker_id": "stale-worker", "types": []string{"cli.lease"},
+		"lease_seconds": 1}, &la); code != 200 || len(la.Tasks) != 1 || la.Tasks[0].ID != leaseID {
+		t.Fatalf("raw lease: %d %+v", code, la)
+	}
+	staleLease := la.Tasks[0].LeaseID
+
+	// The worker process.
+	dir := t.TempDir()
+	handler := filepath.Join(dir, "handler.sh")
+	writeTestFile(t, handler, workerHandler)
+	cmd := exec.Command(os.Args[0], "worker", "--server", s.url, "--types", "cli.ok,cli.flaky,cli.perm,cli.lease,cli.slow",
+		"--exec", "sh "+handler, "--lease", "3s", "--permanent-exit", "2,64", "--worker-id", "proc-worker",
+		"--concurrency", "4", "--grace", "20s")
+	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "OUT="+dir, "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
+	var stdout, stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 5 * time.Second // commands left running must not hold the test
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{}) // closed when the worker has exited; then waitErr is set
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	diag := func() string { return "worker stderr:\n" + stderr.String() }
+
+	okID := enqueue("cli.ok", `{"msg": "hello", "n": 42}`)
+	flakyID := enqueue("cli.flaky", `{}`)
+	permID := enqueue("cli.perm", `{"to": null}`)
+	final := func(id string) func() bool {
+		return func() bool {
+			st := getTask(id).State
+			return st == "succeeded" || st == "dead"
+		}
+	}
+	for _, id := range []string{okID, flakyID, permID, leaseID} {
+		pollUntil(t, 30*time.Second, "task "+id+" to finish", final(id), diag)
+	}
+
+	// Success: the payload came on stdin, the task's variables in the environment.
+	if task := getTask(okID); task.State != "succeeded" || task.Attempt != 1 {
+		t.Errorf("ok task: %+v", task)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "payload-"+okID)); err != nil || strings.TrimSpace(string(b)) != `{"msg":"hello","n":42}` {
+		t.Errorf("payload on stdin: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "env-"+okID)); err != nil || string(b) != "cli.ok 1\n" {
+		t.Errorf("RETRYQ_TASK_TYPE and RETRYQ_ATTEMPT: %q, %v", b, err)
+	}
+	if !strings.Contains(stdout.String(), "processed "+okID) {
+		t.Errorf("the command's stdout did not pass through: %q", stdout.String())
+	}
+	// Transient failures: retried by the server's policy, then dead with
+	// the last stderr line as the message.
+	flaky := getTask(flakyID)
+	if flaky.State != "dead" || flaky.DeadReason != "max_attempts" || flaky.Attempt != 2 || len(flaky.Attempts) != 2 ||
+		flaky.LastError == nil || flaky.LastError.Code != "exit:1" || flaky.LastError.Message != "disk full: cannot write /var/tmp/out" ||
+		flaky.Attempts[0].WorkerID != "proc-worker" {
+		t.Errorf("flaky task: %+v (last error %+v)", flaky, flaky.LastError)
+	}
+	// A permanent exit code: dead after one attempt.
+	perm := getTask(permID)
+	if perm.State != "dead" || perm.DeadReason != "non_retryable" || perm.Attempt != 1 ||
+		perm.LastError == nil || perm.LastError.Code != "exit:64" || perm.LastError.Message != "bad input: missing field to" {
+		t.Errorf("permanent task: %+v (last error %+v)", perm, perm.LastError)
+	}
+	// The unheartbeated lease expired; the worker ran the task; the stale
+	// lease can no longer complete it.
+	lt := getTask(leaseID)
+	if lt.State != "succeeded" || len(lt.Attempts) != 2 || lt.Attempts[0].Outcome != "lease_expired" ||
+		lt.Attempts[0].WorkerID != "stale-worker" || lt.Attempts[1].Outcome != "succeeded" || lt.Attempts[1].WorkerID != "proc-worker" {
+		t.Errorf("expired-lease task: %+v", lt)
+	}
+	var lateErr struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	if code := postRaw(t, s.url+"/v1/tasks/"+leaseID+"/complete", map[string]string{"lease_id": staleLease}, &lateErr); code != 409 || lateErr.Error.Code != "lease_lost" {
+		t.Errorf("late complete with the expired lease: %d %+v", code, lateErr)
+	}
+	if lt2 := getTask(leaseID); lt2.State != "succeeded" || len(lt2.Attempts) != 2 {
+		t.Errorf("the late complete changed the task: %+v", lt2)
+	}
+
+	// Graceful stop: SIGTERM while a command runs; the worker stops leasing,
+	// the command finishes and is reported, and the worker exits 0.
+	slowID := enqueue("cli.slow", `{}`)
+	pollUntil(t, 20*time.Second, "the slow command to start", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "slow-started"))
+		return err == nil
+	}, diag)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, 10*time.Second, "the worker to acknowledge SIGTERM", func() bool {
+		return strings.Contains(stderr.String(), "no new tasks; letting running commands finish")
+	}, diag)
+	afterStop := enqueue("cli.ok", `{"late": true}`)
+	if st := getTask(slowID).State; st != "running" {
+		t.Errorf("slow task after SIGTERM: %s", st)
+	}
+	writeTestFile(t, filepath.Join(dir, "slow-release"), "")
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("worker exit: %v\n%s", waitErr, diag())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker did not exit after SIGTERM\n%s", diag())
+	}
+	if task := getTask(slowID); task.State != "succeeded" {
+		t.Errorf("slow task after a graceful stop: %s\n%s", task.State, diag())
+	}
+	if task := getTask(afterStop); task.State != "pending" {
+		t.Errorf("a task enqueued after SIGTERM was taken: %s", task.State)
+	}
+	wantOutput(t, "worker log", stderr.String(), "proc-worker leasing cli.ok,cli.flaky,cli.perm,cli.lease,cli.slow",
+		"→ retry in", "→ dead (max_attempts)", "→ dead (non_retryable)", "succeeded in", "stopped")
+}
