@@ -17,6 +17,7 @@ type Counters struct {
 	LeaseLost      int64 // outcomes refused because the lease was gone
 	Reaped         int64 // expired leases handled by the reaper
 	Promoted       int64 // tasks promoted by the scheduler
+	Dispatched     int64 // tasks leased at enqueue to an idle local worker (no fetch)
 	// Retention deletions on this node (never silent: also logged).
 	DeletedSucceeded, DeletedCancelled, DeletedDead int64
 }
@@ -24,6 +25,7 @@ type Counters struct {
 type counters struct {
 	insertCommits, inserted, fetches, fetched, outcomeCommits, outcomes atomic.Int64
 	succeeded, retried, dead, leaseLost, reaped, promoted               atomic.Int64
+	dispatched                                                          atomic.Int64
 }
 
 // Counters returns a snapshot of the engine's counters.
@@ -36,6 +38,7 @@ func (e *Engine) Counters() Counters {
 		OutcomeCommits: c.outcomeCommits.Load(), Outcomes: c.outcomes.Load(),
 		Succeeded: c.succeeded.Load(), Retried: c.retried.Load(), Dead: c.dead.Load(),
 		LeaseLost: c.leaseLost.Load(), Reaped: c.reaped.Load(), Promoted: c.promoted.Load(),
+		Dispatched:       c.dispatched.Load(),
 		DeletedSucceeded: int64(r.Succeeded), DeletedCancelled: int64(r.Cancelled), DeletedDead: int64(r.Dead),
 	}
 }

@@ -16,6 +16,9 @@ import (
 
 var errEngineClosed = errors.New("engine closed")
 
+// insertLoops is how many enqueue batches may be committing at once.
+const insertLoops = 8
+
 // ErrClosed is returned by operations after the engine was closed.
 var ErrClosed = errEngineClosed
 
@@ -162,6 +165,7 @@ type Engine struct {
 	push     *pusher // push-target deliveries (push.go)
 	retained retentionCounts
 	ctr      counters
+	locals   locals
 
 	leading  leaderState
 	startMu  sync.Mutex
@@ -217,7 +221,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.loopsCtx = ctx
-	e.goLoop(func() { e.inserts.run(ctx) })
+	// Several commit loops share the enqueue queue: while one batch commits,
+	// the next can already be on its way, so the store (or PostgreSQL's own
+	// group commit) can fold them into one fsync.
+	for i := 0; i < insertLoops; i++ {
+		e.goLoop(func() { e.inserts.run(ctx) })
+	}
 	e.goLoop(func() { e.outcomes.run(ctx) })
 	e.goLoop(func() { e.heartbeatLoop(ctx) })
 	e.goLoop(func() { e.nodeLoop(ctx) })

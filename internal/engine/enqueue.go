@@ -158,7 +158,9 @@ func (e *Engine) EnqueueMany(ctx context.Context, rs []EnqueueRequest) ([]store.
 
 func (e *Engine) commitInserts(ctx context.Context, nts []store.NewTask) ([]store.InsertResult, []error, error) {
 	now := e.now()
+	picks := e.pickLocal(nts, now)
 	res, err := e.st.InsertTasks(ctx, store.InsertParams{Tasks: nts, Now: now})
+	e.handOver(picks, nts, res, err)
 	if err != nil {
 		return nil, nil, err
 	}

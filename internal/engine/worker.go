@@ -85,14 +85,16 @@ func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	capacity := cfg.Concurrency + cfg.Prefetch
 	w := &workerRun{e: e, cfg: cfg, capacity: int64(capacity), freed: make(chan struct{}, 1),
-		queue: make(chan *store.Task, capacity), active: make(map[string]*store.Task)}
+		queue: make(chan *store.Task, capacity+cfg.Concurrency), active: make(map[string]*store.Task)}
 	w.handlerCtx, w.cancelHandlers = context.WithCancel(context.WithoutCancel(ctx))
 	defer w.cancelHandlers()
 	for i := 0; i < cfg.Concurrency; i++ {
 		w.executors.Add(1)
 		go w.executor()
 	}
+	e.locals.add(w)
 	w.loop(ctx)
+	e.locals.remove(w)
 	w.shutdown()
 	return nil
 }
@@ -110,6 +112,57 @@ type workerRun struct {
 	cancelHandlers context.CancelFunc
 	mu             sync.Mutex
 	active         map[string]*store.Task // leased tasks by id (for release)
+	// drained is true while the worker has no backlog (its last fetch came
+	// back short): only then may enqueues dispatch to it directly.
+	drained atomic.Bool
+	// closing (under sendMu) stops direct deliveries once shutdown began;
+	// deliveries hold sendMu for reading so the queue is never closed under
+	// a send.
+	sendMu  sync.RWMutex
+	closing bool
+}
+
+// tryReserve takes a handler slot for a directly dispatched task if the
+// worker has no backlog and an idle handler.
+func (w *workerRun) tryReserve() bool {
+	if !w.drained.Load() {
+		return false
+	}
+	for {
+		cur := w.inFlight.Load()
+		if cur >= int64(w.cfg.Concurrency) {
+			return false
+		}
+		if w.inFlight.CompareAndSwap(cur, cur+1) {
+			return true
+		}
+	}
+}
+
+// unreserve gives back a slot taken by tryReserve.
+func (w *workerRun) unreserve() {
+	w.inFlight.Add(-1)
+	select {
+	case w.freed <- struct{}{}:
+	default:
+	}
+}
+
+// deliver hands a task leased at enqueue to the worker. Its slot was
+// reserved by tryReserve.
+func (w *workerRun) deliver(t *store.Task) {
+	w.sendMu.RLock()
+	defer w.sendMu.RUnlock()
+	if w.closing {
+		w.release([]*store.Task{t})
+		w.unreserve()
+		return
+	}
+	w.mu.Lock()
+	w.active[t.ID] = t
+	w.mu.Unlock()
+	w.e.leases.add(t.ID, t.LeaseID)
+	w.queue <- t
 }
 
 func (w *workerRun) loop(ctx context.Context) {
@@ -151,6 +204,7 @@ func (w *workerRun) loop(ctx context.Context) {
 		backoff = 10 * time.Millisecond
 		e.ctr.fetches.Add(1)
 		e.ctr.fetched.Add(int64(len(tasks)))
+		w.drained.Store(false) // hold direct dispatch while these are handed out
 		for i := range tasks {
 			t := &tasks[i]
 			w.inFlight.Add(1)
@@ -158,9 +212,11 @@ func (w *workerRun) loop(ctx context.Context) {
 			w.active[t.ID] = t
 			w.mu.Unlock()
 			e.leases.add(t.ID, t.LeaseID)
-			w.queue <- t // never blocks: inFlight <= capacity = cap(queue)
+			w.queue <- t // executors drain the queue; it has room for capacity + Concurrency
+
 		}
 		backlog = len(tasks) == limit
+		w.drained.Store(!backlog)
 		if backlog {
 			continue // there may be more
 		}
@@ -252,8 +308,11 @@ func callHandler(ctx context.Context, h HandleFunc, t *store.Task) (err error) {
 
 func (w *workerRun) shutdown() {
 	e := w.e
-	// Tasks still waiting in the prefetch buffer have not started: release
-	// them at once.
+	// No more direct deliveries; tasks still waiting in the prefetch buffer
+	// have not started: release them at once.
+	w.sendMu.Lock()
+	w.closing = true
+	w.sendMu.Unlock()
 	var waiting []*store.Task
 drain:
 	for {

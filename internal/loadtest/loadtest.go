@@ -34,8 +34,8 @@ func (r Result) String() string {
 	return fmt.Sprintf("%s: %d tasks (%d attempts) in %s = %.0f tasks/s, enqueue->start p50 %s p99 %s, peak heap %d MiB",
 		r.Name, r.Tasks, r.Attempts, r.Elapsed.Round(time.Millisecond), r.TasksPerSec(),
 		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.PeakHeap>>20) +
-		fmt.Sprintf(" [commits: %d insert (%d tasks), %d fetch (%d tasks), %d outcome (%d)]",
-			r.Counters.InsertCommits, r.Counters.Inserted, r.Counters.Fetches, r.Counters.Fetched,
+		fmt.Sprintf(" [commits: %d insert (%d tasks, %d dispatched at insert), %d fetch (%d tasks), %d outcome (%d)]",
+			r.Counters.InsertCommits, r.Counters.Inserted, r.Counters.Dispatched, r.Counters.Fetches, r.Counters.Fetched,
 			r.Counters.OutcomeCommits, r.Counters.Outcomes)
 }
 
