@@ -127,6 +127,15 @@ type Notifier interface {
 	Wakeups(ctx context.Context) <-chan struct{}
 }
 
+// GroupCommitter is implemented by backends that fold concurrent writes into
+// shared transactions themselves (SQLite's single writer commits every
+// queued write in one transaction). The engine then lets more enqueue
+// batches commit at once; on other backends fewer, larger batches are
+// cheaper.
+type GroupCommitter interface {
+	GroupCommit() bool
+}
+
 // NewTask is a task to insert. ID is chosen by the caller.
 type NewTask struct {
 	ID             string

@@ -16,8 +16,14 @@ import (
 
 var errEngineClosed = errors.New("engine closed")
 
-// insertLoops is how many enqueue batches may be committing at once.
-const insertLoops = 8
+// insertLoops is how many enqueue batches may be committing at once: more
+// when the store folds concurrent writes into one transaction itself.
+func insertLoops(st store.Store) int {
+	if gc, ok := st.(store.GroupCommitter); ok && gc.GroupCommit() {
+		return 8
+	}
+	return 2
+}
 
 // ErrClosed is returned by operations after the engine was closed.
 var ErrClosed = errEngineClosed
@@ -224,7 +230,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	// Several commit loops share the enqueue queue: while one batch commits,
 	// the next can already be on its way, so the store (or PostgreSQL's own
 	// group commit) can fold them into one fsync.
-	for i := 0; i < insertLoops; i++ {
+	for i := 0; i < insertLoops(e.st); i++ {
 		e.goLoop(func() { e.inserts.run(ctx) })
 	}
 	e.goLoop(func() { e.outcomes.run(ctx) })

@@ -233,8 +233,13 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 				results[i] = store.InsertResult{Task: results[j].Task, Duplicate: true}
 			}
 		}
-		if len(inserted) > 0 {
-			return s.notify(ctx, tx)
+		// Wake other nodes for tasks they could fetch now, and the leader's
+		// scheduler for scheduled ones; tasks leased at insert are already
+		// running and need nobody.
+		for _, t := range inserted {
+			if t.State == store.StatePending || t.State == store.StateScheduled {
+				return s.notify(ctx, tx)
+			}
 		}
 		return nil
 	})

@@ -370,6 +370,9 @@ type writeReq struct {
 	done chan error
 }
 
+// GroupCommit reports that concurrent writes share transactions (see write).
+func (s *Store) GroupCommit() bool { return true }
+
 // maxGroup bounds how many writes share one transaction.
 const maxGroup = 64
 
