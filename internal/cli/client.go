@@ -273,6 +273,45 @@ func fail(env *Env, name string, err error) int {
 	return exitFailure
 }
 
+// parseClientArgs parses the arguments of command name when it takes only
+// the client flags (with --json) and n positional arguments (what names
+// them when missing). When ok is false the command is over and status is
+// its exit status.
+func parseClientArgs(env *Env, name, usage string, args []string, n int, what string) (cf clientFlags, pos []string, status int, ok bool) {
+	fs := newFlagSet(name, usage)
+	cf.register(fs, true)
+	pos, st, ok := parseArgs(env, fs, args)
+	if !ok {
+		return cf, nil, st, false
+	}
+	if st, ok := wantArgs(env, name, pos, n, what); !ok {
+		return cf, nil, st, false
+	}
+	return cf, pos, exitOK, true
+}
+
+// callAPI sends method path?query with body for command name, with the
+// client cf describes, and decodes the answer into out. It returns ok when
+// the caller is to print out as text; otherwise the command is over (a bad
+// client flag, a failed call, or the answer printed as is for --json) and
+// status is its exit status.
+func callAPI(ctx context.Context, env *Env, cf *clientFlags, name, method, path string, query url.Values, body, out any) (status int, ok bool) {
+	c, err := cf.client(env)
+	if err != nil {
+		return usageError(env, name, err.Error()), false
+	}
+	defer c.close()
+	raw, err := c.call(ctx, method, path, query, body, out)
+	if err != nil {
+		return fail(env, name, err), false
+	}
+	if cf.json {
+		printJSON(env.Stdout, raw)
+		return exitOK, false
+	}
+	return exitOK, true
+}
+
 // parseArgs parses flags that may come before, between or after the
 // positional arguments ("retryq tasks get ID --json") and returns the
 // positional ones. Everything after "--" is positional.

@@ -173,19 +173,9 @@ func runDLQList(ctx context.Context, env *Env, args []string) int {
 			q.Set(k, v)
 		}
 	}
-	c, err := cf.client(env)
-	if err != nil {
-		return usageError(env, name, err.Error())
-	}
-	defer c.close()
 	var page apiTaskPage
-	raw, err := c.call(ctx, "GET", "/v1/dlq", q, nil, &page)
-	if err != nil {
-		return fail(env, name, err)
-	}
-	if cf.json {
-		printJSON(env.Stdout, raw)
-		return exitOK
+	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/dlq", q, nil, &page); !ok {
+		return st
 	}
 	if len(page.Tasks) == 0 {
 		fmt.Fprintln(env.Stdout, "no dead tasks match")

@@ -104,19 +104,9 @@ func runEnqueue(ctx context.Context, env *Env, args []string) int {
 		}
 		b.RunAt = t.UTC().Format(time.RFC3339Nano)
 	}
-	c, err := cf.client(env)
-	if err != nil {
-		return usageError(env, name, err.Error())
-	}
-	defer c.close()
 	var t apiTask
-	raw, err := c.call(ctx, "POST", "/v1/tasks", nil, b, &t)
-	if err != nil {
-		return fail(env, name, err)
-	}
-	if cf.json {
-		printJSON(env.Stdout, raw)
-		return exitOK
+	if st, ok := callAPI(ctx, env, &cf, name, "POST", "/v1/tasks", nil, b, &t); !ok {
+		return st
 	}
 	now := time.Now()
 	if t.Duplicate {

@@ -41,29 +41,13 @@ type apiStatsAnswer struct {
 
 func runStats(ctx context.Context, env *Env, args []string) int {
 	const name = "stats"
-	var cf clientFlags
-	fs := newFlagSet(name, statsUsage)
-	cf.register(fs, true)
-	pos, st, ok := parseArgs(env, fs, args)
+	cf, _, st, ok := parseClientArgs(env, name, statsUsage, args, 0, "")
 	if !ok {
 		return st
 	}
-	if st, ok := wantArgs(env, name, pos, 0, ""); !ok {
-		return st
-	}
-	c, err := cf.client(env)
-	if err != nil {
-		return usageError(env, name, err.Error())
-	}
-	defer c.close()
 	var s apiStatsAnswer
-	raw, err := c.call(ctx, "GET", "/v1/stats", nil, nil, &s)
-	if err != nil {
-		return fail(env, name, err)
-	}
-	if cf.json {
-		printJSON(env.Stdout, raw)
-		return exitOK
+	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/stats", nil, nil, &s); !ok {
+		return st
 	}
 	writeStats(env.Stdout, &s)
 	return exitOK

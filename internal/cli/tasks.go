@@ -218,19 +218,9 @@ func runTasksList(ctx context.Context, env *Env, args []string) int {
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}
-	c, err := cf.client(env)
-	if err != nil {
-		return usageError(env, name, err.Error())
-	}
-	defer c.close()
 	var page apiTaskPage
-	raw, err := c.call(ctx, "GET", "/v1/tasks", q, nil, &page)
-	if err != nil {
-		return fail(env, name, err)
-	}
-	if cf.json {
-		printJSON(env.Stdout, raw)
-		return exitOK
+	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/tasks", q, nil, &page); !ok {
+		return st
 	}
 	if len(page.Tasks) == 0 {
 		fmt.Fprintln(env.Stdout, "no tasks match")
@@ -280,32 +270,16 @@ chosen after each failure).
 
 func runTasksGet(ctx context.Context, env *Env, args []string) int {
 	const name = "tasks get"
-	var cf clientFlags
-	fs := newFlagSet(name, tasksGetUsage)
-	cf.register(fs, true)
-	pos, st, ok := parseArgs(env, fs, args)
+	cf, pos, st, ok := parseClientArgs(env, name, tasksGetUsage, args, 1, "task ID")
 	if !ok {
-		return st
-	}
-	if st, ok := wantArgs(env, name, pos, 1, "task ID"); !ok {
 		return st
 	}
 	if msg := checkTaskID(pos[0]); msg != "" {
 		return usageError(env, name, msg)
 	}
-	c, err := cf.client(env)
-	if err != nil {
-		return usageError(env, name, err.Error())
-	}
-	defer c.close()
 	var t apiTask
-	raw, err := c.call(ctx, "GET", "/v1/tasks/"+url.PathEscape(pos[0]), nil, nil, &t)
-	if err != nil {
-		return fail(env, name, err)
-	}
-	if cf.json {
-		printJSON(env.Stdout, raw)
-		return exitOK
+	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/tasks/"+url.PathEscape(pos[0]), nil, nil, &t); !ok {
+		return st
 	}
 	writeTask(env.Stdout, &t, time.Now())
 	return exitOK
@@ -330,32 +304,16 @@ func runTaskAction(ctx context.Context, env *Env, action string, args []string) 
 	if action == "retry" {
 		doc = "Puts a dead or cancelled task back to pending, with its attempt count reset (the history is kept)."
 	}
-	var cf clientFlags
-	fs := newFlagSet(name, fmt.Sprintf(tasksActionUsage, action, doc))
-	cf.register(fs, true)
-	pos, st, ok := parseArgs(env, fs, args)
+	cf, pos, st, ok := parseClientArgs(env, name, fmt.Sprintf(tasksActionUsage, action, doc), args, 1, "task ID")
 	if !ok {
-		return st
-	}
-	if st, ok := wantArgs(env, name, pos, 1, "task ID"); !ok {
 		return st
 	}
 	if msg := checkTaskID(pos[0]); msg != "" {
 		return usageError(env, name, msg)
 	}
-	c, err := cf.client(env)
-	if err != nil {
-		return usageError(env, name, err.Error())
-	}
-	defer c.close()
 	var t apiTask
-	raw, err := c.call(ctx, "POST", "/v1/tasks/"+url.PathEscape(pos[0])+"/"+action, nil, nil, &t)
-	if err != nil {
-		return fail(env, name, err)
-	}
-	if cf.json {
-		printJSON(env.Stdout, raw)
-		return exitOK
+	if st, ok := callAPI(ctx, env, &cf, name, "POST", "/v1/tasks/"+url.PathEscape(pos[0])+"/"+action, nil, nil, &t); !ok {
+		return st
 	}
 	verb := map[string]string{"cancel": "cancelled", "retry": "retried"}[action]
 	fmt.Fprintf(env.Stdout, "%s task %s (%s), now %s\n", verb, t.ID, t.Type, stateLabel(&t))

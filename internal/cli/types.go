@@ -100,31 +100,15 @@ server's defaults (see "retryq types get TYPE").
 
 func runTypesList(ctx context.Context, env *Env, args []string) int {
 	const name = "types list"
-	var cf clientFlags
-	fs := newFlagSet(name, typesListUsage)
-	cf.register(fs, true)
-	pos, st, ok := parseArgs(env, fs, args)
+	cf, _, st, ok := parseClientArgs(env, name, typesListUsage, args, 0, "")
 	if !ok {
 		return st
 	}
-	if st, ok := wantArgs(env, name, pos, 0, ""); !ok {
-		return st
-	}
-	c, err := cf.client(env)
-	if err != nil {
-		return usageError(env, name, err.Error())
-	}
-	defer c.close()
 	var out struct {
 		Types []apiTypeConfig `json:"types"`
 	}
-	raw, err := c.call(ctx, "GET", "/v1/types", nil, nil, &out)
-	if err != nil {
-		return fail(env, name, err)
-	}
-	if cf.json {
-		printJSON(env.Stdout, raw)
-		return exitOK
+	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/types", nil, nil, &out); !ok {
+		return st
 	}
 	if len(out.Types) == 0 {
 		fmt.Fprintln(env.Stdout, "no stored type configurations (every type uses the defaults); store one with: retryq types set TYPE --file policy.json")
@@ -156,32 +140,16 @@ defaults for a type never configured.
 
 func runTypesGet(ctx context.Context, env *Env, args []string) int {
 	const name = "types get"
-	var cf clientFlags
-	fs := newFlagSet(name, typesGetUsage)
-	cf.register(fs, true)
-	pos, st, ok := parseArgs(env, fs, args)
+	cf, pos, st, ok := parseClientArgs(env, name, typesGetUsage, args, 1, "TYPE")
 	if !ok {
-		return st
-	}
-	if st, ok := wantArgs(env, name, pos, 1, "TYPE"); !ok {
 		return st
 	}
 	if err := engine.ValidateType("TYPE", pos[0]); err != nil {
 		return usageError(env, name, err.Error())
 	}
-	c, err := cf.client(env)
-	if err != nil {
-		return usageError(env, name, err.Error())
-	}
-	defer c.close()
 	var t apiTypeConfig
-	raw, err := c.call(ctx, "GET", "/v1/types/"+typePath(pos[0]), nil, nil, &t)
-	if err != nil {
-		return fail(env, name, err)
-	}
-	if cf.json {
-		printJSON(env.Stdout, raw)
-		return exitOK
+	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/types/"+typePath(pos[0]), nil, nil, &t); !ok {
+		return st
 	}
 	writeTypeConfig(env.Stdout, &t)
 	return exitOK

@@ -1,0 +1,171 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retryq/retryq/store"
+)
+
+const insertTasksSQL = `
+INSERT INTO tasks AS t (id, type, payload, priority, effective_prio, state, max_attempts,
+	idempotency_key, run_at, created_at, updated_at, attempt, lease_id, lease_expires_at, worker_id, started_at)
+SELECT i.id, i.type, i.payload, i.priority, i.priority, i.state, i.max_attempts,
+	i.key, i.run_at, $10::timestamptz, $10::timestamptz, i.attempt, i.lease_id, i.lease_exp, i.worker_id,
+	CASE WHEN i.lease_id IS NULL THEN NULL::timestamptz ELSE $10::timestamptz END
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::text[], $6::int[],
+	$7::text[], $8::timestamptz[], $9::int[], $11::int[], $12::text[], $13::timestamptz[], $14::text[])
+	AS i(id, type, payload, priority, state, max_attempts, key, run_at, ord, attempt, lease_id, lease_exp, worker_id)
+ORDER BY i.ord
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING ` + taskCols
+
+// InsertTasks inserts a batch in one multi-row statement (unnest of arrays)
+// in one transaction. Idempotency keys are resolved with ON CONFLICT DO
+// NOTHING on the unique partial index, then the existing tasks are read.
+func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.InsertResult, error) {
+	const op = "insert tasks"
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	if len(p.Tasks) == 0 {
+		return []store.InsertResult{}, nil
+	}
+	now := us(p.Now)
+	n := len(p.Tasks)
+	var (
+		ids, types, states = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+		payloads           = make([][]byte, 0, n)
+		prios, maxes, ords = make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n)
+		keys               = make([]*string, 0, n)
+		runAts             = make([]time.Time, 0, n)
+		attempts           = make([]int32, 0, n)
+		leaseIDs, workers  = make([]*string, 0, n), make([]string, 0, n)
+		leaseExps          = make([]*time.Time, 0, n)
+		firstByKey         = map[string]int{} // idempotency key -> first input index
+		dupOf              = make([]int, n)   // input index -> earlier index with the same key, or -1
+	)
+	seenID := map[string]bool{}
+	for i, nt := range p.Tasks {
+		dupOf[i] = -1
+		if nt.ID == "" || nt.Type == "" {
+			return nil, fmt.Errorf("%s: task %d: id and type are required: %w", op, i, store.ErrInvalid)
+		}
+		if nt.IdempotencyKey != "" {
+			if j, ok := firstByKey[nt.IdempotencyKey]; ok {
+				dupOf[i] = j
+				continue
+			}
+			firstByKey[nt.IdempotencyKey] = i
+		}
+		if seenID[nt.ID] {
+			return nil, fmt.Errorf("%s: task id %q twice in one batch: %w", op, nt.ID, store.ErrInvalid)
+		}
+		seenID[nt.ID] = true
+		runAt := nt.RunAt
+		if runAt.IsZero() {
+			runAt = p.Now
+		}
+		state := store.StatePending
+		if runAt.After(p.Now) {
+			state = store.StateScheduled
+		}
+		if nt.Lease != nil && state == store.StatePending {
+			state = store.StateRunning
+			attempts = append(attempts, 1)
+			leaseIDs = append(leaseIDs, &nt.Lease.LeaseID)
+			workers = append(workers, nt.Lease.WorkerID)
+			leaseExps = append(leaseExps, nullTime(p.Now.Add(nt.Lease.Duration)))
+		} else {
+			attempts = append(attempts, 0)
+			leaseIDs = append(leaseIDs, nil)
+			workers = append(workers, "")
+			leaseExps = append(leaseExps, nil)
+		}
+		ids = append(ids, nt.ID)
+		types = append(types, nt.Type)
+		payloads = append(payloads, []byte(nt.Payload))
+		prios = append(prios, int32(nt.Priority))
+		states = append(states, string(state))
+		maxes = append(maxes, int32(nt.MaxAttempts))
+		keys = append(keys, nullString(nt.IdempotencyKey))
+		runAts = append(runAts, us(runAt))
+		ords = append(ords, int32(i))
+	}
+
+	results := make([]store.InsertResult, n)
+	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, insertTasksSQL, ids, types, payloads, prios, states, maxes,
+			keys, runAts, ords, now, attempts, leaseIDs, leaseExps, workers)
+		if err != nil {
+			return err
+		}
+		inserted, err := collectTasks(rows)
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]store.Task, len(inserted))
+		for _, t := range inserted {
+			byID[t.ID] = t
+		}
+		// Keyed tasks that were not inserted already exist.
+		var missingKeys []string
+		for i, nt := range p.Tasks {
+			if dupOf[i] >= 0 {
+				continue
+			}
+			if t, ok := byID[nt.ID]; ok && t.IdempotencyKey == nt.IdempotencyKey {
+				results[i] = store.InsertResult{Task: t}
+				continue
+			}
+			missingKeys = append(missingKeys, nt.IdempotencyKey)
+		}
+		if len(missingKeys) > 0 {
+			rows, err := tx.Query(ctx, "SELECT "+taskCols+" FROM tasks t WHERE t.idempotency_key = ANY($1)", missingKeys)
+			if err != nil {
+				return err
+			}
+			existing, err := collectTasks(rows)
+			if err != nil {
+				return err
+			}
+			byKey := make(map[string]store.Task, len(existing))
+			for _, t := range existing {
+				byKey[t.IdempotencyKey] = t
+			}
+			for i, nt := range p.Tasks {
+				if dupOf[i] >= 0 || results[i].Task.ID != "" {
+					continue
+				}
+				t, ok := byKey[nt.IdempotencyKey]
+				if !ok {
+					// Deleted between the conflict and the read: let the
+					// caller retry the whole batch.
+					return fmt.Errorf("task with idempotency key %q vanished: %w", nt.IdempotencyKey, store.ErrUnavailable)
+				}
+				results[i] = store.InsertResult{Task: t, Duplicate: true}
+			}
+		}
+		for i := range p.Tasks {
+			if j := dupOf[i]; j >= 0 {
+				results[i] = store.InsertResult{Task: results[j].Task, Duplicate: true}
+			}
+		}
+		// Wake other nodes for tasks they could fetch now, and the leader's
+		// scheduler for scheduled ones; tasks leased at insert are already
+		// running and need nobody.
+		for _, t := range inserted {
+			if t.State == store.StatePending || t.State == store.StateScheduled {
+				return s.notify(ctx, tx)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}

@@ -1,0 +1,91 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// ExtendLeases moves lease expiries with one conditional UPDATE.
+func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error, error) {
+	const op = "extend leases"
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(p.Leases))
+	if len(p.Leases) == 0 {
+		return errs, nil
+	}
+	ids := make([]string, len(p.Leases))
+	leases := make([]string, len(p.Leases))
+	exps := make([]time.Time, len(p.Leases))
+	for i, l := range p.Leases {
+		ids[i], leases[i], exps[i] = l.TaskID, l.LeaseID, us(l.ExpiresAt)
+	}
+	// The rows are locked in id order, like RecordOutcomes does: a
+	// heartbeat and an outcome batch of the same node touch the same rows,
+	// and locking them in the join's (arbitrary) order deadlocked against
+	// the id-ordered outcome batch, aborting it.
+	rows, err := s.pool.Query(ctx, `
+WITH cur AS MATERIALIZED (
+	SELECT t.id, x.exp FROM tasks t
+	JOIN unnest($1::text[], $2::text[], $3::timestamptz[]) AS x(id, lease, exp) ON x.id = t.id
+	WHERE t.state = 'running' AND t.lease_id = x.lease AND t.lease_expires_at >= $4
+	ORDER BY t.id
+	FOR UPDATE OF t
+)
+UPDATE tasks AS t SET lease_expires_at = cur.exp
+FROM cur
+WHERE t.id = cur.id
+RETURNING t.id, t.lease_id`, ids, leases, exps, us(p.Now))
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	type ref struct{ id, lease string }
+	ok := map[ref]bool{}
+	for rows.Next() {
+		var r ref
+		if err := rows.Scan(&r.id, &r.lease); err != nil {
+			rows.Close()
+			return nil, translate(op, err)
+		}
+		ok[r] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(op, err)
+	}
+	for i, l := range p.Leases {
+		if !ok[ref{l.TaskID, l.LeaseID}] {
+			errs[i] = fmt.Errorf("extend lease of task %s lease %s: %w", l.TaskID, l.LeaseID, store.ErrLeaseLost)
+		}
+	}
+	return errs, nil
+}
+
+// ExpiredLeases lists running tasks whose lease expired before Now (a lease
+// is current up to and including its expiry instant).
+func (s *Store) ExpiredLeases(ctx context.Context, p store.ExpiredParams) ([]store.Task, error) {
+	const op = "list expired leases"
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+taskCols+` FROM tasks t
+WHERE t.state = 'running' AND t.lease_expires_at < $1
+ORDER BY t.lease_expires_at, t.id LIMIT $2`, us(p.Now), p.Limit)
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	tasks, err := collectTasks(rows)
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	if tasks == nil {
+		tasks = []store.Task{}
+	}
+	return tasks, nil
+}

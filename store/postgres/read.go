@@ -1,0 +1,189 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retryq/retryq/store"
+)
+
+// taskCols is the column list scanned by scanTask, qualified with "t.".
+const taskCols = `t.id, t.type, t.payload, t.priority, t.effective_prio, t.state, t.attempt,
+	t.max_attempts, t.idempotency_key, t.run_at, t.created_at, t.updated_at, t.first_failure_at,
+	t.last_error_code, t.last_error_message, t.last_error_class, t.last_delay_ns, t.dead_reason,
+	t.lease_id, t.lease_expires_at, t.worker_id, t.started_at`
+
+func scanTask(row pgx.Row) (store.Task, error) {
+	var (
+		t                          store.Task
+		payload                    []byte
+		state                      string
+		key, leaseID               *string
+		errCode, errMsg, errClass  *string
+		firstFail, leaseExp, start *time.Time
+		lastDelay                  int64
+	)
+	err := row.Scan(&t.ID, &t.Type, &payload, &t.Priority, &t.EffectivePrio, &state, &t.Attempt,
+		&t.MaxAttempts, &key, &t.RunAt, &t.CreatedAt, &t.UpdatedAt, &firstFail,
+		&errCode, &errMsg, &errClass, &lastDelay, &t.DeadReason,
+		&leaseID, &leaseExp, &t.WorkerID, &start)
+	if err != nil {
+		return t, err
+	}
+	if payload != nil {
+		t.Payload = payload
+	}
+	t.State = store.State(state)
+	if key != nil {
+		t.IdempotencyKey = *key
+	}
+	t.RunAt, t.CreatedAt, t.UpdatedAt = t.RunAt.UTC(), t.CreatedAt.UTC(), t.UpdatedAt.UTC()
+	t.FirstFailureAt = fromNull(firstFail)
+	t.LastError = errorInfo(errCode, errMsg, errClass)
+	t.LastDelay = time.Duration(lastDelay)
+	if leaseID != nil {
+		t.LeaseID = *leaseID
+	}
+	t.LeaseExpiresAt = fromNull(leaseExp)
+	t.StartedAt = fromNull(start)
+	return t, nil
+}
+
+func errorInfo(code, msg, class *string) *store.ErrorInfo {
+	if code == nil {
+		return nil
+	}
+	e := &store.ErrorInfo{Code: *code}
+	if msg != nil {
+		e.Message = *msg
+	}
+	if class != nil {
+		e.Class = *class
+	}
+	return e
+}
+
+func collectTasks(rows pgx.Rows) ([]store.Task, error) {
+	defer rows.Close()
+	var out []store.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// GetTask returns one task.
+func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
+	op := "get task " + id
+	if err := s.check(op); err != nil {
+		return store.Task{}, err
+	}
+	t, err := scanTask(s.pool.QueryRow(ctx, "SELECT "+taskCols+" FROM tasks t WHERE t.id = $1", id))
+	if err != nil {
+		return store.Task{}, translate(op, err)
+	}
+	return t, nil
+}
+
+// ListAttempts returns a task's history in order.
+func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attempt, error) {
+	op := "list attempts of task " + taskID
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	var out []store.Attempt
+	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)", taskID).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return store.ErrNotFound
+		}
+		rows, err := tx.Query(ctx, `SELECT task_id, task_type, number, worker_id, started_at, finished_at,
+	outcome, error_code, error_message, error_class, delay_ns, detail
+FROM attempts WHERE task_id = $1 ORDER BY seq`, taskID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var (
+				a                         store.Attempt
+				started                   *time.Time
+				errCode, errMsg, errClass *string
+				delay                     int64
+			)
+			if err := rows.Scan(&a.TaskID, &a.TaskType, &a.Number, &a.WorkerID, &started, &a.FinishedAt,
+				&a.Outcome, &errCode, &errMsg, &errClass, &delay, &a.Detail); err != nil {
+				return err
+			}
+			a.StartedAt = fromNull(started)
+			a.FinishedAt = a.FinishedAt.UTC()
+			a.Error = errorInfo(errCode, errMsg, errClass)
+			a.Delay = time.Duration(delay)
+			out = append(out, a)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []store.Attempt{}
+	}
+	return out, nil
+}
+
+// ListTasks returns a page of tasks, newest id first. The cursor is the last
+// id of the previous page.
+func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task, string, error) {
+	const op = "list tasks"
+	if err := s.check(op); err != nil {
+		return nil, "", err
+	}
+	if p.Limit <= 0 {
+		return nil, "", fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
+	}
+	var states []string
+	for _, st := range p.States {
+		if !st.Valid() {
+			return nil, "", fmt.Errorf("%s: unknown state %q: %w", op, st, store.ErrInvalid)
+		}
+		states = append(states, string(st))
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+taskCols+` FROM tasks t
+WHERE ($1 = '' OR t.type = $1)
+	AND ($2::text[] IS NULL OR t.state = ANY($2))
+	AND ($3 = '' OR t.id < $3)
+ORDER BY t.id DESC LIMIT $4`, p.Type, states, p.Cursor, p.Limit+1)
+	if err != nil {
+		return nil, "", translate(op, err)
+	}
+	return page(op, rows, p.Limit)
+}
+
+// page collects up to limit tasks from a query that asked for limit+1 and
+// returns the next cursor.
+func page(op string, rows pgx.Rows, limit int) ([]store.Task, string, error) {
+	tasks, err := collectTasks(rows)
+	if err != nil {
+		return nil, "", translate(op, err)
+	}
+	next := ""
+	if len(tasks) > limit {
+		tasks = tasks[:limit]
+		next = tasks[limit-1].ID
+	}
+	if tasks == nil {
+		tasks = []store.Task{}
+	}
+	return tasks, next, nil
+}

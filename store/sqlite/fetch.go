@@ -1,0 +1,121 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/retryq/retryq/store"
+)
+
+// fetchQuery builds the FetchTasks statement for ntypes type filters. The
+// candidate selection walks tasks_fetch (no filter) or tasks_fetch_type (one
+// range per type, each bounded by the limit), so its cost is proportional
+// to the batch, not to the number of pending tasks.
+func fetchQuery(ntypes int) string {
+	const order = ` ORDER BY effective_prio DESC, run_at, id LIMIT ?`
+	var sel string
+	switch ntypes {
+	case 0:
+		sel = `SELECT rowid FROM tasks WHERE state = 'pending'` + order
+	case 1:
+		sel = `SELECT rowid FROM tasks WHERE state = 'pending' AND type = ?` + order
+	default:
+		parts := make([]string, ntypes)
+		for i := range parts {
+			parts[i] = `SELECT * FROM (SELECT rowid AS r, effective_prio, run_at, id FROM tasks
+				WHERE state = 'pending' AND type = ?` + order + `)`
+		}
+		sel = `SELECT r FROM (` + strings.Join(parts, ` UNION ALL `) + `)` + order
+	}
+	return `UPDATE tasks SET state = 'running', attempt = attempt + 1,
+		lease_id = ? || printf('%x', rowid), lease_expires_at = ?, worker_id = ?, started_at = ?, updated_at = ?
+		WHERE rowid IN (` + sel + `)
+		RETURNING ` + taskCols
+}
+
+// FetchTasks implements store.Store.
+func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Task, error) {
+	const op = "fetch tasks"
+	if p.Limit <= 0 || p.LeaseDuration <= 0 || p.Now.IsZero() {
+		return nil, fmt.Errorf("%s: %w: Limit and LeaseDuration must be positive, Now set", op, store.ErrInvalid)
+	}
+	types := slices.Clone(p.Types)
+	slices.Sort(types)
+	types = slices.Compact(types)
+	now := p.Now.UnixMicro()
+	args := []any{newLeasePrefix(), p.Now.Add(p.LeaseDuration).UnixMicro(), p.WorkerID, now, now}
+	switch len(types) {
+	case 0:
+		args = append(args, p.Limit)
+	default:
+		for _, t := range types {
+			args = append(args, t, p.Limit)
+		}
+		if len(types) > 1 {
+			args = append(args, p.Limit)
+		}
+	}
+	var out []store.Task
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		st, err := s.txStmtKey(ctx, tx, "fetch#"+strconv.Itoa(len(types)), func() string { return fetchQuery(len(types)) })
+		if err != nil {
+			return err
+		}
+		rows, err := st.QueryContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		out, err = scanTasks(rows)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	store.SortDispatchOrder(out)
+	return out, nil
+}
+
+// PromoteDue implements store.Store.
+func (s *Store) PromoteDue(ctx context.Context, p store.PromoteParams) (int, error) {
+	const op = "promote due tasks"
+	if p.Limit <= 0 || p.Now.IsZero() {
+		return 0, fmt.Errorf("%s: %w: Limit must be positive, Now set", op, store.ErrInvalid)
+	}
+	var n int64
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		st, err := s.txStmt(ctx, tx, `UPDATE tasks SET state = 'pending', updated_at = ?1
+			WHERE rowid IN (SELECT rowid FROM tasks
+				WHERE state IN ('scheduled', 'retry_waiting') AND run_at <= ?1
+				ORDER BY run_at, id LIMIT ?2)`)
+		if err != nil {
+			return err
+		}
+		res, err := st.ExecContext(ctx, p.Now.UnixMicro(), p.Limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// NextWakeup implements store.Store.
+func (s *Store) NextWakeup(ctx context.Context) (store.Wakeup, error) {
+	const op = "get next wakeup"
+	if err := s.check(op); err != nil {
+		return store.Wakeup{}, err
+	}
+	var run, lease sql.NullInt64
+	err := s.r.QueryRowContext(ctx, `SELECT
+		(SELECT min(run_at) FROM tasks WHERE state IN ('scheduled', 'retry_waiting')),
+		(SELECT min(lease_expires_at) FROM tasks WHERE state = 'running')`).Scan(&run, &lease)
+	if err != nil {
+		return store.Wakeup{}, translate(op, err)
+	}
+	return store.Wakeup{NextRunAt: fromTS(run), NextLeaseExpiry: fromTS(lease)}, nil
+}

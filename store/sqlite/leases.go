@@ -1,0 +1,61 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/retryq/retryq/store"
+)
+
+// ExtendLeases implements store.Store.
+func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error, error) {
+	const op = "extend leases"
+	if p.Now.IsZero() {
+		return nil, fmt.Errorf("%s: %w: zero Now", op, store.ErrInvalid)
+	}
+	if len(p.Leases) == 0 {
+		return nil, s.check(op)
+	}
+	now := p.Now.UnixMicro()
+	errs := make([]error, len(p.Leases))
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		clear(errs)
+		st, err := s.txStmt(ctx, tx, `UPDATE tasks SET lease_expires_at = ?
+			WHERE id = ? AND state = 'running' AND lease_id = ? AND lease_expires_at >= ?`)
+		if err != nil {
+			return err
+		}
+		for i, l := range p.Leases {
+			if l.ExpiresAt.IsZero() {
+				errs[i] = fmt.Errorf("extend lease of task %s: %w: zero ExpiresAt", l.TaskID, store.ErrInvalid)
+				continue
+			}
+			res, err := st.ExecContext(ctx, l.ExpiresAt.UnixMicro(), l.TaskID, l.LeaseID, now)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				errs[i] = fmt.Errorf("extend lease of task %s: %w", l.TaskID, store.ErrLeaseLost)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return errs, nil
+}
+
+// ExpiredLeases implements store.Store.
+func (s *Store) ExpiredLeases(ctx context.Context, p store.ExpiredParams) ([]store.Task, error) {
+	const op = "list expired leases"
+	if p.Limit <= 0 || p.Now.IsZero() {
+		return nil, fmt.Errorf("%s: %w: Limit must be positive, Now set", op, store.ErrInvalid)
+	}
+	return s.queryTasks(ctx, op, `SELECT `+taskCols+` FROM tasks
+		WHERE state = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at, id LIMIT ?`,
+		p.Now.UnixMicro(), p.Limit)
+}

@@ -1,0 +1,197 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// taskCols are the columns scanTask reads, in order.
+const taskCols = `id, type, payload, priority, effective_prio, state, attempt, max_attempts, idempotency_key,
+	run_at, created_at, updated_at, first_failure_at, last_error_code, last_error_message, last_error_class,
+	last_delay, dead_reason, lease_id, lease_expires_at, worker_id, started_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanTask(sc scanner) (store.Task, error) {
+	var (
+		t                   store.Task
+		state               string
+		idem, lease         sql.NullString
+		code, msg, class    sql.NullString
+		runAt, created, upd int64
+		ff, leaseExp, start sql.NullInt64
+		delay               int64
+	)
+	var payload []byte
+	err := sc.Scan(&t.ID, &t.Type, &payload, &t.Priority, &t.EffectivePrio, &state, &t.Attempt, &t.MaxAttempts, &idem,
+		&runAt, &created, &upd, &ff, &code, &msg, &class,
+		&delay, &t.DeadReason, &lease, &leaseExp, &t.WorkerID, &start)
+	if err != nil {
+		return store.Task{}, err
+	}
+	t.Payload = payload
+	t.State = store.State(state)
+	t.IdempotencyKey = idem.String
+	t.RunAt = fromMicros(runAt)
+	t.CreatedAt = fromMicros(created)
+	t.UpdatedAt = fromMicros(upd)
+	t.FirstFailureAt = fromTS(ff)
+	if code.Valid {
+		t.LastError = &store.ErrorInfo{Code: code.String, Message: msg.String, Class: class.String}
+	}
+	t.LastDelay = time.Duration(delay)
+	t.LeaseID = lease.String
+	t.LeaseExpiresAt = fromTS(leaseExp)
+	t.StartedAt = fromTS(start)
+	return t, nil
+}
+
+func scanTasks(rows *sql.Rows) ([]store.Task, error) {
+	defer rows.Close()
+	var out []store.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// GetTask implements store.Store.
+func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
+	op := "get task " + id
+	if err := s.check(op); err != nil {
+		return store.Task{}, err
+	}
+	t, err := scanTask(s.r.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = ?`, id))
+	if err != nil {
+		return store.Task{}, translate(op, err)
+	}
+	return t, nil
+}
+
+// ListAttempts implements store.Store.
+func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attempt, error) {
+	op := "list attempts of task " + taskID
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	// One read transaction, so the existence check sees the same snapshot.
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, `SELECT task_id, task_type, number, worker_id, started_at, finished_at,
+		outcome, error_code, error_message, error_class, delay, detail
+		FROM attempts WHERE task_id = ? ORDER BY id`, taskID)
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	defer rows.Close()
+	out := []store.Attempt{}
+	for rows.Next() {
+		var (
+			a                store.Attempt
+			started          sql.NullInt64
+			finished, delay  int64
+			code, msg, class sql.NullString
+		)
+		if err := rows.Scan(&a.TaskID, &a.TaskType, &a.Number, &a.WorkerID, &started, &finished,
+			&a.Outcome, &code, &msg, &class, &delay, &a.Detail); err != nil {
+			return nil, translate(op, err)
+		}
+		a.StartedAt = fromTS(started)
+		a.FinishedAt = fromMicros(finished)
+		if code.Valid {
+			a.Error = &store.ErrorInfo{Code: code.String, Message: msg.String, Class: class.String}
+		}
+		a.Delay = time.Duration(delay)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(op, err)
+	}
+	if len(out) == 0 {
+		var one int
+		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM tasks WHERE id = ?`, taskID).Scan(&one); err != nil {
+			return nil, translate(op, err)
+		}
+	}
+	return out, nil
+}
+
+// ListTasks implements store.Store. The cursor is the id of the last task
+// of the previous page.
+func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task, string, error) {
+	const op = "list tasks"
+	if p.Limit <= 0 {
+		return nil, "", fmt.Errorf("%s: %w: Limit must be positive", op, store.ErrInvalid)
+	}
+	var where []string
+	var args []any
+	if p.Type != "" {
+		where = append(where, "type = ?")
+		args = append(args, p.Type)
+	}
+	if len(p.States) > 0 {
+		for _, st := range p.States {
+			if !st.Valid() {
+				return nil, "", fmt.Errorf("%s: %w: unknown state %q", op, store.ErrInvalid, st)
+			}
+			args = append(args, string(st))
+		}
+		where = append(where, "state IN ("+inList(len(p.States))+")")
+	}
+	if p.Cursor != "" {
+		where = append(where, "id < ?")
+		args = append(args, p.Cursor)
+	}
+	q := `SELECT ` + taskCols + ` FROM tasks`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY id DESC LIMIT ?"
+	args = append(args, p.Limit+1)
+	return s.page(ctx, op, q, args, p.Limit)
+}
+
+// page runs a query fetching limit+1 rows and returns the first limit and
+// the cursor of the next page.
+func (s *Store) page(ctx context.Context, op, q string, args []any, limit int) ([]store.Task, string, error) {
+	ts, err := s.queryTasks(ctx, op, q, args...)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(ts) > limit {
+		ts = ts[:limit]
+		return ts, ts[limit-1].ID, nil
+	}
+	return ts, "", nil
+}
+
+// queryTasks runs a read query returning task rows on the read pool.
+func (s *Store) queryTasks(ctx context.Context, op, q string, args ...any) ([]store.Task, error) {
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	ts, err := scanTasks(rows)
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	if ts == nil {
+		ts = []store.Task{}
+	}
+	return ts, nil
+}
