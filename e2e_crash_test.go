@@ -250,8 +250,12 @@ func TestRetentionDeletesAndCounts(t *testing.T) {
 	if gone(kept.Task.ID) {
 		t.Fatal("a cancelled task was deleted before its (1h) retention")
 	}
-	c := e.client.Counters()
-	if c.DeletedSucceeded != 1 || c.DeletedDead != 1 || c.DeletedCancelled != 0 {
+	// The counters are updated right after the deleting transaction commits.
+	waitFor(t, 5*time.Second, "retention counters", func() bool {
+		c := e.client.Counters()
+		return c.DeletedSucceeded == 1 && c.DeletedDead == 1
+	})
+	if c := e.client.Counters(); c.DeletedCancelled != 0 {
 		t.Fatalf("retention counters %+v", c)
 	}
 }

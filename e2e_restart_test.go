@@ -27,7 +27,7 @@ func TestRestartLosesNothing(t *testing.T) {
 		}
 		return r.Task.ID
 	}
-	ids[store.StateScheduled] = enq("later", retryq.WithDelay(400*time.Millisecond))
+	ids[store.StateScheduled] = enq("later", retryq.WithDelay(3*time.Second))
 	ids[store.StatePending] = enq("idle")
 	ids[store.StateCancelled] = enq("idle")
 	if _, err := e.client.Cancel(ctx, ids[store.StateCancelled]); err != nil {

@@ -23,14 +23,29 @@ type heldLease struct {
 	leaseID string
 	cancel  context.CancelCauseFunc // nil while the task waits in a prefetch buffer
 	lost    bool                    // a heartbeat found the lease gone
+	expires time.Time               // as last granted or extended
 }
 
 func newLeaseTable() *leaseTable { return &leaseTable{m: make(map[string]*heldLease)} }
 
-func (lt *leaseTable) add(taskID, leaseID string) {
+func (lt *leaseTable) add(taskID, leaseID string, expires time.Time) {
 	lt.mu.Lock()
-	lt.m[taskID] = &heldLease{leaseID: leaseID}
+	lt.m[taskID] = &heldLease{leaseID: leaseID, expires: expires}
 	lt.mu.Unlock()
+}
+
+// extended records a successful extension.
+func (lt *leaseTable) extended(h *heldLease, until time.Time) {
+	lt.mu.Lock()
+	h.expires = until
+	lt.mu.Unlock()
+}
+
+// expiredBy reports whether h's last known expiry has passed.
+func (lt *leaseTable) expiredBy(h *heldLease, now time.Time) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return !h.expires.IsZero() && now.After(h.expires)
 }
 
 // start attaches a running handler's cancel function to its lease. It
@@ -44,6 +59,13 @@ func (lt *leaseTable) start(taskID string, cancel context.CancelCauseFunc) bool 
 	}
 	h.cancel = cancel
 	return true
+}
+
+// holds reports whether h is still the lease held for taskID.
+func (lt *leaseTable) holds(taskID string, h *heldLease) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return lt.m[taskID] == h
 }
 
 // markLost records that a lease is gone and cancels its handler if running.
@@ -98,11 +120,26 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 			end := min(start+1000, len(refs))
 			errs, err := e.st.ExtendLeases(ctx, store.ExtendParams{Leases: refs[start:end], Now: now})
 			if err != nil {
+				// The database is away: leases cannot be extended. Once a
+				// lease's last granted expiry passes, another worker may be
+				// given the task, so stop its handler here.
 				e.log.Warn("heartbeat failed", "leases", end-start, "err", err)
-				break
+				for i := start; i < end; i++ {
+					if e.leases.expiredBy(held[i], e.now()) && e.leases.holds(refs[i].TaskID, held[i]) {
+						e.log.Warn("lease expired without a heartbeat; cancelling handler", "task_id", refs[i].TaskID)
+						e.leases.markLost(held[i])
+					}
+				}
+				continue
 			}
 			for i, err := range errs {
-				if err != nil {
+				if err == nil {
+					e.leases.extended(held[start+i], refs[start+i].ExpiresAt)
+				}
+				if err != nil && e.leases.holds(refs[start+i].TaskID, held[start+i]) {
+					// Still held here, yet gone in the store: reaped,
+					// cancelled or expired. (A lease whose task finished
+					// since the snapshot is simply no longer held.)
 					e.log.Warn("lease lost; cancelling handler", "task_id", refs[start+i].TaskID, "err", err)
 					e.leases.markLost(held[start+i])
 				}

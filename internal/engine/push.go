@@ -423,7 +423,7 @@ func (f *pushFetcher) run(ctx context.Context) {
 		for i := range tasks {
 			t := &tasks[i]
 			f.inFlight.Add(1)
-			e.leases.add(t.ID, t.LeaseID)
+			e.leases.add(t.ID, t.LeaseID, t.LeaseExpiresAt)
 			f.p.deliveries.Add(1)
 			go f.p.deliver(f, pt, t)
 		}

@@ -161,7 +161,7 @@ func (w *workerRun) deliver(t *store.Task) {
 	w.mu.Lock()
 	w.active[t.ID] = t
 	w.mu.Unlock()
-	w.e.leases.add(t.ID, t.LeaseID)
+	w.e.leases.add(t.ID, t.LeaseID, t.LeaseExpiresAt)
 	w.queue <- t
 }
 
@@ -211,7 +211,7 @@ func (w *workerRun) loop(ctx context.Context) {
 			w.mu.Lock()
 			w.active[t.ID] = t
 			w.mu.Unlock()
-			e.leases.add(t.ID, t.LeaseID)
+			e.leases.add(t.ID, t.LeaseID, t.LeaseExpiresAt)
 			w.queue <- t // executors drain the queue; it has room for capacity + Concurrency
 
 		}
