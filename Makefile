@@ -27,7 +27,9 @@ short: ## Quick tests without the race detector and without the slow end-to-end 
 
 .PHONY: bench
 bench: ## Run the benchmarks (see docs/benchmarks.md for the recorded figures)
-	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1x $(PKGS)
+	$(GO) test -run='^$$' -bench=. -benchmem ./retry/... ./breaker/... ./budget/...
+	$(GO) test -run='^$$' -bench='SQLite|Postgres|Pgbench' -benchtime=1x -timeout 30m .
+	$(GO) test -run='^$$' -bench=APIEnqueue -benchtime=3s ./internal/api
 
 .PHONY: fuzz-smoke
 fuzz-smoke: ## Run each fuzz target for FUZZTIME (default 10s)
