@@ -1,0 +1,61 @@
+package retryq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/retry"
+	"github.com/retryq/retryq/store/sqlite"
+)
+
+// A handler that fails with a transient error once, then succeeds; the
+// engine retries it after the type's backoff.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "retryq-example")
+	defer os.RemoveAll(dir)
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "retryq.db")})
+	if err != nil {
+		panic(err)
+	}
+	defer st.Close()
+
+	policy := retry.DefaultPolicy()
+	policy.InitialDelay = 10 * time.Millisecond
+	client, _ := retryq.NewClient(st, retryq.Options{DefaultPolicy: policy})
+	_ = client.Start(ctx)
+	defer client.Close()
+
+	done := make(chan struct{})
+	mux := retryq.NewMux()
+	mux.HandleFunc("ocr.page", func(ctx context.Context, t *retryq.Task) error {
+		var p struct{ Doc string }
+		_ = t.Decode(&p)
+		if t.Attempt == 1 {
+			return retryq.WithCode("503", errors.New("OCR service unavailable"))
+		}
+		fmt.Printf("attempt %d: recognised %s\n", t.Attempt, p.Doc)
+		close(done)
+		return nil
+	})
+	w, _ := retryq.NewWorker(client, retryq.WorkerConfig{Handler: mux, Concurrency: 2})
+	wctx, stop := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { _ = w.Run(wctx); close(stopped) }()
+
+	res, _ := client.Enqueue(ctx, "ocr.page", map[string]string{"doc": "invoice.pdf"})
+	<-done
+	stop()
+	<-stopped // the worker flushes its outcomes before returning
+	task, _ := client.Get(ctx, res.Task.ID)
+	hist, _ := client.Attempts(ctx, res.Task.ID)
+	fmt.Println(task.State, len(hist), "attempts; first failed with", hist[0].Error.Code)
+	// Output:
+	// attempt 2: recognised invoice.pdf
+	// succeeded 2 attempts; first failed with 503
+}
