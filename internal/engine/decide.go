@@ -147,7 +147,7 @@ type ReportedError struct {
 	RetryAfter time.Duration
 }
 
-// failureOf converts a remote report into a Failure.
+// failure converts a remote report into a Failure.
 func (r ReportedError) failure() Failure {
 	f := Failure{Code: r.Code, Message: r.Message, Class: retry.ClassUnknown, RetryAfter: r.RetryAfter}
 	if r.Retryable != nil {
