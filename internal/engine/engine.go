@@ -16,13 +16,15 @@ import (
 
 var errEngineClosed = errors.New("engine closed")
 
-// insertLoops is how many enqueue batches may be committing at once: more
-// when the store folds concurrent writes into one transaction itself.
+// insertLoops is how many enqueue batches may be committing at once: 8 when
+// the store folds concurrent writes into one transaction itself (SQLite),
+// else 1, so that concurrent enqueues gather into fewer, larger commits
+// (PostgreSQL stream: 2,897 tasks/s with 1 loop, 2,289 with 2, 1,809 with 8).
 func insertLoops(st store.Store) int {
 	if gc, ok := st.(store.GroupCommitter); ok && gc.GroupCommit() {
 		return 8
 	}
-	return 2
+	return 1
 }
 
 // ErrClosed is returned by operations after the engine was closed.
