@@ -102,7 +102,7 @@ func (e *Engine) prepare(ctx context.Context, prefix string, r EnqueueRequest, n
 		if err != nil {
 			return store.NewTask{}, err
 		}
-		prio = tc.priority
+		prio = tc.spec.Priority
 	}
 	return store.NewTask{
 		ID:             NewID(now),

@@ -63,10 +63,7 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 		out = store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StateSucceeded,
 			OutcomeKind: store.OutcomeSucceeded, Detail: res.detail()}
 	} else {
-		spec := e.defaultSpec(t.Type)
-		if ent, err := e.types.get(recCtx, t.Type); err == nil {
-			spec = ent.spec
-		}
+		spec := e.specFor(recCtx, t.Type)
 		out = e.Decide(t, &spec, res.failure(pt), now)
 	}
 	_ = e.record(recCtx, t, out) // logged by record

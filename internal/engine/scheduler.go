@@ -157,10 +157,7 @@ func (e *Engine) reap(ctx context.Context) {
 		e.ctr.reaped.Add(int64(len(tasks)))
 		outs := make([]store.Outcome, len(tasks))
 		for j := range tasks {
-			spec := e.defaultSpec(tasks[j].Type)
-			if ent, err := e.types.get(ctx, tasks[j].Type); err == nil {
-				spec = ent.spec
-			}
+			spec := e.specFor(ctx, tasks[j].Type)
 			outs[j] = e.Decide(&tasks[j], &spec, Failure{LeaseExpired: true}, now)
 		}
 		errs, err := e.st.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now})

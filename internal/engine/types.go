@@ -64,10 +64,8 @@ type TypeSpec struct {
 }
 
 type typeEntry struct {
-	spec     TypeSpec
-	priority int
-	timeout  time.Duration
-	loaded   time.Time
+	spec   TypeSpec
+	loaded time.Time
 }
 
 type typeCache struct {
@@ -93,7 +91,7 @@ func (c *typeCache) get(ctx context.Context, typ string) (*typeEntry, error) {
 		}
 		return nil, err
 	}
-	ent = &typeEntry{spec: spec, priority: spec.Priority, timeout: spec.Timeout, loaded: now}
+	ent = &typeEntry{spec: spec, loaded: now}
 	c.mu.Lock()
 	c.m[typ] = ent
 	c.mu.Unlock()
@@ -104,6 +102,17 @@ func (c *typeCache) invalidate(typ string) {
 	c.mu.Lock()
 	delete(c.m, typ)
 	c.mu.Unlock()
+}
+
+// specFor returns a type's configuration for deciding about one of its
+// tasks: the cached stored one, or the engine defaults when it cannot be
+// loaded (an attempt's outcome must be decided even while the database is
+// briefly away).
+func (e *Engine) specFor(ctx context.Context, typ string) TypeSpec {
+	if ent, err := e.types.get(ctx, typ); err == nil {
+		return ent.spec
+	}
+	return e.defaultSpec(typ)
 }
 
 func (e *Engine) defaultSpec(typ string) TypeSpec {

@@ -253,10 +253,7 @@ func (w *workerRun) execute(t *store.Task) {
 	if w.handlerCtx.Err() != nil {
 		return // shutting down: the lease was (or is being) released
 	}
-	spec := e.defaultSpec(t.Type)
-	if ent, err := e.types.get(w.handlerCtx, t.Type); err == nil {
-		spec = ent.spec
-	}
+	spec := e.specFor(w.handlerCtx, t.Type)
 	leaseCtx, cancelLease := context.WithCancelCause(w.handlerCtx)
 	if !e.leases.start(t.ID, cancelLease) {
 		cancelLease(nil)
