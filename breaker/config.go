@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/retryq/retryq/internal/window"
 )
 
 // Config configures a [Breaker]. Zero fields take the defaults listed on
@@ -98,6 +100,7 @@ func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("breaker config: %s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidConfig)
 	}
+	wf, wr := window.CheckSize(c.Window, c.Buckets)
 	switch {
 	case math.IsNaN(c.FailureRate) || c.FailureRate > 1:
 		return bad("FailureRate", "must be at most 1, or negative to disable (got %g)", c.FailureRate)
@@ -105,12 +108,8 @@ func (c Config) Validate() error {
 		return bad("ConsecutiveFailures", "and FailureRate cannot both be disabled")
 	case c.RateMinFailures < 0:
 		return bad("RateMinFailures", "must be >= 0 (got %d)", c.RateMinFailures)
-	case c.Window < 0:
-		return bad("Window", "must be > 0 (got %v)", c.Window)
-	case c.Buckets < 0 || c.Buckets > 3600:
-		return bad("Buckets", "must be between 1 and 3600 (got %d)", c.Buckets)
-	case c.Window < time.Duration(c.Buckets):
-		return bad("Window", "must be at least Buckets nanoseconds (got %v for %d buckets)", c.Window, c.Buckets)
+	case wf != "":
+		return bad(wf, "%s", wr)
 	case c.CoolDown < 0:
 		return bad("CoolDown", "must be > 0 (got %v)", c.CoolDown)
 	case c.HalfOpenProbes < 0:

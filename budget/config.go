@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/retryq/retryq/internal/window"
 )
 
 // Config configures a [Budget]. A rule whose fields are all zero is off;
@@ -75,6 +77,7 @@ func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("budget config: %s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidConfig)
 	}
+	wf, wr := window.CheckSize(c.Window, c.Buckets)
 	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 	switch {
 	case c.RetriesPerMinute < 0:
@@ -83,12 +86,8 @@ func (c Config) Validate() error {
 		return bad("RetryRatio", "must be between 0 and 1000 (got %g)", c.RetryRatio)
 	case !finite(c.MinRetriesPerSecond) || c.MinRetriesPerSecond < 0 || c.MinRetriesPerSecond > 1e9:
 		return bad("MinRetriesPerSecond", "must be between 0 and 1e9 (got %g)", c.MinRetriesPerSecond)
-	case c.Window < 0:
-		return bad("Window", "must be > 0 (got %v)", c.Window)
-	case c.Buckets < 0 || c.Buckets > 3600:
-		return bad("Buckets", "must be between 1 and 3600 (got %d)", c.Buckets)
-	case c.Window < time.Duration(c.Buckets):
-		return bad("Window", "must be at least Buckets nanoseconds (got %v for %d buckets)", c.Window, c.Buckets)
+	case wf != "":
+		return bad(wf, "%s", wr)
 	}
 	return nil
 }

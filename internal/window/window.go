@@ -1,6 +1,9 @@
 package window
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Counter keeps two running counts (A and B, e.g. calls and failures) per
 // bucket over a sliding window of fixed length. A bucket is identified by
@@ -20,8 +23,26 @@ type Bucket struct {
 	A, B  int64
 }
 
+// MaxBuckets bounds the buckets of one window (and so its memory).
+const MaxBuckets = 3600
+
+// CheckSize reports the first problem with a window of the given length in
+// n buckets, as the name of the config field at fault ("Window" or
+// "Buckets") and the reason; field is "" when the size is valid for New.
+func CheckSize(length time.Duration, n int) (field, reason string) {
+	switch {
+	case length <= 0:
+		return "Window", fmt.Sprintf("must be > 0 (got %v)", length)
+	case n < 1 || n > MaxBuckets:
+		return "Buckets", fmt.Sprintf("must be between 1 and %d (got %d)", MaxBuckets, n)
+	case length < time.Duration(n):
+		return "Window", fmt.Sprintf("must be at least Buckets nanoseconds (got %v for %d buckets)", length, n)
+	}
+	return "", ""
+}
+
 // New returns a Counter for a window of the given length in n buckets. The
-// caller guarantees length >= n > 0.
+// caller guarantees length >= n > 0 (see CheckSize).
 func New(length time.Duration, n int) Counter {
 	return Counter{width: int64(length) / int64(n), slots: make([]Bucket, n)}
 }
