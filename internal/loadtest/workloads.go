@@ -15,20 +15,30 @@ const runTimeout = 5 * time.Minute
 // Bulk batch-enqueues n tasks (1,000 per transaction), then works them all.
 // Elapsed covers insert and work.
 func Bulk(st store.Store, n int, o Options) (Result, error) {
-	h, err := newHarness(st, o, n, 0)
+	return batched(st, n, o, "bulk", 0)
+}
+
+// batched batch-enqueues n tasks whose first failFirst attempts fail, then
+// works them all; Elapsed covers insert and work.
+func batched(st store.Store, n int, o Options, name string, failFirst int) (Result, error) {
+	h, err := newHarness(st, o, n, failFirst)
 	if err != nil {
 		return Result{}, err
 	}
 	ctx := context.Background()
 	start := time.Now()
 	if err := h.enqueueBatches(ctx, n); err != nil {
-		return Result{}, fmt.Errorf("bulk enqueue: %w", err)
+		return Result{}, fmt.Errorf("%s enqueue: %w", name, err)
 	}
 	h.startWorker()
 	if err := h.wait(runTimeout); err != nil {
 		return Result{}, err
 	}
-	return h.result("bulk", n, start), verify(ctx, st, n)
+	r := h.result(name, n, start)
+	if want := int64((failFirst + 1) * n); r.Attempts != want {
+		return r, fmt.Errorf("%s: %d handler calls for %d tasks, want exactly %d", name, r.Attempts, n, want)
+	}
+	return r, verify(ctx, st, n)
 }
 
 // Stream has `producers` goroutines enqueue n tasks one at a time while the
@@ -100,24 +110,7 @@ func Paced(st store.Store, n int, rate float64, o Options) (Result, error) {
 // Retry batch-enqueues n tasks that each fail twice and then succeed, with a
 // 1ms fixed backoff. It checks that every task ran exactly 3 times.
 func Retry(st store.Store, n int, o Options) (Result, error) {
-	h, err := newHarness(st, o, n, 2)
-	if err != nil {
-		return Result{}, err
-	}
-	ctx := context.Background()
-	start := time.Now()
-	if err := h.enqueueBatches(ctx, n); err != nil {
-		return Result{}, fmt.Errorf("retry enqueue: %w", err)
-	}
-	h.startWorker()
-	if err := h.wait(runTimeout); err != nil {
-		return Result{}, err
-	}
-	r := h.result("retry", n, start)
-	if r.Attempts != int64(3*n) {
-		return r, fmt.Errorf("retry: %d handler calls for %d tasks, want exactly %d", r.Attempts, n, 3*n)
-	}
-	return r, verify(ctx, st, n)
+	return batched(st, n, o, "retry", 2)
 }
 
 // enqueueBatches enqueues n tasks with EnqueueMany, 1,000 per transaction.
