@@ -26,9 +26,10 @@ type Middleware func(Handler) Handler
 
 // Mux routes tasks to handlers by type.
 type Mux struct {
-	mu sync.RWMutex
-	m  map[string]Handler
-	mw []Middleware
+	mu      sync.RWMutex
+	m       map[string]Handler
+	mw      []Middleware
+	wrapped map[string]Handler // m wrapped in mw, rebuilt on Handle and Use
 }
 
 // NewMux returns an empty Mux.
@@ -46,6 +47,19 @@ func (m *Mux) Handle(typ string, h Handler) {
 		panic("retryq: multiple registrations for type " + typ)
 	}
 	m.m[typ] = h
+	m.wrapLocked()
+}
+
+// wrapLocked rebuilds the middleware-wrapped handlers, so that dispatching
+// a task does not rebuild the chain. m.mu must be held for writing.
+func (m *Mux) wrapLocked() {
+	m.wrapped = make(map[string]Handler, len(m.m))
+	for typ, h := range m.m {
+		for i := len(m.mw) - 1; i >= 0; i-- {
+			h = m.mw[i](h)
+		}
+		m.wrapped[typ] = h
+	}
 }
 
 // HandleFunc registers f for tasks of type typ.
@@ -57,6 +71,7 @@ func (m *Mux) HandleFunc(typ string, f func(ctx context.Context, t *Task) error)
 func (m *Mux) Use(mw ...Middleware) {
 	m.mu.Lock()
 	m.mw = append(m.mw, mw...)
+	m.wrapLocked()
 	m.mu.Unlock()
 }
 
@@ -76,14 +91,10 @@ func (m *Mux) Types() []string {
 // the middleware. A task with no handler fails permanently.
 func (m *Mux) ProcessTask(ctx context.Context, t *Task) error {
 	m.mu.RLock()
-	h, ok := m.m[t.Type]
-	mw := m.mw
+	h, ok := m.wrapped[t.Type]
 	m.mu.RUnlock()
 	if !ok {
 		return Permanent(WithCode("no_handler", fmt.Errorf("no handler registered for type %q", t.Type)))
-	}
-	for i := len(mw) - 1; i >= 0; i-- {
-		h = mw[i](h)
 	}
 	return h.ProcessTask(ctx, t)
 }
