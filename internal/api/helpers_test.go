@@ -119,7 +119,6 @@ func withContentType(ct string) reqOpt {
 		}
 	}
 }
-func noAuth() reqOpt { return func(r *http.Request) { r.Header.Del("Authorization") } }
 
 // do sends a request. body is nil, a string or []byte (sent as is) or any
 // other value (marshalled).

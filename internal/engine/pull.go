@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -192,6 +191,3 @@ func (e *Engine) Fail(ctx context.Context, id, token string, rep ReportedError) 
 	}
 	return out, nil
 }
-
-// IsLeaseLost reports whether err means the caller's lease is gone.
-func IsLeaseLost(err error) bool { return errors.Is(err, store.ErrLeaseLost) }

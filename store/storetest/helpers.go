@@ -13,10 +13,8 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-// base is the suite's clock origin; at(d) is base+d.
+// base is the suite's clock origin.
 var base = time.Date(2030, time.January, 2, 3, 4, 5, 0, time.UTC)
-
-func at(d time.Duration) time.Time { return base.Add(d) }
 
 // leaseDur is the lease duration of every fetch made by the helpers.
 const leaseDur = 30 * time.Second
