@@ -20,6 +20,41 @@ var insertTests = []testCase{
 	{"Insert/IdempotencyWithinBatch", testIdemBatch},
 	{"Insert/IdempotencyConcurrent", testIdemConcurrent},
 	{"Insert/Leased", testInsertLeased},
+	{"Insert/ConcurrentFailureIsolated", testInsertConcurrentIsolated},
+}
+
+// testInsertConcurrentIsolated runs concurrent InsertTasks calls of which
+// every third names an existing id: those fail as a whole (nothing of them
+// is inserted) and the others are unaffected, however the backend groups
+// concurrent writes.
+func testInsertConcurrentIsolated(e *env) {
+	e.insert(base, nt("taken", "a"))
+	const n = 24
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			tasks := []store.NewTask{nt(fmt.Sprintf("c_%02d", i), "a")}
+			if i%3 == 0 {
+				tasks = append(tasks, nt("taken", "a"))
+			}
+			_, errs[i] = e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: tasks})
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		id := fmt.Sprintf("c_%02d", i)
+		if i%3 == 0 {
+			if errs[i] == nil {
+				e.t.Fatalf("InsertTasks %d with an existing id succeeded", i)
+			}
+			e.notFound(id)
+			continue
+		}
+		e.noErr(fmt.Sprintf("InsertTasks %d", i), errs[i])
+		e.get(id, store.StatePending)
+	}
+	e.eq("pending", e.counts()[store.StatePending], 1+n-n/3)
 }
 
 // testInsertLeased covers direct dispatch: a due task inserted with a lease

@@ -1,0 +1,247 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// Group commit.
+//
+// Every write goes to one writer goroutine, which runs every write queued at
+// that moment in a single transaction, each in its own SAVEPOINT, and
+// commits once. A write whose fn fails is rolled back to its savepoint
+// alone; the others commit. So concurrent enqueues, fetches, outcomes and
+// heartbeats share one fsync instead of paying one each.
+//
+// Two refinements matter when many callers each wait for their own commit
+// (producers enqueueing one task at a time):
+//
+//   - Linger. Callers answered by one commit usually come straight back
+//     with their next write, but not before the writer has started the next
+//     group with whoever was already queued: the callers then split into
+//     two alternating halves and each waits for two commits. So after a
+//     group of k > 1 writes the writer yields the processor (it does not
+//     sleep: timers are far coarser than the wait) until k writes are queued
+//     again or lingerMax has passed. An idle store or a lone caller never
+//     lingers.
+//   - Merged inserts. The InsertTasks writes of a group run as one
+//     multi-row INSERT (and one idempotency-key lookup) in one savepoint;
+//     should that fail, the savepoint is rolled back and each runs alone, so
+//     one bad write still cannot fail the others.
+
+// maxGroup bounds how many writes share one transaction.
+const maxGroup = 64
+
+// lingerMax bounds how long the writer waits for callers to come back.
+const lingerMax = 50 * time.Microsecond
+
+// writeReq is one queued write.
+type writeReq struct {
+	ctx  context.Context
+	fn   func(ctx context.Context, tx *sql.Tx) error
+	ins  *insertJob // set for InsertTasks writes, which can be merged
+	done chan error
+}
+
+// GroupCommit reports that concurrent writes share transactions.
+func (s *Store) GroupCommit() bool { return true }
+
+// write runs fn in a write transaction on the writer connection and returns
+// once that transaction committed (or fn failed).
+//
+// fn receives a context that is never cancelled: interrupting a statement
+// inside a shared transaction would roll back the other writers' work. A
+// caller whose ctx ends while it is still queued is skipped.
+func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return s.submit(ctx, op, &writeReq{fn: fn})
+}
+
+// submit queues req and waits for its transaction.
+func (s *Store) submit(ctx context.Context, op string, req *writeReq) error {
+	if err := s.check(op); err != nil {
+		return err
+	}
+	req.ctx, req.done = ctx, make(chan error, 1)
+	select {
+	case s.writeCh <- req:
+	case <-ctx.Done():
+		return translate(op, ctx.Err())
+	case <-s.stopWriter:
+		return fmt.Errorf("%s: %w", op, store.ErrClosed)
+	}
+	return translate(op, <-req.done)
+}
+
+// writer is the single goroutine that owns the write connection.
+func (s *Store) writer() {
+	defer close(s.writerDone)
+	batch := make([]*writeReq, 0, maxGroup)
+	last := 0 // writes in the previous group
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-s.writeCh:
+			batch = append(batch, r)
+		case <-s.stopWriter:
+			for {
+				select {
+				case r := <-s.writeCh:
+					r.done <- store.ErrClosed
+				default:
+					return
+				}
+			}
+		}
+		if last > 1 {
+			s.linger(last - len(batch))
+		}
+	drain:
+		for len(batch) < maxGroup {
+			select {
+			case r := <-s.writeCh:
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		last = len(batch)
+		s.commitGroup(batch)
+		s.stmtMu.Lock()
+		queued := len(s.toPrepare) > 0
+		s.stmtMu.Unlock()
+		if queued {
+			s.prepareQueued(context.Background())
+		}
+	}
+}
+
+// linger yields until want more writes are queued, for at most lingerMax.
+func (s *Store) linger(want int) {
+	if want <= 0 || len(s.writeCh) >= want {
+		return
+	}
+	deadline := time.Now().Add(lingerMax)
+	for i := 0; i < 1000 && len(s.writeCh) < want && time.Now().Before(deadline); i++ {
+		runtime.Gosched()
+	}
+}
+
+// commitGroup runs a group of writes in one transaction and replies to each.
+func (s *Store) commitGroup(batch []*writeReq) {
+	bg := context.Background()
+	errs := make([]error, len(batch))
+	reply := func(commitErr error) {
+		for i, r := range batch {
+			if errs[i] == nil {
+				errs[i] = commitErr
+			}
+			r.done <- errs[i]
+		}
+	}
+	tx, err := s.w.BeginTx(bg, nil)
+	if err != nil {
+		reply(err)
+		return
+	}
+	if len(batch) == 1 { // the common idle case: no savepoint needed
+		r := batch[0]
+		if err := r.ctx.Err(); err != nil {
+			errs[0] = err
+		} else if errs[0] = r.fn(context.WithoutCancel(r.ctx), tx); errs[0] == nil {
+			reply(tx.Commit())
+			return
+		}
+		tx.Rollback()
+		reply(nil)
+		return
+	}
+	// fail ends the transaction after a savepoint command failed: nobody's
+	// work survives.
+	fail := func(err error) {
+		tx.Rollback()
+		for j := range errs {
+			errs[j] = err
+		}
+		reply(nil)
+	}
+	ran := 0
+	done := make([]bool, len(batch))
+	for i, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			errs[i], done[i] = err, true
+		}
+	}
+	merged, err := s.mergeInserts(bg, tx, batch, done)
+	if err != nil {
+		fail(err)
+		return
+	}
+	ran += merged
+	for i, r := range batch {
+		if done[i] {
+			continue
+		}
+		if _, err := tx.ExecContext(bg, "SAVEPOINT w"); err != nil {
+			fail(err)
+			return
+		}
+		if errs[i] = r.fn(context.WithoutCancel(r.ctx), tx); errs[i] != nil {
+			if _, err := tx.ExecContext(bg, "ROLLBACK TO w"); err != nil {
+				fail(err)
+				return
+			}
+		} else {
+			ran++
+		}
+		if _, err := tx.ExecContext(bg, "RELEASE w"); err != nil {
+			fail(err)
+			return
+		}
+	}
+	if ran == 0 {
+		tx.Rollback()
+		reply(nil)
+		return
+	}
+	reply(tx.Commit())
+}
+
+// mergeInserts runs the group's pending InsertTasks writes as one, in one
+// savepoint, and marks them done. It returns how many it ran; 0 when there
+// were fewer than two or the merged insert failed (its savepoint is then
+// rolled back and each runs alone). An error means the transaction is
+// unusable.
+func (s *Store) mergeInserts(ctx context.Context, tx *sql.Tx, batch []*writeReq, done []bool) (int, error) {
+	var jobs []*insertJob
+	var idx []int
+	for i, r := range batch {
+		if !done[i] && r.ins != nil {
+			jobs, idx = append(jobs, r.ins), append(idx, i)
+		}
+	}
+	if len(jobs) < 2 {
+		return 0, nil
+	}
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT m"); err != nil {
+		return 0, err
+	}
+	if err := s.insertJobs(ctx, tx, jobs); err != nil {
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO m"); err != nil {
+			return 0, err
+		}
+		_, err := tx.ExecContext(ctx, "RELEASE m")
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE m"); err != nil {
+		return 0, err
+	}
+	for _, i := range idx {
+		done[i] = true
+	}
+	return len(jobs), nil
+}
