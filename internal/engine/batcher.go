@@ -2,20 +2,30 @@ package engine
 
 import (
 	"context"
+	"runtime"
 	"sync"
+	"time"
 )
 
 // batcher coalesces concurrent requests into one call of fn (group commit).
 // A single loop takes the first waiting request, drains whatever else is
 // already queued up to max, and runs fn once for all of them. When idle a
 // request is committed at once, alone; under load many share one commit. No
-// timer is involved, so batching never adds latency.
+// timer is involved, so batching never adds latency to a lone request.
+//
+// With linger set, after a commit that answered k waiting callers the loop
+// yields the processor (timers are far coarser than this wait) until k
+// requests are queued again or linger has passed: callers that each wait for
+// their own commit come straight back with their next request, and without
+// the wait they would split into two halves that alternate, each waiting for
+// two commits.
 type batcher[Req, Res any] struct {
-	ch   chan batchCall[Req, Res]
-	max  int
-	fn   func(ctx context.Context, reqs []Req) ([]Res, []error, error)
-	done chan struct{}
-	once sync.Once
+	ch     chan batchCall[Req, Res]
+	max    int
+	linger time.Duration
+	fn     func(ctx context.Context, reqs []Req) ([]Res, []error, error)
+	done   chan struct{}
+	once   sync.Once
 }
 
 type batchCall[Req, Res any] struct {
@@ -72,6 +82,7 @@ func (b *batcher[Req, Res]) submit(req Req, after func(Res, error)) {
 func (b *batcher[Req, Res]) run(ctx context.Context) {
 	calls := make([]batchCall[Req, Res], 0, b.max)
 	reqs := make([]Req, 0, b.max)
+	want := 0 // calls expected back: queued during the last commit plus the callers it answered
 	for {
 		calls, reqs = calls[:0], reqs[:0]
 		select {
@@ -89,6 +100,9 @@ func (b *batcher[Req, Res]) run(ctx context.Context) {
 				}
 			}
 		}
+		if b.linger > 0 && want > 1 {
+			lingerFor(b.ch, want-1, b.linger)
+		}
 	drain:
 		for len(calls) < b.max {
 			select {
@@ -98,15 +112,30 @@ func (b *batcher[Req, Res]) run(ctx context.Context) {
 				break drain
 			}
 		}
+		waiters := 0
 		for _, c := range calls {
 			reqs = append(reqs, c.req)
+			if c.reply != nil {
+				waiters++
+			}
 		}
-		b.commit(context.WithoutCancel(ctx), calls, reqs)
+		want = b.commit(context.WithoutCancel(ctx), calls, reqs) + waiters
 	}
 }
 
-func (b *batcher[Req, Res]) commit(ctx context.Context, calls []batchCall[Req, Res], reqs []Req) {
+// lingerFor yields until want more calls are queued on ch, for at most d.
+func lingerFor[T any](ch chan T, want int, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for i := 0; i < 10_000 && len(ch) < want && time.Now().Before(deadline); i++ {
+		runtime.Gosched()
+	}
+}
+
+// commit runs fn for one batch and answers its calls. It returns how many
+// calls were queued when fn returned (before the answers went out).
+func (b *batcher[Req, Res]) commit(ctx context.Context, calls []batchCall[Req, Res], reqs []Req) int {
 	res, errs, err := b.fn(ctx, reqs)
+	queued := len(b.ch)
 	for i, c := range calls {
 		var r batchReply[Res]
 		if err != nil {
@@ -126,4 +155,5 @@ func (b *batcher[Req, Res]) commit(ctx context.Context, calls []batchCall[Req, R
 			c.reply <- r
 		}
 	}
+	return queued
 }

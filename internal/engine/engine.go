@@ -27,6 +27,10 @@ func insertLoops(st store.Store) int {
 	return 1
 }
 
+// enqueueLinger bounds how long the single enqueue commit loop waits for the
+// producers answered by its last commit to come back (see batcher).
+const enqueueLinger = 200 * time.Microsecond
+
 // ErrClosed is returned by operations after the engine was closed.
 var ErrClosed = errEngineClosed
 
@@ -200,6 +204,11 @@ func New(cfg Config) (*Engine, error) {
 	e.types = newTypeCache(e)
 	e.push = newPusher(e)
 	e.inserts = newBatcher(c.MaxEnqueueBatch, 4*c.MaxEnqueueBatch, e.commitInserts)
+	if insertLoops(e.st) == 1 {
+		// One enqueue batch commits at a time: let producers that wait on
+		// their own commit catch the next one together (see batcher).
+		e.inserts.linger = enqueueLinger
+	}
 	e.outcomes = newBatcher(c.MaxOutcomeBatch, 4*c.MaxOutcomeBatch, e.commitOutcomes)
 	return e, nil
 }

@@ -10,7 +10,8 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-const fetchPlanSettings = "SET LOCAL enable_bitmapscan = off; SET LOCAL enable_seqscan = off; SET LOCAL enable_sort = off"
+const fetchPlanSettings = `SELECT set_config('enable_bitmapscan', 'off', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)`
 
 const fetchSQL = `
 WITH due AS MATERIALIZED (
@@ -52,15 +53,19 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 	}
 	now := us(p.Now)
 	var tasks []store.Task
-	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		// Queue tables have volatile statistics: with a backlog that built
-		// up after the last ANALYZE the planner would bitmap-scan and sort
-		// every pending row on each fetch. Walking the pending index in
-		// order and stopping after Limit lockable rows is always right.
-		if _, err := tx.Exec(ctx, fetchPlanSettings); err != nil {
+	// Queue tables have volatile statistics: with a backlog that built up
+	// after the last ANALYZE the planner would bitmap-scan and sort every
+	// pending row on each fetch. Walking the pending index in order and
+	// stopping after Limit lockable rows is always right. SET LOCAL holds
+	// for the batch's implicit transaction.
+	b := &pgx.Batch{}
+	b.Queue(fetchPlanSettings)
+	b.Queue(fetchSQL, p.Limit, types, us(p.Now.Add(p.LeaseDuration)), p.WorkerID, now)
+	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
+		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, fetchSQL, p.Limit, types, us(p.Now.Add(p.LeaseDuration)), p.WorkerID, now)
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}

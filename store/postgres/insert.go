@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -96,10 +97,58 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 		ords = append(ords, int32(i))
 	}
 
-	results := make([]store.InsertResult, n)
+	// Wake other nodes for tasks they could fetch now, and the leader's
+	// scheduler for scheduled ones; tasks leased at insert are already
+	// running and need nobody.
+	wake := slices.ContainsFunc(states, func(st string) bool { return st != string(store.StateRunning) })
+	args := []any{ids, types, payloads, prios, states, maxes, keys, runAts, ords, now, attempts, leaseIDs, leaseExps, workers}
+	if len(firstByKey) == 0 {
+		return s.insertBatch(ctx, op, p.Tasks, args, wake)
+	}
+	return s.insertKeyed(ctx, op, p.Tasks, dupOf, args, wake)
+}
+
+// insertBatch inserts tasks without idempotency keys in one round trip.
+func (s *Store) insertBatch(ctx context.Context, op string, tasks []store.NewTask, args []any, wake bool) ([]store.InsertResult, error) {
+	b := &pgx.Batch{}
+	b.Queue(insertTasksSQL, args...)
+	if wake {
+		s.queueNotify(b)
+	}
+	var inserted []store.Task
+	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		inserted, err = collectTasks(rows)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(inserted) != len(tasks) {
+		return nil, fmt.Errorf("%s: inserted %d of %d tasks: %w", op, len(inserted), len(tasks), store.ErrConflict)
+	}
+	byID := make(map[string]store.Task, len(inserted))
+	for _, t := range inserted {
+		byID[t.ID] = t
+	}
+	results := make([]store.InsertResult, len(tasks))
+	for i, nt := range tasks {
+		results[i] = store.InsertResult{Task: byID[nt.ID]}
+	}
+	return results, nil
+}
+
+// insertKeyed inserts a batch holding idempotency keys in a transaction:
+// ON CONFLICT DO NOTHING on the unique partial index, then the tasks that
+// hold the keys already are read. Should one of them vanish in between
+// (retention), the transaction rolls back and the caller may retry.
+func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTask, dupOf []int, args []any, wake bool) ([]store.InsertResult, error) {
+	results := make([]store.InsertResult, len(tasks))
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, insertTasksSQL, ids, types, payloads, prios, states, maxes,
-			keys, runAts, ords, now, attempts, leaseIDs, leaseExps, workers)
+		rows, err := tx.Query(ctx, insertTasksSQL, args...)
 		if err != nil {
 			return err
 		}
@@ -113,7 +162,7 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 		}
 		// Keyed tasks that were not inserted already exist.
 		var missingKeys []string
-		for i, nt := range p.Tasks {
+		for i, nt := range tasks {
 			if dupOf[i] >= 0 {
 				continue
 			}
@@ -136,7 +185,7 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 			for _, t := range existing {
 				byKey[t.IdempotencyKey] = t
 			}
-			for i, nt := range p.Tasks {
+			for i, nt := range tasks {
 				if dupOf[i] >= 0 || results[i].Task.ID != "" {
 					continue
 				}
@@ -149,18 +198,13 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 				results[i] = store.InsertResult{Task: t, Duplicate: true}
 			}
 		}
-		for i := range p.Tasks {
+		for i := range tasks {
 			if j := dupOf[i]; j >= 0 {
 				results[i] = store.InsertResult{Task: results[j].Task, Duplicate: true}
 			}
 		}
-		// Wake other nodes for tasks they could fetch now, and the leader's
-		// scheduler for scheduled ones; tasks leased at insert are already
-		// running and need nobody.
-		for _, t := range inserted {
-			if t.State == store.StatePending || t.State == store.StateScheduled {
-				return s.notify(ctx, tx)
-			}
+		if wake {
+			return s.notify(ctx, tx)
 		}
 		return nil
 	})

@@ -107,7 +107,7 @@ WITH o AS (
 )
 SELECT id FROM upd`
 
-// RecordOutcomes applies the outcomes in one transaction (one commit for the
+// RecordOutcomes applies the outcomes in one transaction and one round trip (one commit for the
 // batch). Outcomes for distinct tasks go to the server as a single
 // statement over arrays; a batch naming a task twice is applied statement
 // by statement (a pgx.Batch, still one round trip) so that the outcomes
@@ -171,76 +171,75 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		return errs, nil
 	}
 	applied := make([]bool, n)
-	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		if distinct {
-			var (
-				ids, leases, states, kinds, details, reasons = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-				codes, msgs, classes                         = make([]*string, n), make([]*string, n), make([]*string, n)
-				reaps, hists, retries, failures              = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
-				runAts                                       = make([]time.Time, n)
-				prios                                        = make([]int32, n)
-				delays                                       = make([]int64, n)
-			)
-			for i, o := range p.Outcomes {
-				r := rowsIn[i]
-				if r.invalid != nil {
-					continue // the empty id matches no task
-				}
-				ids[i], leases[i], states[i], kinds[i], details[i], reasons[i] = o.TaskID, o.LeaseID, r.state, r.kind, o.Detail, o.DeadReason
-				codes[i], msgs[i], classes[i] = r.code, r.msg, r.class
-				reaps[i], hists[i], retries[i], failures[i] = o.ReapExpired, r.hist, r.retry, r.failure
-				runAts[i], prios[i], delays[i] = us(o.RunAt), int32(o.EffectivePrio), int64(o.LastDelay)
+	b := &pgx.Batch{}
+	var read func(pgx.BatchResults) error
+	if distinct {
+		var (
+			ids, leases, states, kinds, details, reasons = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+			codes, msgs, classes                         = make([]*string, n), make([]*string, n), make([]*string, n)
+			reaps, hists, retries, failures              = make([]bool, n), make([]bool, n), make([]bool, n), make([]bool, n)
+			runAts                                       = make([]time.Time, n)
+			prios                                        = make([]int32, n)
+			delays                                       = make([]int64, n)
+		)
+		for i, o := range p.Outcomes {
+			r := rowsIn[i]
+			if r.invalid != nil {
+				continue // the empty id matches no task
 			}
-			rows, err := tx.Query(ctx, recordOutcomesSQL, ids, leases, reaps, states, runAts, prios,
-				codes, msgs, classes, delays, reasons, kinds, details, hists, retries, failures, now)
+			ids[i], leases[i], states[i], kinds[i], details[i], reasons[i] = o.TaskID, o.LeaseID, r.state, r.kind, o.Detail, o.DeadReason
+			codes[i], msgs[i], classes[i] = r.code, r.msg, r.class
+			reaps[i], hists[i], retries[i], failures[i] = o.ReapExpired, r.hist, r.retry, r.failure
+			runAts[i], prios[i], delays[i] = us(o.RunAt), int32(o.EffectivePrio), int64(o.LastDelay)
+		}
+		b.Queue(recordOutcomesSQL, ids, leases, reaps, states, runAts, prios,
+			codes, msgs, classes, delays, reasons, kinds, details, hists, retries, failures, now)
+		index := make(map[string]int, n)
+		for i, o := range p.Outcomes {
+			index[o.TaskID] = i
+		}
+		read = func(br pgx.BatchResults) error {
+			rows, err := br.Query()
 			if err != nil {
 				return err
 			}
-			index := make(map[string]int, n)
-			for i, o := range p.Outcomes {
-				index[o.TaskID] = i
-			}
+			defer rows.Close()
 			for rows.Next() {
 				var id string
 				if err := rows.Scan(&id); err != nil {
-					rows.Close()
 					return err
 				}
 				applied[index[id]] = true
 			}
-			if err := rows.Err(); err != nil {
-				return err
+			return rows.Err()
+		}
+	} else {
+		// The same task twice: one statement per outcome, in order, so
+		// each sees the effect of the one before.
+		for i, o := range p.Outcomes {
+			r := rowsIn[i]
+			if r.invalid != nil {
+				o.TaskID = "" // matches no task
 			}
-		} else {
-			batch := &pgx.Batch{}
-			for i, o := range p.Outcomes {
-				r := rowsIn[i]
-				if r.invalid != nil {
-					o.TaskID = "" // matches no task
-				}
-				batch.Queue(recordOutcomeSQL, o.TaskID, o.LeaseID, o.ReapExpired, now,
-					r.state, us(o.RunAt), o.EffectivePrio, r.code, r.msg, r.class,
-					int64(o.LastDelay), o.DeadReason, r.kind, o.Detail, r.hist, r.retry, r.failure)
-			}
-			br := tx.SendBatch(ctx, batch)
+			b.Queue(recordOutcomeSQL, o.TaskID, o.LeaseID, o.ReapExpired, now,
+				r.state, us(o.RunAt), o.EffectivePrio, r.code, r.msg, r.class,
+				int64(o.LastDelay), o.DeadReason, r.kind, o.Detail, r.hist, r.retry, r.failure)
+		}
+		read = func(br pgx.BatchResults) error {
 			for i := range p.Outcomes {
 				var k int
 				if err := br.QueryRow().Scan(&k); err != nil {
-					br.Close()
 					return err
 				}
 				applied[i] = k > 0
 			}
-			if err := br.Close(); err != nil {
-				return err
-			}
+			return nil
 		}
-		if released {
-			return s.notify(ctx, tx)
-		}
-		return nil
-	})
-	if err != nil {
+	}
+	if released {
+		s.queueNotify(b) // wake fetchers for the released tasks
+	}
+	if err := s.inBatch(ctx, op, b, read); err != nil {
 		return nil, err
 	}
 	for i, o := range p.Outcomes {

@@ -25,10 +25,10 @@ import (
 //     with their next write, but not before the writer has started the next
 //     group with whoever was already queued: the callers then split into
 //     two alternating halves and each waits for two commits. So after a
-//     group of k > 1 writes the writer yields the processor (it does not
-//     sleep: timers are far coarser than the wait) until k writes are queued
-//     again or lingerMax has passed. An idle store or a lone caller never
-//     lingers.
+//     group that answered k writers while q more writes queued up, the
+//     writer yields the processor (it does not sleep: timers are far coarser
+//     than the wait) until q+k writes are queued or lingerMax has passed. An
+//     idle store or a lone caller never lingers.
 //   - Merged inserts. The InsertTasks writes of a group run as one
 //     multi-row INSERT (and one idempotency-key lookup) in one savepoint;
 //     should that fail, the savepoint is rolled back and each runs alone, so
@@ -81,7 +81,7 @@ func (s *Store) submit(ctx context.Context, op string, req *writeReq) error {
 func (s *Store) writer() {
 	defer close(s.writerDone)
 	batch := make([]*writeReq, 0, maxGroup)
-	last := 0 // writes in the previous group
+	want := 0 // writes expected back: queued during the last commit plus the writers it answered
 	for {
 		batch = batch[:0]
 		select {
@@ -97,8 +97,8 @@ func (s *Store) writer() {
 				}
 			}
 		}
-		if last > 1 {
-			s.linger(last - len(batch))
+		if want > 1 {
+			s.linger(want - len(batch))
 		}
 	drain:
 		for len(batch) < maxGroup {
@@ -109,8 +109,8 @@ func (s *Store) writer() {
 				break drain
 			}
 		}
-		last = len(batch)
 		s.commitGroup(batch)
+		want = s.queuedAtReply + len(batch)
 		s.stmtMu.Lock()
 		queued := len(s.toPrepare) > 0
 		s.stmtMu.Unlock()
@@ -136,6 +136,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 	bg := context.Background()
 	errs := make([]error, len(batch))
 	reply := func(commitErr error) {
+		s.queuedAtReply = len(s.writeCh)
 		for i, r := range batch {
 			if errs[i] == nil {
 				errs[i] = commitErr

@@ -88,9 +88,10 @@ type Store struct {
 	r      *sql.DB // read-only pool
 	closed atomic.Bool
 
-	writeCh    chan *writeReq
-	stopWriter chan struct{}
-	writerDone chan struct{}
+	writeCh       chan *writeReq
+	queuedAtReply int // writer goroutine only: see group.go
+	stopWriter    chan struct{}
+	writerDone    chan struct{}
 
 	stmtMu    sync.Mutex
 	stmts     map[string]*sql.Stmt // prepared on w, by key

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recorder is a batch function that remembers batch sizes and answers each
+// request with its own value, failing the ones listed in fail.
+type recorder struct {
+	mu    sync.Mutex
+	sizes []int
+	hold  time.Duration // simulated commit time
+	fail  map[int]bool
+}
+
+func (r *recorder) fn(_ context.Context, reqs []int) ([]int, []error, error) {
+	if r.hold > 0 {
+		time.Sleep(r.hold)
+	}
+	r.mu.Lock()
+	r.sizes = append(r.sizes, len(reqs))
+	r.mu.Unlock()
+	res := make([]int, len(reqs))
+	errs := make([]error, len(reqs))
+	for i, q := range reqs {
+		res[i] = q * 10
+		if r.fail[q] {
+			errs[i] = fmt.Errorf("request %d: %w", q, errTestFail)
+		}
+	}
+	return res, errs, nil
+}
+
+var errTestFail = errors.New("test failure")
+
+func startBatcher(t *testing.T, b *batcher[int, int]) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func TestBatcherAnswersEachRequest(t *testing.T) {
+	r := &recorder{hold: time.Millisecond, fail: map[int]bool{7: true, 13: true}}
+	b := newBatcher(64, 256, r.fn)
+	startBatcher(t, b)
+	const n = 40
+	var wg sync.WaitGroup
+	res := make([]int, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { res[i], errs[i] = b.do(t.Context(), i) })
+	}
+	wg.Wait()
+	for i := range n {
+		if r.fail[i] {
+			if !errors.Is(errs[i], errTestFail) {
+				t.Errorf("request %d: err %v, want %v", i, errs[i], errTestFail)
+			}
+			continue
+		}
+		if errs[i] != nil || res[i] != i*10 {
+			t.Errorf("request %d: (%d, %v), want (%d, nil)", i, res[i], errs[i], i*10)
+		}
+	}
+	total := 0
+	for _, s := range r.sizes {
+		total += s
+	}
+	if total != n {
+		t.Fatalf("batches hold %d requests, want %d", total, n)
+	}
+	if len(r.sizes) == n {
+		t.Errorf("%d concurrent requests took %d batches: nothing was coalesced", n, len(r.sizes))
+	}
+}
+
+// TestBatcherLingerKeepsCallersTogether: callers that each wait for their
+// own commit and come straight back end up in the same batches, instead of
+// splitting into alternating halves.
+func TestBatcherLingerKeepsCallersTogether(t *testing.T) {
+	const callers, rounds = 8, 30
+	r := &recorder{hold: 2 * time.Millisecond}
+	b := newBatcher(64, 256, r.fn)
+	b.linger = 20 * time.Millisecond // generous: the race detector slows callers down
+	startBatcher(t, b)
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range rounds {
+				if _, err := b.do(t.Context(), c*1000+i); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Skip the first batches, while the callers start one by one.
+	steady := r.sizes[min(len(r.sizes), 5):]
+	sum := 0
+	for _, s := range steady {
+		sum += s
+	}
+	if len(steady) == 0 || float64(sum)/float64(len(steady)) < 0.75*callers {
+		t.Fatalf("steady-state batch sizes %v: want about %d (every caller in each batch)", steady, callers)
+	}
+}
+
+// TestBatcherLoneCallerDoesNotLinger: one caller at a time never waits for
+// others, however long the linger bound.
+func TestBatcherLoneCallerDoesNotLinger(t *testing.T) {
+	r := &recorder{}
+	b := newBatcher(64, 256, r.fn)
+	b.linger = time.Hour
+	startBatcher(t, b)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for i := range 50 {
+		if _, err := b.do(ctx, i); err != nil {
+			t.Fatalf("request %d: %v (did the batcher linger for a lone caller?)", i, err)
+		}
+	}
+}
