@@ -155,6 +155,8 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	tag, err := s.pool.Exec(ctx, `
 WITH d AS MATERIALIZED (
 	SELECT t.id FROM tasks t WHERE `+where+` ORDER BY t.id`+limit+` FOR UPDATE SKIP LOCKED
+), da AS (
+	DELETE FROM attempts AS a USING d WHERE a.task_id = d.id
 )
 DELETE FROM tasks AS t USING d WHERE t.id = d.id`, args...)
 	if err != nil {
@@ -192,6 +194,8 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (st
 WITH d AS MATERIALIZED (
 	SELECT id FROM tasks WHERE state = $1 AND updated_at < $2
 	ORDER BY updated_at, id`+limit+` FOR UPDATE SKIP LOCKED
+), da AS (
+	DELETE FROM attempts AS a USING d WHERE a.task_id = d.id
 )
 DELETE FROM tasks AS t USING d WHERE t.id = d.id`, args...)
 			if err != nil {

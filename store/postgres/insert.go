@@ -15,11 +15,11 @@ const insertTasksSQL = `
 INSERT INTO tasks AS t (id, type, payload, priority, effective_prio, state, max_attempts,
 	idempotency_key, run_at, created_at, updated_at, attempt, lease_id, lease_expires_at, worker_id, started_at)
 SELECT i.id, i.type, i.payload, i.priority, i.priority, i.state, i.max_attempts,
-	i.key, i.run_at, $10::timestamptz, $10::timestamptz, i.attempt, i.lease_id, i.lease_exp, i.worker_id,
-	CASE WHEN i.lease_id IS NULL THEN NULL::timestamptz ELSE $10::timestamptz END
+	i.key, i.run_at, i.now, i.now, i.attempt, i.lease_id, i.lease_exp, i.worker_id,
+	CASE WHEN i.lease_id IS NULL THEN NULL::timestamptz ELSE i.now END
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::text[], $6::int[],
-	$7::text[], $8::timestamptz[], $9::int[], $11::int[], $12::text[], $13::timestamptz[], $14::text[])
-	AS i(id, type, payload, priority, state, max_attempts, key, run_at, ord, attempt, lease_id, lease_exp, worker_id)
+	$7::text[], $8::timestamptz[], $9::int[], $10::timestamptz[], $11::int[], $12::text[], $13::timestamptz[], $14::text[])
+	AS i(id, type, payload, priority, state, max_attempts, key, run_at, ord, now, attempt, lease_id, lease_exp, worker_id)
 ORDER BY i.ord
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ` + taskCols
@@ -38,16 +38,9 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 	now := us(p.Now)
 	n := len(p.Tasks)
 	var (
-		ids, types, states = make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
-		payloads           = make([][]byte, 0, n)
-		prios, maxes, ords = make([]int32, 0, n), make([]int32, 0, n), make([]int32, 0, n)
-		keys               = make([]*string, 0, n)
-		runAts             = make([]time.Time, 0, n)
-		attempts           = make([]int32, 0, n)
-		leaseIDs, workers  = make([]*string, 0, n), make([]string, 0, n)
-		leaseExps          = make([]*time.Time, 0, n)
-		firstByKey         = map[string]int{} // idempotency key -> first input index
-		dupOf              = make([]int, n)   // input index -> earlier index with the same key, or -1
+		r          = newInsertRows(n)
+		firstByKey = map[string]int{} // idempotency key -> first input index
+		dupOf      = make([]int, n)   // input index -> earlier index with the same key, or -1
 	)
 	seenID := map[string]bool{}
 	for i, nt := range p.Tasks {
@@ -76,54 +69,98 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 		}
 		if nt.Lease != nil && state == store.StatePending {
 			state = store.StateRunning
-			attempts = append(attempts, 1)
-			leaseIDs = append(leaseIDs, &nt.Lease.LeaseID)
-			workers = append(workers, nt.Lease.WorkerID)
-			leaseExps = append(leaseExps, nullTime(p.Now.Add(nt.Lease.Duration)))
+			r.attempts = append(r.attempts, 1)
+			r.leaseIDs = append(r.leaseIDs, &nt.Lease.LeaseID)
+			r.workers = append(r.workers, nt.Lease.WorkerID)
+			r.leaseExps = append(r.leaseExps, nullTime(p.Now.Add(nt.Lease.Duration)))
 		} else {
-			attempts = append(attempts, 0)
-			leaseIDs = append(leaseIDs, nil)
-			workers = append(workers, "")
-			leaseExps = append(leaseExps, nil)
+			r.attempts = append(r.attempts, 0)
+			r.leaseIDs = append(r.leaseIDs, nil)
+			r.workers = append(r.workers, "")
+			r.leaseExps = append(r.leaseExps, nil)
 		}
-		ids = append(ids, nt.ID)
-		types = append(types, nt.Type)
-		payloads = append(payloads, []byte(nt.Payload))
-		prios = append(prios, int32(nt.Priority))
-		states = append(states, string(state))
-		maxes = append(maxes, int32(nt.MaxAttempts))
-		keys = append(keys, nullString(nt.IdempotencyKey))
-		runAts = append(runAts, us(runAt))
-		ords = append(ords, int32(i))
+		r.ids = append(r.ids, nt.ID)
+		r.types = append(r.types, nt.Type)
+		r.payloads = append(r.payloads, []byte(nt.Payload))
+		r.prios = append(r.prios, int32(nt.Priority))
+		r.states = append(r.states, string(state))
+		r.maxes = append(r.maxes, int32(nt.MaxAttempts))
+		r.keys = append(r.keys, nullString(nt.IdempotencyKey))
+		r.runAts = append(r.runAts, us(runAt))
+		r.ords = append(r.ords, int32(len(r.ords)))
+		r.nows = append(r.nows, now)
 	}
-
-	// Wake other nodes for tasks they could fetch now, and the leader's
-	// scheduler for scheduled ones; tasks leased at insert are already
-	// running and need nobody.
-	wake := slices.ContainsFunc(states, func(st string) bool { return st != string(store.StateRunning) })
-	args := []any{ids, types, payloads, prios, states, maxes, keys, runAts, ords, now, attempts, leaseIDs, leaseExps, workers}
 	if len(firstByKey) == 0 {
-		return s.insertBatch(ctx, op, p.Tasks, args, wake)
+		return s.insertBatch(ctx, op, p.Tasks, r)
 	}
-	return s.insertKeyed(ctx, op, p.Tasks, dupOf, args, wake)
+	return s.insertKeyed(ctx, op, p.Tasks, dupOf, r)
 }
 
-// insertBatch inserts tasks without idempotency keys in one round trip.
-func (s *Store) insertBatch(ctx context.Context, op string, tasks []store.NewTask, args []any, wake bool) ([]store.InsertResult, error) {
-	b := &pgx.Batch{}
-	b.Queue(insertTasksSQL, args...)
-	if wake {
-		s.queueNotify(b)
+// insertRows are the columns of insertTasksSQL, one slice per column.
+type insertRows struct {
+	ids, types, states []string
+	payloads           [][]byte
+	prios, maxes, ords []int32
+	keys               []*string
+	runAts, nows       []time.Time
+	attempts           []int32
+	leaseIDs           []*string
+	workers            []string
+	leaseExps          []*time.Time
+}
+
+func newInsertRows(n int) *insertRows {
+	return &insertRows{
+		ids: make([]string, 0, n), types: make([]string, 0, n), states: make([]string, 0, n),
+		payloads: make([][]byte, 0, n),
+		prios:    make([]int32, 0, n), maxes: make([]int32, 0, n), ords: make([]int32, 0, n),
+		keys:   make([]*string, 0, n),
+		runAts: make([]time.Time, 0, n), nows: make([]time.Time, 0, n),
+		attempts: make([]int32, 0, n),
+		leaseIDs: make([]*string, 0, n), workers: make([]string, 0, n),
+		leaseExps: make([]*time.Time, 0, n),
 	}
+}
+
+// add appends the rows of o (renumbering their order after r's).
+func (r *insertRows) add(o *insertRows) {
+	base := int32(len(r.ords))
+	r.ids = append(r.ids, o.ids...)
+	r.types = append(r.types, o.types...)
+	r.states = append(r.states, o.states...)
+	r.payloads = append(r.payloads, o.payloads...)
+	r.prios = append(r.prios, o.prios...)
+	r.maxes = append(r.maxes, o.maxes...)
+	for _, ord := range o.ords {
+		r.ords = append(r.ords, base+ord)
+	}
+	r.keys = append(r.keys, o.keys...)
+	r.runAts = append(r.runAts, o.runAts...)
+	r.nows = append(r.nows, o.nows...)
+	r.attempts = append(r.attempts, o.attempts...)
+	r.leaseIDs = append(r.leaseIDs, o.leaseIDs...)
+	r.workers = append(r.workers, o.workers...)
+	r.leaseExps = append(r.leaseExps, o.leaseExps...)
+}
+
+// args are the parameters of insertTasksSQL.
+func (r *insertRows) args() []any {
+	return []any{r.ids, r.types, r.payloads, r.prios, r.states, r.maxes, r.keys, r.runAts, r.ords, r.nows,
+		r.attempts, r.leaseIDs, r.leaseExps, r.workers}
+}
+
+// wake reports whether inserting r should wake other nodes: for tasks they
+// could fetch now, and the leader's scheduler for scheduled ones; tasks
+// leased at insert are already running and need nobody.
+func (r *insertRows) wake() bool {
+	return slices.ContainsFunc(r.states, func(st string) bool { return st != string(store.StateRunning) })
+}
+
+// insertBatch inserts tasks without idempotency keys, in a group commit
+// (group.go) that merges concurrent inserts into one statement.
+func (s *Store) insertBatch(ctx context.Context, op string, tasks []store.NewTask, r *insertRows) ([]store.InsertResult, error) {
 	var inserted []store.Task
-	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		inserted, err = collectTasks(rows)
-		return err
-	})
+	err := s.groupWrite(ctx, op, &groupWrite{ins: r, got: func(ts []store.Task) { inserted = ts }})
 	if err != nil {
 		return nil, err
 	}
@@ -145,10 +182,10 @@ func (s *Store) insertBatch(ctx context.Context, op string, tasks []store.NewTas
 // ON CONFLICT DO NOTHING on the unique partial index, then the tasks that
 // hold the keys already are read. Should one of them vanish in between
 // (retention), the transaction rolls back and the caller may retry.
-func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTask, dupOf []int, args []any, wake bool) ([]store.InsertResult, error) {
+func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTask, dupOf []int, r *insertRows) ([]store.InsertResult, error) {
 	results := make([]store.InsertResult, len(tasks))
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, insertTasksSQL, args...)
+		rows, err := tx.Query(ctx, insertTasksSQL, r.args()...)
 		if err != nil {
 			return err
 		}
@@ -203,7 +240,7 @@ func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTas
 				results[i] = store.InsertResult{Task: results[j].Task, Duplicate: true}
 			}
 		}
-		if wake {
+		if r.wake() {
 			return s.notify(ctx, tx)
 		}
 		return nil

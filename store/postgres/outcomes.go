@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -18,16 +20,17 @@ func errorCols(e *store.ErrorInfo) (code, msg, class *string) {
 	return &e.Code, &e.Message, &e.Class
 }
 
-// recordOutcomeSQL applies one outcome: it locks the task if it is running
-// under the lease (and, unless reaping, the lease is still valid at Now),
-// updates it and writes the history row from the task's pre-update values.
-// The result is 1 when applied and 0 when the lease was lost.
+// The outcome statements are conditional updates: a row changes only while
+// the task is running under the named lease (unexpired unless reaping). A
+// concurrent change to the row makes PostgreSQL re-check the condition on
+// the newest version before updating (READ COMMITTED), so no separate row
+// lock is taken. RETURNING yields the columns the attempt history needs;
+// type, attempt, worker and start are the same before and after the update
+// of any outcome that writes history.
+
+// recordOutcomeSQL applies one outcome; it returns 1 if it applied, else 0.
 const recordOutcomeSQL = `
-WITH cur AS MATERIALIZED (
-	SELECT id, type, attempt, worker_id, started_at FROM tasks
-	WHERE id = $1 AND state = 'running' AND lease_id = $2 AND ($3 OR lease_expires_at >= $4)
-	FOR UPDATE
-), upd AS (
+WITH upd AS (
 	UPDATE tasks AS t SET
 		state = $5,
 		attempt = CASE WHEN $5 = 'pending' AND NOT $16 THEN t.attempt - 1 ELSE t.attempt END,
@@ -42,27 +45,32 @@ WITH cur AS MATERIALIZED (
 		lease_id = NULL,
 		lease_expires_at = NULL,
 		updated_at = $4
-	FROM cur WHERE t.id = cur.id
-	RETURNING t.id
+	WHERE t.id = $1 AND t.state = 'running' AND t.lease_id = $2 AND ($3 OR t.lease_expires_at >= $4)
+	RETURNING t.id, t.type, t.attempt, t.worker_id, t.started_at
 ), hist AS (
 	INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at,
 		outcome, error_code, error_message, error_class, delay_ns, detail)
-	SELECT cur.id, cur.type, cur.attempt, cur.worker_id, cur.started_at, $4,
+	SELECT upd.id, upd.type, upd.attempt, upd.worker_id, upd.started_at, $4,
 		$13, $8, $9, $10, $11, $14
-	FROM cur WHERE $15
+	FROM upd WHERE $15
 )
 SELECT count(*) FROM upd`
 
-// recordOutcomesSQL is recordOutcomeSQL for a whole batch of outcomes with
-// distinct task ids, as arrays. It returns the ids of the applied outcomes.
-// Rows are locked in id order so concurrent batches cannot deadlock.
+// outcomePlanSettings: see recordOutcomesSQL.
+const outcomePlanSettings = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+	set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true)`
+
+// recordOutcomesSQL applies outcomes for distinct tasks, given as arrays
+// (sorted by task id, so concurrent batches change rows in the same order);
+// it returns the ids of the tasks whose outcome applied.
 //
-// The outcome array is joined once, in cur, which carries every outcome
-// column along: pgx prepares the statement, and after five executions
-// PostgreSQL may switch to a generic plan that estimates the unnest at 10
-// rows. Joining the unnest a second time (in upd) then became a nested loop
-// over it, quadratic in the batch: 1,000 outcomes took ~400 ms instead of
-// ~40 ms.
+// The state test is written (t.state || ”) = 'running' so that it does not
+// match the predicate of the running-lease index: the planner, which
+// believes few tasks are running, would otherwise join the outcomes with a
+// full scan of that index, and the index keeps an entry for every task
+// that ran since the last vacuum, so under load each batch walked tens of
+// thousands of dead entries (a batch of 800 outcomes took 56 ms instead of
+// 10). Each task is found through the primary key instead.
 const recordOutcomesSQL = `
 WITH o AS (
 	SELECT * FROM unnest($1::text[], $2::text[], $3::bool[], $4::text[], $5::timestamptz[],
@@ -70,48 +78,41 @@ WITH o AS (
 		$13::text[], $14::bool[], $15::bool[], $16::bool[]) WITH ORDINALITY
 		AS o(id, lease, reap, state, run_at, prio, code, msg, class, delay, reason, kind,
 		detail, hist, retry, failure, ord)
-), cur AS MATERIALIZED (
-	SELECT t.id, t.type, t.attempt, t.worker_id, t.started_at,
-		o.state AS new_state, o.run_at AS new_run_at, o.prio, o.code, o.msg, o.class, o.delay,
-		o.reason, o.kind, o.detail, o.hist, o.retry, o.failure, o.ord
-	FROM tasks t JOIN o ON o.id = t.id
-	WHERE t.state = 'running' AND t.lease_id = o.lease AND (o.reap OR t.lease_expires_at >= $17)
-	ORDER BY t.id
-	FOR UPDATE OF t
 ), upd AS (
 	UPDATE tasks AS t SET
-		state = cur.new_state,
-		attempt = CASE WHEN cur.new_state = 'pending' AND NOT cur.retry THEN t.attempt - 1 ELSE t.attempt END,
-		run_at = CASE WHEN cur.retry THEN cur.new_run_at ELSE t.run_at END,
-		effective_prio = CASE WHEN cur.retry THEN cur.prio ELSE t.effective_prio END,
-		last_error_code = CASE WHEN cur.code IS NULL THEN t.last_error_code ELSE cur.code END,
-		last_error_message = CASE WHEN cur.code IS NULL THEN t.last_error_message ELSE cur.msg END,
-		last_error_class = CASE WHEN cur.code IS NULL THEN t.last_error_class ELSE cur.class END,
-		first_failure_at = CASE WHEN cur.failure THEN coalesce(t.first_failure_at, $17) ELSE t.first_failure_at END,
-		last_delay_ns = CASE WHEN cur.new_state = 'pending' AND NOT cur.retry THEN t.last_delay_ns ELSE cur.delay END,
-		dead_reason = CASE WHEN cur.new_state = 'dead' THEN cur.reason ELSE t.dead_reason END,
+		state = o.state,
+		attempt = CASE WHEN o.state = 'pending' AND NOT o.retry THEN t.attempt - 1 ELSE t.attempt END,
+		run_at = CASE WHEN o.retry THEN o.run_at ELSE t.run_at END,
+		effective_prio = CASE WHEN o.retry THEN o.prio ELSE t.effective_prio END,
+		last_error_code = CASE WHEN o.code IS NULL THEN t.last_error_code ELSE o.code END,
+		last_error_message = CASE WHEN o.code IS NULL THEN t.last_error_message ELSE o.msg END,
+		last_error_class = CASE WHEN o.code IS NULL THEN t.last_error_class ELSE o.class END,
+		first_failure_at = CASE WHEN o.failure THEN coalesce(t.first_failure_at, $17) ELSE t.first_failure_at END,
+		last_delay_ns = CASE WHEN o.state = 'pending' AND NOT o.retry THEN t.last_delay_ns ELSE o.delay END,
+		dead_reason = CASE WHEN o.state = 'dead' THEN o.reason ELSE t.dead_reason END,
 		lease_id = NULL,
 		lease_expires_at = NULL,
 		updated_at = $17
-	FROM cur
-	WHERE t.id = cur.id
-	RETURNING t.id
+	FROM o
+	WHERE t.id = o.id AND (t.state || '') = 'running' AND t.lease_id = o.lease AND (o.reap OR t.lease_expires_at >= $17)
+	RETURNING t.id, t.type, t.attempt, t.worker_id, t.started_at,
+		o.code, o.msg, o.class, o.delay, o.kind, o.detail, o.hist, o.ord
 ), hist AS (
 	INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at,
 		outcome, error_code, error_message, error_class, delay_ns, detail)
-	SELECT cur.id, cur.type, cur.attempt, cur.worker_id, cur.started_at, $17,
-		cur.kind, cur.code, cur.msg, cur.class, cur.delay, cur.detail
-	FROM cur
-	WHERE cur.hist
-	ORDER BY cur.ord
+	SELECT upd.id, upd.type, upd.attempt, upd.worker_id, upd.started_at, $17,
+		upd.kind, upd.code, upd.msg, upd.class, upd.delay, upd.detail
+	FROM upd
+	WHERE upd.hist
+	ORDER BY upd.ord
 )
 SELECT id FROM upd`
 
-// RecordOutcomes applies the outcomes in one transaction and one round trip (one commit for the
-// batch). Outcomes for distinct tasks go to the server as a single
-// statement over arrays; a batch naming a task twice is applied statement
-// by statement (a pgx.Batch, still one round trip) so that the outcomes
-// apply in order, as if recorded one after the other.
+// RecordOutcomes applies the outcomes in one transaction, committed with
+// the other writes of its group (group.go). Outcomes for distinct tasks go
+// to the server as a single statement over arrays; a batch naming a task
+// twice is applied statement by statement so that the outcomes apply in
+// order, as if recorded one after the other.
 func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]error, error) {
 	const op = "record outcomes"
 	if err := s.check(op); err != nil {
@@ -171,8 +172,10 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		return errs, nil
 	}
 	applied := make([]bool, n)
-	b := &pgx.Batch{}
-	var read func(pgx.BatchResults) error
+	var (
+		queued []func(b *pgx.Batch)
+		read   func(pgx.BatchResults) error
+	)
 	if distinct {
 		var (
 			ids, leases, states, kinds, details, reasons = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
@@ -182,23 +185,36 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			prios                                        = make([]int32, n)
 			delays                                       = make([]int64, n)
 		)
-		for i, o := range p.Outcomes {
-			r := rowsIn[i]
+		// Rows in task id order: concurrent batches then change rows in
+		// the same order and cannot deadlock each other.
+		order := make([]int, n)
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int { return strings.Compare(p.Outcomes[a].TaskID, p.Outcomes[b].TaskID) })
+		for k, i := range order {
+			o, r := p.Outcomes[i], rowsIn[i]
 			if r.invalid != nil {
 				continue // the empty id matches no task
 			}
-			ids[i], leases[i], states[i], kinds[i], details[i], reasons[i] = o.TaskID, o.LeaseID, r.state, r.kind, o.Detail, o.DeadReason
-			codes[i], msgs[i], classes[i] = r.code, r.msg, r.class
-			reaps[i], hists[i], retries[i], failures[i] = o.ReapExpired, r.hist, r.retry, r.failure
-			runAts[i], prios[i], delays[i] = us(o.RunAt), int32(o.EffectivePrio), int64(o.LastDelay)
+			ids[k], leases[k], states[k], kinds[k], details[k], reasons[k] = o.TaskID, o.LeaseID, r.state, r.kind, o.Detail, o.DeadReason
+			codes[k], msgs[k], classes[k] = r.code, r.msg, r.class
+			reaps[k], hists[k], retries[k], failures[k] = o.ReapExpired, r.hist, r.retry, r.failure
+			runAts[k], prios[k], delays[k] = us(o.RunAt), int32(o.EffectivePrio), int64(o.LastDelay)
 		}
-		b.Queue(recordOutcomesSQL, ids, leases, reaps, states, runAts, prios,
-			codes, msgs, classes, delays, reasons, kinds, details, hists, retries, failures, now)
+		queued = append(queued, func(b *pgx.Batch) {
+			b.Queue(outcomePlanSettings)
+			b.Queue(recordOutcomesSQL, ids, leases, reaps, states, runAts, prios,
+				codes, msgs, classes, delays, reasons, kinds, details, hists, retries, failures, now)
+		})
 		index := make(map[string]int, n)
 		for i, o := range p.Outcomes {
 			index[o.TaskID] = i
 		}
 		read = func(br pgx.BatchResults) error {
+			if _, err := br.Exec(); err != nil { // outcomePlanSettings
+				return err
+			}
 			rows, err := br.Query()
 			if err != nil {
 				return err
@@ -221,9 +237,11 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			if r.invalid != nil {
 				o.TaskID = "" // matches no task
 			}
-			b.Queue(recordOutcomeSQL, o.TaskID, o.LeaseID, o.ReapExpired, now,
-				r.state, us(o.RunAt), o.EffectivePrio, r.code, r.msg, r.class,
-				int64(o.LastDelay), o.DeadReason, r.kind, o.Detail, r.hist, r.retry, r.failure)
+			queued = append(queued, func(b *pgx.Batch) {
+				b.Queue(recordOutcomeSQL, o.TaskID, o.LeaseID, o.ReapExpired, now,
+					r.state, us(o.RunAt), o.EffectivePrio, r.code, r.msg, r.class,
+					int64(o.LastDelay), o.DeadReason, r.kind, o.Detail, r.hist, r.retry, r.failure)
+			})
 		}
 		read = func(br pgx.BatchResults) error {
 			for i := range p.Outcomes {
@@ -236,10 +254,16 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			return nil
 		}
 	}
-	if released {
-		s.queueNotify(b) // wake fetchers for the released tasks
-	}
-	if err := s.inBatch(ctx, op, b, read); err != nil {
+	err := s.groupWrite(ctx, op, &groupWrite{
+		queue: func(b *pgx.Batch) {
+			for _, q := range queued {
+				q(b)
+			}
+		},
+		read:   read,
+		notify: released, // wake fetchers for the released tasks
+	})
+	if err != nil {
 		return nil, err
 	}
 	for i, o := range p.Outcomes {

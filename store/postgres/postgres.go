@@ -139,11 +139,14 @@ type Store struct {
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
+
+	wq writeQueue // the group-commit writer's queue (group.go)
 }
 
 var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Notifier = (*Store)(nil)
+	_ store.Store          = (*Store)(nil)
+	_ store.Notifier       = (*Store)(nil)
+	_ store.GroupCommitter = (*Store)(nil)
 )
 
 // Open connects to PostgreSQL, checks the schema version (refusing a
@@ -170,8 +173,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, translate("open postgres", err)
 	}
-	s := &Store{cfg: cfg, pool: pool}
+	s := &Store{cfg: cfg, pool: pool, wq: writeQueue{signal: make(chan struct{}, 1)}}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
+	s.bgWG.Add(1)
+	go s.writer()
 	if err := s.Ping(ctx); err != nil {
 		s.Close()
 		return nil, err

@@ -417,3 +417,52 @@ func TestIdempotencyConcurrent(t *testing.T) {
 		t.Fatalf("%d inserts won, want 1", winners)
 	}
 }
+
+// TestDeletingTasksDeletesHistory: the attempts table has no foreign key
+// (migration 2), so retention and purge must delete the history themselves.
+func TestDeletingTasksDeletesHistory(t *testing.T) {
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx := t.Context()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("h", 4), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := s.FetchTasks(ctx, store.FetchParams{Limit: 4, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
+	if err != nil || len(leased) != 4 {
+		t.Fatalf("FetchTasks: %d tasks, %v", len(leased), err)
+	}
+	outs := make([]store.Outcome, len(leased))
+	for i, l := range leased {
+		outs[i] = store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateSucceeded}
+		if i%2 == 1 {
+			outs[i] = store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateDead, DeadReason: store.DeadNonRetryable,
+				Error: &store.ErrorInfo{Code: "E", Message: "m", Class: "permanent"}}
+		}
+	}
+	if errs, err := s.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now}); err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("RecordOutcomes: %v %v", err, errs)
+	}
+	history := func() int {
+		var n int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM attempts`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := history(); n != 4 {
+		t.Fatalf("history rows = %d, want 4", n)
+	}
+	if n, err := s.PurgeDead(ctx, store.DeadFilter{}); err != nil || n != 2 {
+		t.Fatalf("PurgeDead = %d, %v; want 2", n, err)
+	}
+	if n := history(); n != 2 {
+		t.Fatalf("history rows after purging 2 dead tasks = %d, want 2", n)
+	}
+	res, err := s.DeleteFinished(ctx, store.RetentionParams{SucceededBefore: now.Add(time.Hour)})
+	if err != nil || res.Succeeded != 2 {
+		t.Fatalf("DeleteFinished = %+v, %v; want 2 succeeded", res, err)
+	}
+	if n := history(); n != 0 {
+		t.Fatalf("history rows after retention = %d, want 0", n)
+	}
+}

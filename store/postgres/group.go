@@ -1,0 +1,262 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/retryq/retryq/store"
+)
+
+// Group commit.
+//
+// Inserts (without idempotency keys) and outcome batches go to one writer
+// goroutine, which sends every such write queued at that moment as one
+// pgx batch: one round trip and one implicit transaction, so one WAL flush
+// for all of them. Concurrent producers enqueueing one task each and the
+// outcome batches of the handlers running those tasks thus share a commit
+// instead of paying one each (PostgreSQL's own group commit only merges
+// flushes that happen to overlap).
+//
+// A statement that fails aborts the whole implicit transaction, so nothing
+// of the group was applied: the writer then runs each write of the group
+// alone, and only the faulty one fails. Any other error (a lost connection,
+// when the commit may or may not have happened) is returned to every write
+// of the group, as it would have been to each alone.
+//
+// After a group that answered k writers while q more writes queued up, the
+// writer yields the processor (timers are far coarser than this wait) until
+// q+k writes are queued or groupLinger has passed: callers that each wait
+// for their own commit come straight back, and without the wait they would
+// split into two halves that alternate, each waiting for two commits. An
+// idle store or a lone caller never lingers.
+
+// maxGroupWrites bounds the writes sent as one batch.
+const maxGroupWrites = 64
+
+// groupLinger bounds how long the writer waits for callers to come back.
+const groupLinger = 200 * time.Microsecond
+
+// groupWrite is one queued write: either an insert (ins, whose inserted
+// tasks go to got), merged with the group's other inserts into one
+// statement, or the statements it adds to the batch (queue) and the reader
+// of their results, in order (read).
+type groupWrite struct {
+	ctx    context.Context
+	ins    *insertRows
+	got    func([]store.Task)
+	queue  func(b *pgx.Batch)
+	read   func(br pgx.BatchResults) error
+	notify bool // wake fetchers when the write commits
+	done   chan error
+}
+
+// writeQueue is the writer's queue. A mutex-guarded slice rather than a
+// channel, so that a write submitted while the store closes is refused
+// instead of being left unanswered.
+type writeQueue struct {
+	mu      sync.Mutex
+	items   []*groupWrite
+	stopped bool
+	signal  chan struct{} // capacity 1: "the queue is not empty"
+}
+
+func (q *writeQueue) push(w *groupWrite) bool {
+	q.mu.Lock()
+	if q.stopped {
+		q.mu.Unlock()
+		return false
+	}
+	q.items = append(q.items, w)
+	q.mu.Unlock()
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+func (q *writeQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
+// take removes up to n writes, re-signalling when more are left.
+func (q *writeQueue) take(n int) []*groupWrite {
+	q.mu.Lock()
+	k := min(n, len(q.items))
+	out := make([]*groupWrite, k)
+	copy(out, q.items)
+	q.items = append(q.items[:0], q.items[k:]...)
+	left := len(q.items)
+	q.mu.Unlock()
+	if left > 0 {
+		select {
+		case q.signal <- struct{}{}:
+		default:
+		}
+	}
+	return out
+}
+
+// stop refuses further writes and returns those still queued.
+func (q *writeQueue) stop() []*groupWrite {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.stopped = true
+	out := q.items
+	q.items = nil
+	return out
+}
+
+// GroupCommit reports that concurrent writes share transactions.
+func (s *Store) GroupCommit() bool { return true }
+
+// groupWrite queues w for the writer and waits for its commit. Once queued,
+// a write is always answered (by its group's commit, or with ErrClosed).
+func (s *Store) groupWrite(ctx context.Context, op string, w *groupWrite) error {
+	if err := s.check(op); err != nil {
+		return err
+	}
+	w.ctx, w.done = ctx, make(chan error, 1)
+	if !s.wq.push(w) {
+		return translate(op, store.ErrClosed)
+	}
+	return translate(op, <-w.done)
+}
+
+// writer is the goroutine that sends the queued writes in groups.
+func (s *Store) writer() {
+	defer s.bgWG.Done()
+	want := 0 // writes expected back: queued during the last commit plus the writers it answered
+	for {
+		select {
+		case <-s.wq.signal:
+		case <-s.bgCtx.Done():
+			for _, w := range s.wq.stop() {
+				w.done <- store.ErrClosed
+			}
+			return
+		}
+		if want > 1 {
+			deadline := time.Now().Add(groupLinger)
+			for i := 0; i < 10_000 && s.wq.len() < want && time.Now().Before(deadline); i++ {
+				runtime.Gosched()
+			}
+		}
+		group := s.wq.take(maxGroupWrites)
+		if len(group) == 0 {
+			continue
+		}
+		queued := s.runGroup(group)
+		want = queued + len(group)
+	}
+}
+
+// runGroup commits group and answers its writes. It returns how many
+// writes were queued when the commit came back.
+func (s *Store) runGroup(group []*groupWrite) int {
+	live := group[:0:0]
+	for _, w := range group {
+		if err := w.ctx.Err(); err != nil {
+			w.done <- err
+			continue
+		}
+		live = append(live, w)
+	}
+	if len(live) == 0 {
+		return s.wq.len()
+	}
+	err := s.sendGroup(live)
+	queued := s.wq.len()
+	var pgErr *pgconn.PgError
+	if err != nil && len(live) > 1 && errors.As(err, &pgErr) {
+		// A statement failed and the transaction rolled back: find the
+		// faulty write by running each alone.
+		for _, w := range live {
+			w.done <- s.sendGroup([]*groupWrite{w})
+		}
+		return queued
+	}
+	for _, w := range live {
+		w.done <- err
+	}
+	return queued
+}
+
+// sendGroup sends the writes as one batch and reads the results: first one
+// INSERT for all the inserts of the group, then the other writes'
+// statements in order.
+func (s *Store) sendGroup(ws []*groupWrite) error {
+	b := &pgx.Batch{}
+	var ins *insertRows
+	var inserters []*groupWrite
+	notify := false
+	for _, w := range ws {
+		if w.ins != nil {
+			if ins == nil {
+				ins = newInsertRows(len(w.ins.ids))
+			}
+			ins.add(w.ins)
+			inserters = append(inserters, w)
+			notify = notify || w.ins.wake()
+		}
+	}
+	if ins != nil {
+		b.Queue(insertTasksSQL, ins.args()...)
+	}
+	for _, w := range ws {
+		if w.ins == nil {
+			w.queue(b)
+			notify = notify || w.notify
+		}
+	}
+	if notify {
+		s.queueNotify(b)
+	}
+	br := s.pool.SendBatch(s.bgCtx, b)
+	err := func() error {
+		if ins != nil {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			tasks, err := collectTasks(rows)
+			if err != nil {
+				return err
+			}
+			owner := make(map[string]int, len(ins.ids))
+			for i, w := range inserters {
+				for _, id := range w.ins.ids {
+					owner[id] = i
+				}
+			}
+			per := make([][]store.Task, len(inserters))
+			for _, t := range tasks {
+				i := owner[t.ID]
+				per[i] = append(per[i], t)
+			}
+			for i, w := range inserters {
+				w.got(per[i])
+			}
+		}
+		for _, w := range ws {
+			if w.ins == nil {
+				if err := w.read(br); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
