@@ -61,17 +61,24 @@ func (s *Store) write(ctx context.Context, op string, fn func(ctx context.Contex
 	return s.submit(ctx, op, &writeReq{fn: fn})
 }
 
-// submit queues req and waits for its transaction.
+// submit queues req and waits for its transaction. Once queued, a write is
+// always answered: by its group's commit, or with ErrClosed when the store
+// closes first (the writer keeps draining until no submit is in flight).
 func (s *Store) submit(ctx context.Context, op string, req *writeReq) error {
+	s.submitting.Add(1) // before check: see writer
 	if err := s.check(op); err != nil {
+		s.submitting.Add(-1)
 		return err
 	}
 	req.ctx, req.done = ctx, make(chan error, 1)
 	select {
 	case s.writeCh <- req:
+		s.submitting.Add(-1)
 	case <-ctx.Done():
+		s.submitting.Add(-1)
 		return translate(op, ctx.Err())
 	case <-s.stopWriter:
+		s.submitting.Add(-1)
 		return fmt.Errorf("%s: %w", op, store.ErrClosed)
 	}
 	return translate(op, <-req.done)
@@ -88,14 +95,23 @@ func (s *Store) writer() {
 		case r := <-s.writeCh:
 			batch = append(batch, r)
 		case <-s.stopWriter:
-			for {
+			// Answer everything queued, until no submit is in flight: a
+			// submit that had not yet seen the store closed counted itself
+			// in submitting first, so it is either drained here or sees
+			// the closed flag.
+			for i := 0; i < 1<<24; i++ { // bound: in-flight submits end within microseconds
 				select {
 				case r := <-s.writeCh:
 					r.done <- store.ErrClosed
+					continue
 				default:
+				}
+				if s.submitting.Load() == 0 && len(s.writeCh) == 0 {
 					return
 				}
+				runtime.Gosched()
 			}
+			return
 		}
 		if want > 1 {
 			s.linger(want - len(batch))

@@ -89,7 +89,8 @@ type Store struct {
 	closed atomic.Bool
 
 	writeCh       chan *writeReq
-	queuedAtReply int // writer goroutine only: see group.go
+	submitting    atomic.Int64 // submits between their closed check and their send (group.go)
+	queuedAtReply int          // writer goroutine only: see group.go
 	stopWriter    chan struct{}
 	writerDone    chan struct{}
 

@@ -5,8 +5,12 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -275,5 +279,44 @@ func TestQueryPlans(t *testing.T) {
 		if testing.Verbose() {
 			t.Logf("%s:\n%s", name, all)
 		}
+	}
+}
+
+// TestCloseAnswersEveryWrite: writes racing with Close each return (done or
+// ErrClosed); none is left waiting for a writer that has gone.
+func TestCloseAnswersEveryWrite(t *testing.T) {
+	for round := range 20 {
+		s, err := Open(context.Background(), Config{Path: filepath.Join(t.TempDir(), "retryq.db")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var wg sync.WaitGroup
+		var done atomic.Int64
+		for g := range 8 {
+			wg.Go(func() {
+				for i := 0; ctx.Err() == nil; i++ {
+					id := fmt.Sprintf("r%d-g%d-%d", round, g, i)
+					_, err := s.InsertTasks(ctx, store.InsertParams{Now: time.Now(), Tasks: []store.NewTask{{ID: id, Type: "t"}}})
+					if errors.Is(err, store.ErrClosed) {
+						return
+					}
+					if err != nil {
+						t.Errorf("InsertTasks: %v", err)
+						return
+					}
+					done.Add(1)
+				}
+			})
+		}
+		for done.Load() < int64(round) && ctx.Err() == nil { // vary how far the writers got
+			runtime.Gosched()
+		}
+		s.Close()
+		wg.Wait()
+		if ctx.Err() != nil {
+			t.Fatalf("round %d: writers still waiting 30 s after Close", round)
+		}
+		cancel()
 	}
 }
