@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"time"
@@ -209,7 +210,7 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 		}
 	}
 	if ins != nil {
-		b.Queue(insertTasksSQL, ins.args()...)
+		b.Queue(insertRowsSQL, ins.args()...)
 	}
 	for _, w := range ws {
 		if w.ins == nil {
@@ -223,27 +224,23 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 	br := s.pool.SendBatch(s.bgCtx, b)
 	err := func() error {
 		if ins != nil {
-			rows, err := br.Query()
+			tag, err := br.Exec()
 			if err != nil {
 				return err
 			}
-			tasks, err := collectTasks(rows)
-			if err != nil {
-				return err
+			if n := tag.RowsAffected(); n != int64(len(ins.ids)) {
+				// Only a taken idempotency key skips a row, and keyed
+				// inserts do not come here.
+				return fmt.Errorf("inserted %d of %d tasks: %w", n, len(ins.ids), store.ErrConflict)
 			}
-			owner := make(map[string]int, len(ins.ids))
-			for i, w := range inserters {
-				for _, id := range w.ins.ids {
-					owner[id] = i
+			k := 0
+			for _, w := range inserters {
+				ts := make([]store.Task, len(w.ins.ids))
+				for i := range ts {
+					ts[i] = ins.task(k)
+					k++
 				}
-			}
-			per := make([][]store.Task, len(inserters))
-			for _, t := range tasks {
-				i := owner[t.ID]
-				per[i] = append(per[i], t)
-			}
-			for i, w := range inserters {
-				w.got(per[i])
+				w.got(ts)
 			}
 		}
 		for _, w := range ws {

@@ -11,7 +11,15 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-const insertTasksSQL = `
+// insertTasksSQL inserts the rows of insertRows.args; it returns the
+// inserted tasks (not those skipped for a taken idempotency key).
+const insertTasksSQL = insertRowsSQL + `
+RETURNING ` + taskCols
+
+// insertRowsSQL is insertTasksSQL without RETURNING, for rows without keys:
+// each is inserted exactly as given, so the store builds the tasks itself
+// (insertRows.task) instead of reading them back.
+const insertRowsSQL = `
 INSERT INTO tasks AS t (id, type, payload, priority, effective_prio, state, max_attempts,
 	idempotency_key, run_at, created_at, updated_at, attempt, lease_id, lease_expires_at, worker_id, started_at)
 SELECT i.id, i.type, i.payload, i.priority, i.priority, i.state, i.max_attempts,
@@ -21,8 +29,7 @@ FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::text[], $6::int[
 	$7::text[], $8::timestamptz[], $9::int[], $10::timestamptz[], $11::int[], $12::text[], $13::timestamptz[], $14::text[])
 	AS i(id, type, payload, priority, state, max_attempts, key, run_at, ord, now, attempt, lease_id, lease_exp, worker_id)
 ORDER BY i.ord
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING ` + taskCols
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`
 
 // InsertTasks inserts a batch in one multi-row statement (unnest of arrays)
 // in one transaction. Idempotency keys are resolved with ON CONFLICT DO
@@ -147,6 +154,26 @@ func (r *insertRows) add(o *insertRows) {
 func (r *insertRows) args() []any {
 	return []any{r.ids, r.types, r.payloads, r.prios, r.states, r.maxes, r.keys, r.runAts, r.ords, r.nows,
 		r.attempts, r.leaseIDs, r.leaseExps, r.workers}
+}
+
+// task is row i as stored and read back by scanTask.
+func (r *insertRows) task(i int) store.Task {
+	t := store.Task{
+		ID: r.ids[i], Type: r.types[i], Priority: int(r.prios[i]), EffectivePrio: int(r.prios[i]),
+		State: store.State(r.states[i]), Attempt: int(r.attempts[i]), MaxAttempts: int(r.maxes[i]),
+		RunAt: r.runAts[i], CreatedAt: r.nows[i], UpdatedAt: r.nows[i], WorkerID: r.workers[i],
+	}
+	if r.payloads[i] != nil {
+		t.Payload = r.payloads[i]
+	}
+	if k := r.keys[i]; k != nil {
+		t.IdempotencyKey = *k
+	}
+	if l := r.leaseIDs[i]; l != nil {
+		t.LeaseID, t.StartedAt = *l, r.nows[i]
+		t.LeaseExpiresAt = fromNull(r.leaseExps[i])
+	}
+	return t
 }
 
 // wake reports whether inserting r should wake other nodes: for tasks they
