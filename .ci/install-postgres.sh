@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Ensures PostgreSQL server binaries (initdb, pg_ctl) are installed and that a
-# non-root "postgres" user exists, so internal/pgtest can start throwaway
-# clusters when the tests run as root. Idempotent; CI runs it as root on a
-# fresh Debian machine. Prints the directory holding the binaries.
+# Ensures PostgreSQL server binaries (initdb, pg_ctl) and PgBouncer are
+# installed and that a non-root "postgres" user exists, so internal/pgtest can
+# start throwaway clusters and bouncers (the pooler tests of store/postgres)
+# when the tests run as root. Idempotent; CI runs it as root on a fresh Debian
+# machine. Prints the directory holding the PostgreSQL binaries.
 set -euo pipefail
 
 find_bindir() {
@@ -21,16 +22,37 @@ find_bindir() {
 	return 1
 }
 
-if ! bindir=$(find_bindir); then
+have_pgbouncer() {
+	command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]
+}
+
+pkgs=()
+bindir=$(find_bindir) || pkgs+=(postgresql)
+have_pgbouncer || pkgs+=(pgbouncer)
+if [ ${#pkgs[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
-		echo "install-postgres: initdb/pg_ctl not found and not root: install postgresql" >&2
-		exit 1
+		if [[ " ${pkgs[*]} " == *" postgresql "* ]]; then
+			echo "install-postgres: initdb/pg_ctl not found and not root: install postgresql" >&2
+			exit 1
+		fi
+		# The pooler tests skip without it (and fail under CI=true).
+		echo "install-postgres: pgbouncer not found and not root: install pgbouncer to run the pooler tests" >&2
+	else
+		echo "install-postgres: installing ${pkgs[*]}" >&2
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+		bindir=$(find_bindir) || { echo "install-postgres: initdb still not found after install" >&2; exit 1; }
+		have_pgbouncer || { echo "install-postgres: pgbouncer still not found after install" >&2; exit 1; }
+		if [[ " ${pkgs[*]} " == *" pgbouncer "* ]] && [ -d /run/systemd/system ] &&
+			systemctl is-enabled --quiet pgbouncer 2>/dev/null; then
+			# The package enables a service on port 6432 with its own
+			# config. The tests start their own bouncers (a free port, no
+			# Unix socket, a config in a temporary directory), so it is not
+			# in the way, but it is not needed either.
+			systemctl disable --now pgbouncer >/dev/null 2>&1 || true
+		fi
 	fi
-	echo "install-postgres: installing postgresql" >&2
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends postgresql >/dev/null
-	bindir=$(find_bindir) || { echo "install-postgres: initdb still not found after install" >&2; exit 1; }
 fi
 
 # The Debian package creates the user; make sure it exists either way.

@@ -64,6 +64,17 @@ type Config struct {
 	ConnectTimeout time.Duration
 	// PollOnly disables LISTEN/NOTIFY, for transaction-mode poolers
 	// (PgBouncer) where a session cannot LISTEN. Nodes then rely on polling.
+	//
+	// Such a pooler may run each transaction of a client connection on a
+	// different server connection, so the store must keep no session state
+	// between transactions. Unless the URL sets default_query_exec_mode,
+	// PollOnly therefore also makes queries use
+	// pgx.QueryExecModeCacheDescribe (only the unnamed prepared statement,
+	// as pgx recommends behind PgBouncer) instead of pgx's default, named
+	// prepared statements, which a transaction-mode PgBouncer does not
+	// support (1.21+ does with max_prepared_statements set). Everything
+	// else the store sets or locks is transaction-scoped either way
+	// (set_config(..., true), SET TRANSACTION, pg_advisory_xact_lock).
 	PollOnly bool
 	// AutoMigrate makes Open apply pending migrations.
 	AutoMigrate bool
@@ -169,6 +180,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = DefaultApplicationName
 	}
+	if cfg.PollOnly && !setsExecMode(cfg.URL) {
+		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, translate("open postgres", err)
@@ -198,6 +212,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// setsExecMode reports whether connString sets default_query_exec_mode
+// (pgx.ParseConfig consumes the parameter, so look at it before that).
+func setsExecMode(connString string) bool {
+	c, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return false
+	}
+	_, ok := c.RuntimeParams["default_query_exec_mode"]
+	return ok
 }
 
 // Pool exposes the underlying connection pool (for tests and tools).
