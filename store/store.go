@@ -136,6 +136,18 @@ type GroupCommitter interface {
 	GroupCommit() bool
 }
 
+// GroupCounter is implemented by group-committing backends that count their
+// shared transactions, for benchmarks and operators.
+type GroupCounter interface {
+	GroupStats() GroupStats
+}
+
+// GroupStats count the shared write transactions of a store since it
+// opened: Writes calls were committed in Groups transactions.
+type GroupStats struct {
+	Groups, Writes int64
+}
+
 // NewTask is a task to insert. ID is chosen by the caller.
 type NewTask struct {
 	ID             string

@@ -25,6 +25,9 @@ type Result struct {
 	P50, P99 time.Duration // enqueue -> handler start (first attempts)
 	PeakHeap uint64        // peak Go heap in use during the run, bytes
 	Counters retryq.Counters
+	// Store counts the store's shared write transactions during the run
+	// (zero when the store does not count them).
+	Store store.GroupStats
 }
 
 // TasksPerSec is the whole-run throughput.
@@ -36,7 +39,8 @@ func (r Result) String() string {
 		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.PeakHeap>>20) +
 		fmt.Sprintf(" [commits: %d insert (%d tasks, %d dispatched at insert), %d fetch (%d tasks), %d outcome (%d)]",
 			r.Counters.InsertCommits, r.Counters.Inserted, r.Counters.Dispatched, r.Counters.Fetches, r.Counters.Fetched,
-			r.Counters.OutcomeCommits, r.Counters.Outcomes)
+			r.Counters.OutcomeCommits, r.Counters.Outcomes) +
+		fmt.Sprintf(" [store: %d writes in %d transactions]", r.Store.Writes, r.Store.Groups)
 }
 
 // Options tune a run.
@@ -60,6 +64,16 @@ type harness struct {
 	perTask sync.Map // id -> *atomic.Int32 (retry workload)
 	fail    int      // attempts to fail before success
 	heap    peakHeap
+	st      store.Store
+	store0  store.GroupStats // the store's counters when the harness started
+}
+
+// storeStats returns the store's group-commit counters (zero if it keeps none).
+func storeStats(st store.Store) store.GroupStats {
+	if gc, ok := st.(store.GroupCounter); ok {
+		return gc.GroupStats()
+	}
+	return store.GroupStats{}
 }
 
 func newHarness(st store.Store, o Options, target int, failFirst int) (*harness, error) {
@@ -75,7 +89,8 @@ func newHarness(st store.Store, o Options, target int, failFirst int) (*harness,
 	if err != nil {
 		return nil, err
 	}
-	h := &harness{client: c, target: int64(target), reached: make(chan struct{}), fail: failFirst, lat: make([]time.Duration, 0, target)}
+	h := &harness{client: c, target: int64(target), reached: make(chan struct{}), fail: failFirst, lat: make([]time.Duration, 0, target),
+		st: st, store0: storeStats(st)}
 	mux := retryq.NewMux()
 	mux.HandleFunc("bench", h.handle)
 	w, err := retryq.NewWorker(c, retryq.WorkerConfig{Handler: mux, Concurrency: o.Concurrency})

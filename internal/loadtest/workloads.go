@@ -130,6 +130,8 @@ func (h *harness) enqueueBatches(ctx context.Context, n int) error {
 
 func (h *harness) result(name string, n int, start time.Time) Result {
 	r := Result{Name: name, Tasks: n, Attempts: h.calls.Load(), Elapsed: time.Since(start), PeakHeap: h.heap.peak.Load(), Counters: h.client.Counters()}
+	now := storeStats(h.st)
+	r.Store = store.GroupStats{Groups: now.Groups - h.store0.Groups, Writes: now.Writes - h.store0.Writes}
 	r.P50, r.P99 = h.percentiles()
 	return r
 }

@@ -119,6 +119,12 @@ func (q *writeQueue) stop() []*groupWrite {
 // GroupCommit reports that concurrent writes share transactions.
 func (s *Store) GroupCommit() bool { return true }
 
+// GroupStats implements store.GroupCounter. Fetches and other writes that
+// do not go through the writer are not counted.
+func (s *Store) GroupStats() store.GroupStats {
+	return store.GroupStats{Groups: s.groups.Load(), Writes: s.groupWrites.Load()}
+}
+
 // groupWrite queues w for the writer and waits for its commit. Once queued,
 // a write is always answered (by its group's commit, or with ErrClosed).
 func (s *Store) groupWrite(ctx context.Context, op string, w *groupWrite) error {
@@ -156,6 +162,8 @@ func (s *Store) writer() {
 			continue
 		}
 		queued := s.runGroup(group)
+		s.groups.Add(1)
+		s.groupWrites.Add(int64(len(group)))
 		want = queued + len(group)
 	}
 }

@@ -151,13 +151,16 @@ type Store struct {
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
 
-	wq writeQueue // the group-commit writer's queue (group.go)
+	wq          writeQueue   // the group-commit writer's queue (group.go)
+	groups      atomic.Int64 // batches sent by the writer
+	groupWrites atomic.Int64 // writes in them
 }
 
 var (
 	_ store.Store          = (*Store)(nil)
 	_ store.Notifier       = (*Store)(nil)
 	_ store.GroupCommitter = (*Store)(nil)
+	_ store.GroupCounter   = (*Store)(nil)
 )
 
 // Open connects to PostgreSQL, checks the schema version (refusing a

@@ -51,6 +51,11 @@ type writeReq struct {
 // GroupCommit reports that concurrent writes share transactions.
 func (s *Store) GroupCommit() bool { return true }
 
+// GroupStats implements store.GroupCounter.
+func (s *Store) GroupStats() store.GroupStats {
+	return store.GroupStats{Groups: s.groups.Load(), Writes: s.groupWrites.Load()}
+}
+
 // write runs fn in a write transaction on the writer connection and returns
 // once that transaction committed (or fn failed).
 //
@@ -126,6 +131,8 @@ func (s *Store) writer() {
 			}
 		}
 		s.commitGroup(batch)
+		s.groups.Add(1)
+		s.groupWrites.Add(int64(len(batch)))
 		want = s.queuedAtReply + len(batch)
 		s.stmtMu.Lock()
 		queued := len(s.toPrepare) > 0

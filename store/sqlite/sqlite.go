@@ -90,6 +90,8 @@ type Store struct {
 
 	writeCh       chan *writeReq
 	submitting    atomic.Int64 // submits between their closed check and their send (group.go)
+	groups        atomic.Int64 // transactions committed by the writer
+	groupWrites   atomic.Int64 // writes in them
 	queuedAtReply int          // writer goroutine only: see group.go
 	stopWriter    chan struct{}
 	writerDone    chan struct{}
@@ -99,7 +101,11 @@ type Store struct {
 	toPrepare map[string]string    // key -> query, to prepare after the current transaction
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.GroupCommitter = (*Store)(nil)
+	_ store.GroupCounter   = (*Store)(nil)
+)
 
 // Open opens (creating if needed) the database at cfg.Path, applies pending
 // migrations and returns the store. It refuses a database whose schema is

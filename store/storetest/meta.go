@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -22,6 +23,25 @@ var metaTests = []testCase{
 var lifecycleTests = []testCase{
 	{"Lifecycle/SchemaAndPing", testSchema},
 	{"Lifecycle/Close", testClose},
+	{"Lifecycle/GroupStats", testGroupStats},
+}
+
+// testGroupStats: a store that counts its shared transactions counts each
+// insert as a write and never more transactions than writes.
+func testGroupStats(e *env) {
+	gc, ok := e.s.(store.GroupCounter)
+	if !ok {
+		e.t.Skip("the store does not implement store.GroupCounter")
+	}
+	before := gc.GroupStats()
+	for i := range 5 {
+		e.insert(base, nt(fmt.Sprintf("g_%d", i), "a"))
+	}
+	after := gc.GroupStats()
+	writes, groups := after.Writes-before.Writes, after.Groups-before.Groups
+	if writes < 5 || groups < 1 || groups > writes {
+		e.t.Fatalf("GroupStats moved by %d writes in %d transactions after 5 inserts: want >= 5 writes in 1..writes transactions", writes, groups)
+	}
 }
 
 func testStats(e *env) {
