@@ -551,14 +551,21 @@ func (c *cluster) readTasks() map[string]*taskRow {
 	if err := rows.Err(); err != nil {
 		c.t.Fatal(err)
 	}
-	rows, err = c.st.Pool().Query(ctx, "SELECT task_id, number, worker_id, outcome, coalesce(error_class, '') FROM attempts ORDER BY task_id, seq")
+	// The history: the attempts rows, then the successful attempt, which
+	// the task row itself records (store/postgres ListAttempts).
+	rows, err = c.st.Pool().Query(ctx, `
+SELECT task_id, number, worker_id, outcome, coalesce(error_class, ''), 0 AS last, seq FROM attempts
+UNION ALL
+SELECT id, attempt, worker_id, 'succeeded', '', 1, 0 FROM tasks WHERE state = 'succeeded'
+ORDER BY 1, 6, 7`)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	for rows.Next() {
 		var id string
 		var h histRow
-		if err := rows.Scan(&id, &h.number, &h.worker, &h.outcome, &h.class); err != nil {
+		var last, seq int64
+		if err := rows.Scan(&id, &h.number, &h.worker, &h.outcome, &h.class, &last, &seq); err != nil {
 			c.t.Fatal(err)
 		}
 		if r := out[id]; r != nil {

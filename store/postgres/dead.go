@@ -263,6 +263,28 @@ FROM attempts WHERE finished_at >= $1 GROUP BY task_type`, us(p.Since))
 			st := get(typ)
 			st.FirstAttempts, st.Retries, st.Failures = first, retries, failures
 		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		// Successful attempts live in their task rows (see ListAttempts).
+		rows, err = tx.Query(ctx, `
+SELECT type, count(*) FILTER (WHERE attempt = 1), count(*) FILTER (WHERE attempt > 1)
+FROM tasks WHERE state = 'succeeded' AND updated_at >= $1 GROUP BY type`, us(p.Since))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var typ string
+			var first, retries int
+			if err := rows.Scan(&typ, &first, &retries); err != nil {
+				return err
+			}
+			st := get(typ)
+			st.FirstAttempts += first
+			st.Retries += retries
+		}
 		return rows.Err()
 	})
 	if err != nil {

@@ -42,6 +42,7 @@ WITH upd AS (
 		first_failure_at = CASE WHEN $17 THEN coalesce(t.first_failure_at, $4) ELSE t.first_failure_at END,
 		last_delay_ns = CASE WHEN $5 = 'pending' AND NOT $16 THEN t.last_delay_ns ELSE $11 END,
 		dead_reason = CASE WHEN $5 = 'dead' THEN $12 ELSE t.dead_reason END,
+		success_detail = CASE WHEN $5 = 'succeeded' THEN $14 ELSE t.success_detail END,
 		lease_id = NULL,
 		lease_expires_at = NULL,
 		updated_at = $4
@@ -90,6 +91,7 @@ WITH o AS (
 		first_failure_at = CASE WHEN o.failure THEN coalesce(t.first_failure_at, $17) ELSE t.first_failure_at END,
 		last_delay_ns = CASE WHEN o.state = 'pending' AND NOT o.retry THEN t.last_delay_ns ELSE o.delay END,
 		dead_reason = CASE WHEN o.state = 'dead' THEN o.reason ELSE t.dead_reason END,
+		success_detail = CASE WHEN o.state = 'succeeded' THEN o.detail ELSE t.success_detail END,
 		lease_id = NULL,
 		lease_expires_at = NULL,
 		updated_at = $17
@@ -163,7 +165,9 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		}
 		r := row{state: string(state), retry: retry, kind: kind,
 			failure: o.State == store.StateRetryWaiting || o.State == store.StateDead,
-			hist:    o.State != store.StatePending}
+			// A release is not an attempt; a success is recorded in the
+			// task row itself (see ListAttempts).
+			hist: o.State != store.StatePending && o.State != store.StateSucceeded}
 		r.code, r.msg, r.class = errorCols(o.Error)
 		rowsIn[i] = r
 	}

@@ -427,21 +427,33 @@ func TestDeletingTasksDeletesHistory(t *testing.T) {
 	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("h", 4), Now: now}); err != nil {
 		t.Fatal(err)
 	}
-	leased, err := s.FetchTasks(ctx, store.FetchParams{Limit: 4, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
-	if err != nil || len(leased) != 4 {
-		t.Fatalf("FetchTasks: %d tasks, %v", len(leased), err)
-	}
-	outs := make([]store.Outcome, len(leased))
-	for i, l := range leased {
-		outs[i] = store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateSucceeded}
-		if i%2 == 1 {
-			outs[i] = store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateDead, DeadReason: store.DeadNonRetryable,
-				Error: &store.ErrorInfo{Code: "E", Message: "m", Class: "permanent"}}
+	// Every task fails once (retried at once), then two succeed and two die:
+	// 4 failures and 2 deaths in the history (a success is kept in the task
+	// row, not as an attempts row).
+	round := func(final bool) {
+		t.Helper()
+		leased, err := s.FetchTasks(ctx, store.FetchParams{Limit: 4, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
+		if err != nil || len(leased) != 4 {
+			t.Fatalf("FetchTasks: %d tasks, %v", len(leased), err)
+		}
+		outs := make([]store.Outcome, len(leased))
+		for i, l := range leased {
+			e := &store.ErrorInfo{Code: "E", Message: "m", Class: "transient"}
+			switch {
+			case !final:
+				outs[i] = store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateRetryWaiting, RunAt: now, Error: e}
+			case i%2 == 0:
+				outs[i] = store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateSucceeded}
+			default:
+				outs[i] = store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateDead, DeadReason: store.DeadNonRetryable, Error: e}
+			}
+		}
+		if errs, err := s.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now}); err != nil || errors.Join(errs...) != nil {
+			t.Fatalf("RecordOutcomes: %v %v", err, errs)
 		}
 	}
-	if errs, err := s.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now}); err != nil || errors.Join(errs...) != nil {
-		t.Fatalf("RecordOutcomes: %v %v", err, errs)
-	}
+	round(false)
+	round(true)
 	history := func() int {
 		var n int
 		if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM attempts`).Scan(&n); err != nil {
@@ -449,14 +461,14 @@ func TestDeletingTasksDeletesHistory(t *testing.T) {
 		}
 		return n
 	}
-	if n := history(); n != 4 {
-		t.Fatalf("history rows = %d, want 4", n)
+	if n := history(); n != 6 {
+		t.Fatalf("history rows = %d, want 6", n)
 	}
 	if n, err := s.PurgeDead(ctx, store.DeadFilter{}); err != nil || n != 2 {
 		t.Fatalf("PurgeDead = %d, %v; want 2", n, err)
 	}
 	if n := history(); n != 2 {
-		t.Fatalf("history rows after purging 2 dead tasks = %d, want 2", n)
+		t.Fatalf("history rows after purging 2 dead tasks = %d, want 2 (the failures of the succeeded ones)", n)
 	}
 	res, err := s.DeleteFinished(ctx, store.RetentionParams{SucceededBefore: now.Add(time.Hour)})
 	if err != nil || res.Succeeded != 2 {
@@ -464,5 +476,52 @@ func TestDeletingTasksDeletesHistory(t *testing.T) {
 	}
 	if n := history(); n != 0 {
 		t.Fatalf("history rows after retention = %d, want 0", n)
+	}
+}
+
+// TestMigrationFoldsSuccessfulAttempts: migration 3 moves the successful
+// attempt of each succeeded task from the attempts table into the task row
+// (its detail) and ListAttempts still returns the same history.
+func TestMigrationFoldsSuccessfulAttempts(t *testing.T) {
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx := t.Context()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("m", 1), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := s.FetchTasks(ctx, store.FetchParams{Limit: 1, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("FetchTasks: %v, %v", leased, err)
+	}
+	out := store.Outcome{TaskID: leased[0].ID, LeaseID: leased[0].LeaseID, State: store.StateSucceeded, Detail: "200 OK"}
+	if errs, err := s.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: []store.Outcome{out}, Now: now.Add(time.Second)}); err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("RecordOutcomes: %v %v", err, errs)
+	}
+	want, err := s.ListAttempts(ctx, leased[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back to the version-2 layout: the success as an attempts row, no
+	// success_detail column.
+	for _, q := range []string{
+		`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome, delay_ns, detail)
+		SELECT id, type, attempt, worker_id, started_at, updated_at, 'succeeded', last_delay_ns, success_detail FROM tasks`,
+		`ALTER TABLE tasks DROP COLUMN success_detail`,
+		migrations[2].sql,
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	got, err := s.ListAttempts(ctx, leased[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(want) != 1 || got[0] != want[0] {
+		t.Fatalf("history after migration %+v, want %+v", got, want)
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM attempts`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("attempts rows after migration = %d (%v), want 0", n, err)
 	}
 }

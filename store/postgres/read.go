@@ -100,12 +100,19 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 	}
 	var out []store.Attempt
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM tasks WHERE id = $1)", taskID).Scan(&exists); err != nil {
-			return err
-		}
-		if !exists {
-			return store.ErrNotFound
+		// The task row, in the same transaction: it must exist, and when it
+		// succeeded it holds the final attempt, which has no attempts row.
+		var (
+			state, typ, worker, detail string
+			number                     int
+			started                    *time.Time
+			updated                    time.Time
+			delay                      int64
+		)
+		err := tx.QueryRow(ctx, `SELECT state, type, attempt, worker_id, started_at, updated_at, last_delay_ns, success_detail
+FROM tasks WHERE id = $1`, taskID).Scan(&state, &typ, &number, &worker, &started, &updated, &delay, &detail)
+		if err != nil {
+			return err // ErrNoRows: translated to ErrNotFound
 		}
 		rows, err := tx.Query(ctx, `SELECT task_id, task_type, number, worker_id, started_at, finished_at,
 	outcome, error_code, error_message, error_class, delay_ns, detail
@@ -131,7 +138,15 @@ FROM attempts WHERE task_id = $1 ORDER BY seq`, taskID)
 			a.Delay = time.Duration(delay)
 			out = append(out, a)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if store.State(state) == store.StateSucceeded {
+			out = append(out, store.Attempt{TaskID: taskID, TaskType: typ, Number: number, WorkerID: worker,
+				StartedAt: fromNull(started), FinishedAt: updated.UTC(), Outcome: store.OutcomeSucceeded,
+				Delay: time.Duration(delay), Detail: detail})
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

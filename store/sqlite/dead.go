@@ -289,6 +289,28 @@ func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeSta
 	if err := rows.Err(); err != nil {
 		return nil, translate(op, err)
 	}
+	// Successful attempts live in their task rows (see ListAttempts).
+	rows, err = tx.QueryContext(ctx, `SELECT type, total(attempt = 1), total(attempt > 1)
+		FROM tasks WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = 'succeeded' AND updated_at >= ?
+		GROUP BY type`, tsNotNull(p.Since))
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	for rows.Next() {
+		var typ string
+		var first, retries float64
+		if err := rows.Scan(&typ, &first, &retries); err != nil {
+			rows.Close()
+			return nil, translate(op, err)
+		}
+		ts := get(typ)
+		ts.FirstAttempts += int(first)
+		ts.Retries += int(retries)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, translate(op, err)
+	}
 	out := make([]store.TypeStats, 0, len(byType))
 	for _, ts := range byType {
 		out = append(out, *ts)

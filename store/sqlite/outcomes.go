@@ -28,11 +28,11 @@ type outcomeRow struct {
 	deadReason, kind, detail       string
 }
 
-const outcomeCols = 14
+const outcomeCols = 15
 
 func (r *outcomeRow) args() []any {
 	return []any{r.id, r.lease, r.state, r.runAt, r.prio, r.release, r.hasErr, r.code, r.msg, r.class,
-		r.delay, r.deadReason, r.failure, r.reap}
+		r.delay, r.deadReason, r.failure, r.reap, r.detail}
 }
 
 // outcomeSet is the SET clause shared by both outcome statements; o names
@@ -47,6 +47,7 @@ const outcomeSet = `
 	last_error_class = CASE WHEN o.has_err THEN o.class ELSE tasks.last_error_class END,
 	last_delay = CASE WHEN o.rel THEN tasks.last_delay ELSE o.delay END,
 	dead_reason = o.reason,
+	success_detail = CASE WHEN o.state = 'succeeded' THEN o.detail ELSE tasks.success_detail END,
 	first_failure_at = CASE WHEN o.fail AND tasks.first_failure_at IS NULL THEN $now ELSE tasks.first_failure_at END,
 	lease_id = NULL, lease_expires_at = NULL, updated_at = $now`
 
@@ -56,7 +57,7 @@ const outcomeSet = `
 // outcomes that applied.
 func outcomeQuery(n int) string {
 	now := "?" + strconv.Itoa(n*outcomeCols+1)
-	q := `WITH o(id, lease, state, run_at, prio, rel, has_err, code, msg, class, delay, reason, fail, reap) AS (VALUES ` +
+	q := `WITH o(id, lease, state, run_at, prio, rel, has_err, code, msg, class, delay, reason, fail, reap, detail) AS (VALUES ` +
 		placeholders(n, outcomeCols) + `)
 	UPDATE tasks SET` + outcomeSet + `
 	FROM o
@@ -187,6 +188,9 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			}
 			if o.State == store.StatePending {
 				continue // a release is not an attempt
+			}
+			if o.State == store.StateSucceeded {
+				continue // the task row is the record of its successful attempt
 			}
 			r := results[i]
 			var started any

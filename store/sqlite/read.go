@@ -119,11 +119,22 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 	if err := rows.Err(); err != nil {
 		return nil, translate(op, err)
 	}
-	if len(out) == 0 {
-		var one int
-		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM tasks WHERE id = ?`, taskID).Scan(&one); err != nil {
-			return nil, translate(op, err)
-		}
+	// The task row, read in the same snapshot: it must exist, and when it
+	// succeeded it holds the final attempt, which has no attempts row.
+	var (
+		state, typ, worker, detail string
+		number                     int
+		started                    sql.NullInt64
+		updated, delay             int64
+	)
+	if err := tx.QueryRowContext(ctx, `SELECT state, type, attempt, worker_id, started_at, updated_at, last_delay, success_detail
+		FROM tasks WHERE id = ?`, taskID).Scan(&state, &typ, &number, &worker, &started, &updated, &delay, &detail); err != nil {
+		return nil, translate(op, err)
+	}
+	if store.State(state) == store.StateSucceeded {
+		out = append(out, store.Attempt{TaskID: taskID, TaskType: typ, Number: number, WorkerID: worker,
+			StartedAt: fromTS(started), FinishedAt: fromMicros(updated), Outcome: store.OutcomeSucceeded,
+			Delay: time.Duration(delay), Detail: detail})
 	}
 	return out, nil
 }

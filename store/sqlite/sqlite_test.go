@@ -239,8 +239,8 @@ func TestQueryPlans(t *testing.T) {
 			ORDER BY lease_expires_at, id LIMIT ?`, []any{1, 10}, "tasks_lease"},
 		"next wakeup run":   {`SELECT min(run_at) FROM tasks WHERE state IN ('scheduled', 'retry_waiting')`, nil, "tasks_due"},
 		"next wakeup lease": {`SELECT min(lease_expires_at) FROM tasks WHERE state = 'running'`, nil, "tasks_lease"},
-		"outcomes": {outcomeQuery(2), []any{"a", "l", "succeeded", nil, nil, 0, 0, nil, nil, nil, 0, "", 0, 0,
-			"b", "l", "succeeded", nil, nil, 0, 0, nil, nil, nil, 0, "", 0, 0, 1}, "sqlite_autoindex_tasks_1"},
+		"outcomes": {outcomeQuery(2), []any{"a", "l", "succeeded", nil, nil, 0, 0, nil, nil, nil, 0, "", 0, 0, "",
+			"b", "l", "succeeded", nil, nil, 0, 0, nil, nil, nil, 0, "", 0, 0, "", 1}, "sqlite_autoindex_tasks_1"},
 		"idempotency": {`SELECT id FROM tasks WHERE idempotency_key IN (?, ?)`, []any{"a", "b"}, "tasks_idempotency"},
 		"retention": {`SELECT rowid FROM tasks WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = ? AND updated_at < ?
 			ORDER BY updated_at, id LIMIT ?`, []any{"succeeded", 1, 10}, "tasks_finished"},
@@ -248,6 +248,9 @@ func TestQueryPlans(t *testing.T) {
 		"dead summary":   {`SELECT type, count(*) FROM tasks WHERE state = 'dead' AND updated_at >= ? GROUP BY type, last_error_code, dead_reason`, []any{0}, "tasks_dead_group"},
 		"attempts":       {`SELECT * FROM attempts WHERE task_id = ? ORDER BY id`, []any{"x"}, "attempts_task"},
 		"stats attempts": {`SELECT task_type, count(*) FROM attempts WHERE finished_at >= ? GROUP BY task_type`, []any{now}, "attempts_finished"},
+		"stats successes": {`SELECT type, total(attempt = 1), total(attempt > 1)
+			FROM tasks WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = 'succeeded' AND updated_at >= ?
+			GROUP BY type`, []any{now}, "tasks_finished"},
 	}
 	for name, c := range cases {
 		rows, err := s.w.Query(`EXPLAIN QUERY PLAN `+c.q, c.args...)
@@ -318,5 +321,59 @@ func TestCloseAnswersEveryWrite(t *testing.T) {
 			t.Fatalf("round %d: writers still waiting 30 s after Close", round)
 		}
 		cancel()
+	}
+}
+
+// TestMigrationFoldsSuccessfulAttempts: migration 2 moves the successful
+// attempt of each succeeded task from the attempts table into the task row
+// (its detail) and ListAttempts still returns the same history.
+func TestMigrationFoldsSuccessfulAttempts(t *testing.T) {
+	s := openTemp(t)
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: []store.NewTask{{ID: "ok", Type: "t"}, {ID: "retrying", Type: "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := s.FetchTasks(ctx, store.FetchParams{Limit: 2, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("FetchTasks: %v, %v", leased, err)
+	}
+	outs := make([]store.Outcome, 2)
+	for i, l := range leased {
+		outs[i] = store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateSucceeded, Detail: "200 OK"}
+		if l.ID == "retrying" {
+			outs[i] = store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateRetryWaiting, RunAt: now.Add(time.Hour),
+				Error: &store.ErrorInfo{Code: "E", Message: "m", Class: "transient"}, LastDelay: time.Hour}
+		}
+	}
+	if errs, err := s.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now.Add(time.Second)}); err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("RecordOutcomes: %v %v", err, errs)
+	}
+	want, err := s.ListAttempts(ctx, "ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Put the database back in the version-1 layout: the successful attempt
+	// as an attempts row, the task row without its detail.
+	if _, err := s.w.Exec(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome, delay, detail)
+		SELECT id, type, attempt, worker_id, started_at, updated_at, 'succeeded', last_delay, success_detail FROM tasks WHERE id = 'ok'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.Exec(`ALTER TABLE tasks DROP COLUMN success_detail`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.Exec(migrations[1].sql); err != nil {
+		t.Fatalf("migration 2: %v", err)
+	}
+	got, err := s.ListAttempts(ctx, "ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || len(want) != 1 || got[0] != want[0] {
+		t.Fatalf("history after migration %+v, want %+v", got, want)
+	}
+	var n int
+	if err := s.r.QueryRow(`SELECT count(*) FROM attempts`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("attempts rows after migration = %d (%v), want 1 (the failure of task retrying)", n, err)
 	}
 }
