@@ -303,17 +303,25 @@ func (s *Store) prepareQueued(ctx context.Context) {
 // maxVars bounds the parameters of one generated statement, well under
 // SQLite's limit (32766), and maxRows the rows of one multi-row statement.
 const (
-	maxVars = 16000
-	maxRows = 512
+	maxVars   = 16000
+	maxRows   = 512
+	exactRows = 32 // batches up to this size get a statement of their own size
 )
 
-// chunks splits n rows of cols columns into statement sizes: full chunks of
-// the largest power of two allowed, then the remainder as powers of two, so
-// that a handful of prepared statements per query serve every batch size.
+// chunks splits n rows of cols columns into statement sizes: up to
+// exactRows rows, one statement of exactly n; beyond, full chunks of the
+// largest power of two allowed, then the remainder as powers of two, so
+// that a bounded set of prepared statements per query serves every size.
 func chunks(n, cols int) []int {
 	per := maxRows
 	for per*cols > maxVars {
 		per /= 2
+	}
+	if n > 0 && n <= exactRows && n <= per {
+		// Small batches (the common case under group commit) run as one
+		// statement of their exact size: each statement has a fixed cost
+		// that several power-of-two pieces would pay several times.
+		return []int{n}
 	}
 	var out []int
 	for n > 0 {

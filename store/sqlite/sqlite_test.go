@@ -377,3 +377,33 @@ func TestMigrationFoldsSuccessfulAttempts(t *testing.T) {
 		t.Fatalf("attempts rows after migration = %d (%v), want 1 (the failure of task retrying)", n, err)
 	}
 }
+
+func TestChunks(t *testing.T) {
+	for _, tc := range []struct {
+		n, cols int
+		want    []int
+	}{
+		{0, 16, nil},
+		{1, 16, []int{1}},
+		{7, 15, []int{7}},
+		{32, 12, []int{32}},
+		{33, 12, []int{32, 1}},
+		{1000, 16, []int{512, 256, 128, 64, 32, 8}},
+		{1500, 40, []int{256, 256, 256, 256, 256, 128, 64, 16, 8, 4}},
+	} {
+		got := chunks(tc.n, tc.cols)
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("chunks(%d, %d) = %v, want %v", tc.n, tc.cols, got, tc.want)
+		}
+		sum := 0
+		for _, c := range got {
+			sum += c
+			if c*tc.cols > maxVars {
+				t.Errorf("chunks(%d, %d): chunk of %d rows has more than %d parameters", tc.n, tc.cols, c, maxVars)
+			}
+		}
+		if sum != tc.n {
+			t.Errorf("chunks(%d, %d) sums to %d", tc.n, tc.cols, sum)
+		}
+	}
+}
