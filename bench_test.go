@@ -3,8 +3,10 @@ package retryq_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +24,9 @@ import (
 
 func openBenchSQLite(b *testing.B) store.Store {
 	b.Helper()
-	st, err := sqlite.Open(b.Context(), sqlite.Config{Path: filepath.Join(b.TempDir(), "bench.db"), Synchronous: "FULL"})
+	dir := b.TempDir()
+	logFsync(b, dir)
+	st, err := sqlite.Open(b.Context(), sqlite.Config{Path: filepath.Join(dir, "bench.db"), Synchronous: "FULL"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,6 +64,34 @@ func runWorkloads(b *testing.B, open func(b *testing.B) store.Store) {
 }
 
 func BenchmarkSQLite(b *testing.B) { runWorkloads(b, openBenchSQLite) }
+
+// logFsync logs the disk's durable-write latency in dir just before a run:
+// the median of 100 4 KiB writes each followed by fdatasync, what one
+// SQLite commit waits for at least. On a virtual disk it varies between
+// runs, and the stream workload's throughput follows it.
+func logFsync(b *testing.B, dir string) {
+	b.Helper()
+	f, err := os.CreateTemp(dir, "fsync-probe")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	page := make([]byte, 4096)
+	ds := make([]time.Duration, 100)
+	for i := range ds {
+		t0 := time.Now()
+		if _, err := f.WriteAt(page, int64(i%10)*4096); err != nil {
+			b.Fatal(err)
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			b.Fatal(err)
+		}
+		ds[i] = time.Since(t0)
+	}
+	slices.Sort(ds)
+	b.Logf("disk: 4 KiB write + fdatasync median %s (p90 %s)", ds[50].Round(time.Microsecond), ds[90].Round(time.Microsecond))
+}
 
 // scaleSizes reads RETRYQ_BENCH_SCALE (comma-separated waiting-task counts;
 // default 10000,100000; add 1000000 for the full scale run).
