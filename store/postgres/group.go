@@ -126,7 +126,9 @@ func (s *Store) GroupStats() store.GroupStats {
 }
 
 // groupWrite queues w for the writer and waits for its commit. Once queued,
-// a write is always answered (by its group's commit, or with ErrClosed).
+// a write is always answered (by its group's commit, or with ErrClosed). A
+// caller whose ctx ends stops waiting: a write still queued is then
+// skipped, one already sent commits or fails regardless.
 func (s *Store) groupWrite(ctx context.Context, op string, w *groupWrite) error {
 	if err := s.check(op); err != nil {
 		return err
@@ -135,7 +137,12 @@ func (s *Store) groupWrite(ctx context.Context, op string, w *groupWrite) error 
 	if !s.wq.push(w) {
 		return translate(op, store.ErrClosed)
 	}
-	return translate(op, <-w.done)
+	select {
+	case err := <-w.done:
+		return translate(op, err)
+	case <-ctx.Done():
+		return translate(op, ctx.Err())
+	}
 }
 
 // writer is the goroutine that sends the queued writes in groups.
