@@ -30,7 +30,7 @@ import (
 // when the commit may or may not have happened) is returned to every write
 // of the group, as it would have been to each alone.
 //
-// After a group that answered k writers while q more writes queued up, the
+// After a group that answered k inserters while q more writes queued up, the
 // writer yields the processor (timers are far coarser than this wait) until
 // q+k writes are queued or groupLinger has passed: callers that each wait
 // for their own commit come straight back, and without the wait they would
@@ -148,7 +148,7 @@ func (s *Store) groupWrite(ctx context.Context, op string, w *groupWrite) error 
 // writer is the goroutine that sends the queued writes in groups.
 func (s *Store) writer() {
 	defer s.bgWG.Done()
-	want := 0 // writes expected back: queued during the last commit plus the writers it answered
+	want := 0 // writes expected back: queued during the last commit plus the inserters it answered
 	for {
 		select {
 		case <-s.wq.signal:
@@ -171,8 +171,24 @@ func (s *Store) writer() {
 		queued := s.runGroup(group)
 		s.groups.Add(1)
 		s.groupWrites.Add(int64(len(group)))
-		want = queued + len(group)
+		want = 0
+		if n := countInserts(group); n > 0 {
+			want = queued + n
+		}
 	}
+}
+
+// countInserts counts the inserts of a group: the callers worth waiting
+// for are producers enqueueing one task at a time; outcome batches come back
+// on their own schedule.
+func countInserts(group []*groupWrite) int {
+	n := 0
+	for _, w := range group {
+		if w.ins != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // runGroup commits group and answers its writes. It returns how many

@@ -25,10 +25,10 @@ import (
 //     with their next write, but not before the writer has started the next
 //     group with whoever was already queued: the callers then split into
 //     two alternating halves and each waits for two commits. So after a
-//     group that answered k writers while q more writes queued up, the
+//     group that answered k inserters while q more writes queued up, the
 //     writer yields the processor (it does not sleep: timers are far coarser
 //     than the wait) until q+k writes are queued or lingerMax has passed. An
-//     idle store or a lone caller never lingers.
+//     idle store, a lone caller or a group without inserts never lingers.
 //   - Merged inserts. The InsertTasks writes of a group run as one
 //     multi-row INSERT (and one idempotency-key lookup) in one savepoint;
 //     should that fail, the savepoint is rolled back and each runs alone, so
@@ -93,7 +93,7 @@ func (s *Store) submit(ctx context.Context, op string, req *writeReq) error {
 func (s *Store) writer() {
 	defer close(s.writerDone)
 	batch := make([]*writeReq, 0, maxGroup)
-	want := 0 // writes expected back: queued during the last commit plus the writers it answered
+	want := 0 // writes expected back: queued during the last commit plus the inserters it answered
 	for {
 		batch = batch[:0]
 		select {
@@ -133,7 +133,10 @@ func (s *Store) writer() {
 		s.commitGroup(batch)
 		s.groups.Add(1)
 		s.groupWrites.Add(int64(len(batch)))
-		want = s.queuedAtReply + len(batch)
+		want = 0
+		if n := countInserts(batch); n > 0 {
+			want = s.queuedAtReply + n
+		}
 		s.stmtMu.Lock()
 		queued := len(s.toPrepare) > 0
 		s.stmtMu.Unlock()
@@ -141,6 +144,20 @@ func (s *Store) writer() {
 			s.prepareQueued(context.Background())
 		}
 	}
+}
+
+// countInserts counts the InsertTasks writes of a group: the callers worth
+// waiting for are producers enqueueing one task at a time. Fetches and
+// outcome batches come back on their own schedule (lingering for them cost
+// the retry workload 5 %).
+func countInserts(batch []*writeReq) int {
+	n := 0
+	for _, r := range batch {
+		if r.ins != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // linger yields until want more writes are queued, for at most lingerMax.
