@@ -30,12 +30,13 @@ import (
 // when the commit may or may not have happened) is returned to every write
 // of the group, as it would have been to each alone.
 //
-// After a group that answered k inserters while q more writes queued up, the
-// writer yields the processor (timers are far coarser than this wait) until
-// q+k writes are queued or groupLinger has passed: callers that each wait
-// for their own commit come straight back, and without the wait they would
-// split into two halves that alternate, each waiting for two commits. An
-// idle store or a lone caller never lingers.
+// After a group of k writes, inserts among them, while q more writes queued
+// up, the writer yields the processor (timers are far coarser than this
+// wait) until q+k writes are queued or groupLinger has passed: callers that
+// each wait for their own commit come straight back, and without the wait
+// they would split into two halves that alternate, each waiting for two
+// commits. An idle store, a lone caller or a group without inserts never
+// lingers.
 
 // maxGroupWrites bounds the writes sent as one batch.
 const maxGroupWrites = 64
@@ -172,23 +173,23 @@ func (s *Store) writer() {
 		s.groups.Add(1)
 		s.groupWrites.Add(int64(len(group)))
 		want = 0
-		if n := countInserts(group); n > 0 {
-			want = queued + n
+		if hasInserts(group) {
+			want = queued + len(group)
 		}
 	}
 }
 
-// countInserts counts the inserts of a group: the callers worth waiting
-// for are producers enqueueing one task at a time; outcome batches come back
-// on their own schedule.
-func countInserts(group []*groupWrite) int {
-	n := 0
+// hasInserts reports whether a group holds inserts: lingering pays for
+// producers enqueueing one task at a time (and then also catches the
+// outcome batches of their tasks), not after a group of outcome batches
+// alone, which come back on their own schedule.
+func hasInserts(group []*groupWrite) bool {
 	for _, w := range group {
 		if w.ins != nil {
-			n++
+			return true
 		}
 	}
-	return n
+	return false
 }
 
 // runGroup commits group and answers its writes. It returns how many

@@ -25,10 +25,11 @@ import (
 //     with their next write, but not before the writer has started the next
 //     group with whoever was already queued: the callers then split into
 //     two alternating halves and each waits for two commits. So after a
-//     group that answered k inserters while q more writes queued up, the
-//     writer yields the processor (it does not sleep: timers are far coarser
-//     than the wait) until q+k writes are queued or lingerMax has passed. An
-//     idle store, a lone caller or a group without inserts never lingers.
+//     group of k writes, inserts among them, while q more writes queued up,
+//     the writer yields the processor (it does not sleep: timers are far
+//     coarser than the wait) until q+k writes are queued or lingerMax has
+//     passed. An idle store, a lone caller or a group without inserts never
+//     lingers.
 //   - Merged inserts. The InsertTasks writes of a group run as one
 //     multi-row INSERT (and one idempotency-key lookup) in one savepoint;
 //     should that fail, the savepoint is rolled back and each runs alone, so
@@ -134,8 +135,8 @@ func (s *Store) writer() {
 		s.groups.Add(1)
 		s.groupWrites.Add(int64(len(batch)))
 		want = 0
-		if n := countInserts(batch); n > 0 {
-			want = s.queuedAtReply + n
+		if hasInserts(batch) {
+			want = s.queuedAtReply + len(batch)
 		}
 		s.stmtMu.Lock()
 		queued := len(s.toPrepare) > 0
@@ -146,18 +147,18 @@ func (s *Store) writer() {
 	}
 }
 
-// countInserts counts the InsertTasks writes of a group: the callers worth
-// waiting for are producers enqueueing one task at a time. Fetches and
-// outcome batches come back on their own schedule (lingering for them cost
-// the retry workload 5 %).
-func countInserts(batch []*writeReq) int {
-	n := 0
+// hasInserts reports whether a group holds InsertTasks writes: lingering
+// pays for producers enqueueing one task at a time (and then also catches
+// the outcome batches of their tasks), while after a group of fetches and
+// outcome batches alone, which come back on their own schedule, it cost
+// the retry workload 5 %.
+func hasInserts(batch []*writeReq) bool {
 	for _, r := range batch {
 		if r.ins != nil {
-			n++
+			return true
 		}
 	}
-	return n
+	return false
 }
 
 // linger yields until want more writes are queued, for at most lingerMax.
