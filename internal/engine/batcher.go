@@ -2,9 +2,10 @@ package engine
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"time"
+
+	"github.com/retryq/retryq/store"
 )
 
 // batcher coalesces concurrent requests into one call of fn (group commit).
@@ -101,7 +102,7 @@ func (b *batcher[Req, Res]) run(ctx context.Context) {
 			}
 		}
 		if b.linger > 0 && want > 1 {
-			lingerFor(b.ch, want-1, b.linger)
+			store.YieldUntil(func() bool { return len(b.ch) >= want-1 }, b.linger)
 		}
 	drain:
 		for len(calls) < b.max {
@@ -120,14 +121,6 @@ func (b *batcher[Req, Res]) run(ctx context.Context) {
 			}
 		}
 		want = b.commit(context.WithoutCancel(ctx), calls, reqs) + waiters
-	}
-}
-
-// lingerFor yields until want more calls are queued on ch, for at most d.
-func lingerFor[T any](ch chan T, want int, d time.Duration) {
-	deadline := time.Now().Add(d)
-	for i := 0; i < 10_000 && len(ch) < want && time.Now().Before(deadline); i++ {
-		runtime.Gosched()
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -160,10 +159,7 @@ func (s *Store) writer() {
 			return
 		}
 		if want > 1 {
-			deadline := time.Now().Add(groupLinger)
-			for i := 0; i < 10_000 && s.wq.len() < want && time.Now().Before(deadline); i++ {
-				runtime.Gosched()
-			}
+			store.YieldUntil(func() bool { return s.wq.len() >= want }, groupLinger)
 		}
 		group := s.wq.take(maxGroupWrites)
 		if len(group) == 0 {

@@ -120,7 +120,7 @@ func (s *Store) writer() {
 			return
 		}
 		if want > 1 {
-			s.linger(want - len(batch))
+			store.YieldUntil(func() bool { return len(s.writeCh) >= want-len(batch) }, lingerMax)
 		}
 	drain:
 		for len(batch) < maxGroup {
@@ -159,17 +159,6 @@ func hasInserts(batch []*writeReq) bool {
 		}
 	}
 	return false
-}
-
-// linger yields until want more writes are queued, for at most lingerMax.
-func (s *Store) linger(want int) {
-	if want <= 0 || len(s.writeCh) >= want {
-		return
-	}
-	deadline := time.Now().Add(lingerMax)
-	for i := 0; i < 1000 && len(s.writeCh) < want && time.Now().Before(deadline); i++ {
-		runtime.Gosched()
-	}
 }
 
 // commitGroup runs a group of writes in one transaction and replies to each.
