@@ -166,8 +166,6 @@ func (s *Store) writer() {
 			continue
 		}
 		queued := s.runGroup(group)
-		s.groups.Add(1)
-		s.groupWrites.Add(int64(len(group)))
 		want = 0
 		if hasInserts(group) {
 			want = queued + len(group)
@@ -209,14 +207,23 @@ func (s *Store) runGroup(group []*groupWrite) int {
 		// A statement failed and the transaction rolled back: find the
 		// faulty write by running each alone.
 		for _, w := range live {
-			w.done <- s.sendGroup([]*groupWrite{w})
+			err := s.sendGroup([]*groupWrite{w})
+			s.count(1, 1)
+			w.done <- err
 		}
 		return queued
 	}
+	s.count(1, len(live)) // before the answers: a caller may read the counters next
 	for _, w := range live {
 		w.done <- err
 	}
 	return queued
+}
+
+// count adds to the GroupStats counters.
+func (s *Store) count(groups, writes int) {
+	s.groups.Add(int64(groups))
+	s.groupWrites.Add(int64(writes))
 }
 
 // sendGroup sends the writes as one batch and reads the results: first one

@@ -132,8 +132,6 @@ func (s *Store) writer() {
 			}
 		}
 		s.commitGroup(batch)
-		s.groups.Add(1)
-		s.groupWrites.Add(int64(len(batch)))
 		want = 0
 		if hasInserts(batch) {
 			want = s.queuedAtReply + len(batch)
@@ -167,6 +165,9 @@ func (s *Store) commitGroup(batch []*writeReq) {
 	errs := make([]error, len(batch))
 	reply := func(commitErr error) {
 		s.queuedAtReply = len(s.writeCh)
+		// Count before answering: a caller may read the counters next.
+		s.groups.Add(1)
+		s.groupWrites.Add(int64(len(batch)))
 		for i, r := range batch {
 			if errs[i] == nil {
 				errs[i] = commitErr
