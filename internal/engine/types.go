@@ -68,39 +68,94 @@ type typeEntry struct {
 	loaded time.Time
 }
 
+// typeCache holds the types' configurations read from the store. An entry
+// older than typeCacheTTL is still served while one background load
+// replaces it, so the hot paths (enqueue, handler start) never wait for the
+// database once a type is known, and a refresh is one query per type
+// however many callers ask at that moment. Only the first use of a type
+// waits, and concurrent first uses share one load.
 type typeCache struct {
-	e  *Engine
-	mu sync.RWMutex
-	m  map[string]*typeEntry
+	e       *Engine
+	mu      sync.Mutex
+	m       map[string]*typeEntry
+	loading map[string]*typeLoad
 }
 
-func newTypeCache(e *Engine) *typeCache { return &typeCache{e: e, m: make(map[string]*typeEntry)} }
+// typeLoad is one load of a type in flight; done closes when ent or err is set.
+type typeLoad struct {
+	done chan struct{}
+	ent  *typeEntry
+	err  error
+}
+
+// typeLoadTimeout bounds one load, which runs apart from any caller's
+// context so that a caller giving up does not fail the others.
+const typeLoadTimeout = 10 * time.Second
+
+func newTypeCache(e *Engine) *typeCache {
+	return &typeCache{e: e, m: make(map[string]*typeEntry), loading: make(map[string]*typeLoad)}
+}
 
 func (c *typeCache) get(ctx context.Context, typ string) (*typeEntry, error) {
 	now := time.Now()
-	c.mu.RLock()
+	c.mu.Lock()
 	ent := c.m[typ]
-	c.mu.RUnlock()
 	if ent != nil && now.Sub(ent.loaded) < typeCacheTTL {
+		c.mu.Unlock()
 		return ent, nil
 	}
-	spec, err := c.e.loadType(ctx, typ)
-	if err != nil {
-		if ent != nil { // keep serving the last known config while the db is away
-			return ent, nil
-		}
-		return nil, err
+	ld := c.loading[typ]
+	if ld == nil {
+		ld = &typeLoad{done: make(chan struct{})}
+		c.loading[typ] = ld
+		go c.load(context.WithoutCancel(ctx), typ, ld)
 	}
-	ent = &typeEntry{spec: spec, loaded: now}
-	c.mu.Lock()
-	c.m[typ] = ent
 	c.mu.Unlock()
-	return ent, nil
+	if ent != nil {
+		return ent, nil // stale: serve it while the load replaces it
+	}
+	select {
+	case <-ld.done:
+		return ld.ent, ld.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("load type %s: %w", typ, ctx.Err())
+	}
 }
 
+// load reads typ from the store and, unless the type was invalidated
+// meanwhile, caches it. A failed load keeps the last known entry (served
+// while the database is away) and is retried by the next get.
+func (c *typeCache) load(ctx context.Context, typ string, ld *typeLoad) {
+	ctx, cancel := context.WithTimeout(ctx, typeLoadTimeout)
+	defer cancel()
+	started := time.Now()
+	spec, err := c.e.loadType(ctx, typ)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	current := c.loading[typ] == ld
+	if current {
+		delete(c.loading, typ)
+	}
+	if err != nil {
+		ld.err = err
+		if old := c.m[typ]; old != nil {
+			ld.ent, ld.err = old, nil
+		}
+	} else {
+		ld.ent = &typeEntry{spec: spec, loaded: started}
+		if current {
+			c.m[typ] = ld.ent
+		}
+	}
+	close(ld.done)
+}
+
+// invalidate drops typ's entry and disowns a load in flight (which may
+// have read the configuration before the change): the next get loads anew.
 func (c *typeCache) invalidate(typ string) {
 	c.mu.Lock()
 	delete(c.m, typ)
+	delete(c.loading, typ)
 	c.mu.Unlock()
 }
 

@@ -8,6 +8,21 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
+// extendLeasesSQL extends the leases still held; it returns the ids and
+// lease ids it extended.
+const extendLeasesSQL = `
+WITH cur AS MATERIALIZED (
+	SELECT t.id, x.exp FROM tasks t
+	JOIN unnest($1::text[], $2::text[], $3::timestamptz[]) AS x(id, lease, exp) ON x.id = t.id
+	WHERE t.state = 'running' AND t.lease_id = x.lease AND t.lease_expires_at >= $4
+	ORDER BY t.id
+	FOR UPDATE OF t
+)
+UPDATE tasks AS t SET lease_expires_at = cur.exp
+FROM cur
+WHERE t.id = cur.id
+RETURNING t.id, t.lease_id`
+
 // ExtendLeases moves lease expiries with one conditional UPDATE.
 func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error, error) {
 	const op = "extend leases"
@@ -28,18 +43,7 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 	// heartbeat and an outcome batch of the same node touch the same rows,
 	// and locking them in the join's (arbitrary) order deadlocked against
 	// the id-ordered outcome batch, aborting it.
-	rows, err := s.pool.Query(ctx, `
-WITH cur AS MATERIALIZED (
-	SELECT t.id, x.exp FROM tasks t
-	JOIN unnest($1::text[], $2::text[], $3::timestamptz[]) AS x(id, lease, exp) ON x.id = t.id
-	WHERE t.state = 'running' AND t.lease_id = x.lease AND t.lease_expires_at >= $4
-	ORDER BY t.id
-	FOR UPDATE OF t
-)
-UPDATE tasks AS t SET lease_expires_at = cur.exp
-FROM cur
-WHERE t.id = cur.id
-RETURNING t.id, t.lease_id`, ids, leases, exps, us(p.Now))
+	rows, err := s.pool.Query(ctx, extendLeasesSQL, ids, leases, exps, us(p.Now))
 	if err != nil {
 		return nil, translate(op, err)
 	}

@@ -57,13 +57,15 @@ RETURNING `+typeCols, t.Type, []byte(t.Policy), int64(t.Timeout), t.Priority, []
 	return out, nil
 }
 
+const getTypeSQL = "SELECT " + typeCols + " FROM task_types WHERE type = $1"
+
 // GetType returns a type's configuration.
 func (s *Store) GetType(ctx context.Context, typ string) (store.TypeConfig, error) {
 	op := "get type " + typ
 	if err := s.check(op); err != nil {
 		return store.TypeConfig{}, err
 	}
-	t, err := scanType(s.pool.QueryRow(ctx, "SELECT "+typeCols+" FROM task_types WHERE type = $1", typ))
+	t, err := scanType(s.pool.QueryRow(ctx, getTypeSQL, typ))
 	if err != nil {
 		return store.TypeConfig{}, translate(op, err)
 	}

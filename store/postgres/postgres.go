@@ -58,7 +58,10 @@ type Config struct {
 	// MaxConns is the maximum size of the connection pool (default 10). The
 	// Wakeups listener uses one extra dedicated connection.
 	MaxConns int32
-	// MinConns is the number of connections kept open (default 0).
+	// MinConns is the number of connections kept open (default 0). Open
+	// opens max(MinConns, min(MaxConns, DefaultWarmConns)) connections and
+	// prepares the hot statements on each before it returns (see warm.go);
+	// connections beyond MinConns close after 30 minutes idle.
 	MinConns int32
 	// ConnectTimeout bounds establishing one connection (default 10s).
 	ConnectTimeout time.Duration
@@ -212,6 +215,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if applied > known {
 			s.Close()
 			return nil, fmt.Errorf("open postgres: schema version %d, this binary knows %d: %w", applied, known, store.ErrSchemaTooNew)
+		}
+	}
+	if applied, known, err := s.SchemaVersion(ctx); err == nil && applied == known {
+		// The hot statements exist only in the current schema.
+		if err := s.warm(ctx, warmConns(cfg), !cfg.PollOnly); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("open postgres: %w", err)
 		}
 	}
 	return s, nil

@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/sqlite"
+)
+
+// countingStore is a real SQLite store whose GetType calls are counted and,
+// while gate is set, held until the gate closes or fail with failErr.
+type countingStore struct {
+	store.Store
+	gets    atomic.Int64
+	mu      sync.Mutex
+	gate    chan struct{}
+	failErr error
+}
+
+func (s *countingStore) GetType(ctx context.Context, typ string) (store.TypeConfig, error) {
+	s.gets.Add(1)
+	s.mu.Lock()
+	gate, failErr := s.gate, s.failErr
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return store.TypeConfig{}, ctx.Err()
+		}
+	}
+	if failErr != nil {
+		return store.TypeConfig{}, failErr
+	}
+	return s.Store.GetType(ctx, typ)
+}
+
+func (s *countingStore) hold() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gate = make(chan struct{})
+	return s.gate
+}
+
+func (s *countingStore) setFail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failErr = err
+}
+
+func newTypesEngine(t *testing.T) (*Engine, *countingStore) {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "types.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &countingStore{Store: st}
+	e, err := New(Config{Store: cs, NodeID: "types-node", Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return e, cs
+}
+
+// age makes typ's cached entry older than the cache TTL.
+func age(e *Engine, typ string) {
+	e.types.mu.Lock()
+	defer e.types.mu.Unlock()
+	old := *e.types.m[typ]
+	old.loaded = old.loaded.Add(-2 * typeCacheTTL)
+	e.types.m[typ] = &old
+}
+
+func putStored(t *testing.T, cs *countingStore, typ string, prio int) {
+	t.Helper()
+	if _, err := cs.Store.PutType(context.Background(), store.TypeConfig{Type: typ, Priority: prio}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTypeCacheConcurrentFirstUseSharesOneLoad(t *testing.T) {
+	e, cs := newTypesEngine(t)
+	putStored(t, cs, "ocr", 3)
+	gate := cs.hold()
+	const callers = 20
+	var wg sync.WaitGroup
+	prios := make([]int, callers)
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			spec, err := e.TypeSpec(context.Background(), "ocr")
+			prios[i], errs[i] = spec.Priority, err
+		}()
+	}
+	waitFor(t, "the first load", func() bool { return cs.gets.Load() >= 1 })
+	// Give the other callers time to reach the held load. The check below
+	// holds however many do: a caller arriving after the load finds the
+	// cached entry, one arriving during it must share it.
+	time.Sleep(20 * time.Millisecond)
+	close(gate)
+	wg.Wait()
+	for i := range callers {
+		if errs[i] != nil || prios[i] != 3 {
+			t.Fatalf("caller %d: priority %d, err %v; want 3, nil", i, prios[i], errs[i])
+		}
+	}
+	if n := cs.gets.Load(); n != 1 {
+		t.Fatalf("%d concurrent first uses read the store %d times, want once", callers, n)
+	}
+}
+
+func TestTypeCacheServesStaleWhileOneLoadRefreshes(t *testing.T) {
+	e, cs := newTypesEngine(t)
+	putStored(t, cs, "ocr", 3)
+	if _, err := e.TypeSpec(context.Background(), "ocr"); err != nil {
+		t.Fatal(err)
+	}
+	putStored(t, cs, "ocr", 7) // as another node would: this engine is not told
+	age(e, "ocr")
+	gate := cs.hold()
+	for i := range 10 {
+		// While the refresh is held, every caller gets the stale entry at once.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		spec, err := e.TypeSpec(ctx, "ocr")
+		cancel()
+		if err != nil || spec.Priority != 3 {
+			t.Fatalf("call %d during refresh: priority %d, err %v; want the stale 3", i, spec.Priority, err)
+		}
+	}
+	waitFor(t, "the refresh to reach the store", func() bool { return cs.gets.Load() >= 2 })
+	if n := cs.gets.Load(); n != 2 {
+		t.Fatalf("store read %d times, want 2 (first load, one refresh)", n)
+	}
+	close(gate)
+	waitFor(t, "the refreshed priority", func() bool {
+		spec, err := e.TypeSpec(context.Background(), "ocr")
+		return err == nil && spec.Priority == 7
+	})
+}
+
+func TestTypeCacheKeepsLastKnownWhenRefreshFails(t *testing.T) {
+	e, cs := newTypesEngine(t)
+	putStored(t, cs, "ocr", 3)
+	if _, err := e.TypeSpec(context.Background(), "ocr"); err != nil {
+		t.Fatal(err)
+	}
+	age(e, "ocr")
+	boom := errors.New("database away")
+	cs.setFail(boom)
+	for range 3 {
+		spec, err := e.TypeSpec(context.Background(), "ocr")
+		if err != nil || spec.Priority != 3 {
+			t.Fatalf("priority %d, err %v; want the last known 3", spec.Priority, err)
+		}
+	}
+	// An unknown type with the store failing: the error comes through.
+	if _, err := e.TypeSpec(context.Background(), "never-loaded"); !errors.Is(err, boom) {
+		t.Fatalf("first load of a type while the store fails: err %v, want %v", err, boom)
+	}
+	cs.setFail(nil)
+	waitFor(t, "a successful refresh", func() bool {
+		if _, err := e.TypeSpec(context.Background(), "ocr"); err != nil {
+			t.Fatal(err)
+		}
+		e.types.mu.Lock()
+		defer e.types.mu.Unlock()
+		return time.Since(e.types.m["ocr"].loaded) < typeCacheTTL
+	})
+}
+
+func TestTypeCacheInvalidatedByPutType(t *testing.T) {
+	e, cs := newTypesEngine(t)
+	putStored(t, cs, "ocr", 3)
+	if _, err := e.TypeSpec(context.Background(), "ocr"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.PutType(context.Background(), TypeSpec{Type: "ocr", Policy: e.cfg.DefaultPolicy, Priority: 5}); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := e.TypeSpec(context.Background(), "ocr")
+	if err != nil || spec.Priority != 5 {
+		t.Fatalf("after PutType on this engine: priority %d, err %v; want 5 at once", spec.Priority, err)
+	}
+}
+
+func TestTypeCacheWaiterGivesUpWithItsContext(t *testing.T) {
+	e, cs := newTypesEngine(t)
+	gate := cs.hold()
+	defer close(gate)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := e.TypeSpec(ctx, "ocr"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want the caller's deadline", err)
+	}
+}
