@@ -11,14 +11,17 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-// insertTasksSQL inserts the rows of insertRows.args; it returns the
-// inserted tasks (not those skipped for a taken idempotency key).
+// insertTasksSQL inserts the rows of insertRows.args, skipping those whose
+// idempotency key is taken; it returns the inserted tasks.
 const insertTasksSQL = insertRowsSQL + `
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING ` + taskCols
 
-// insertRowsSQL is insertTasksSQL without RETURNING, for rows without keys:
-// each is inserted exactly as given, so the store builds the tasks itself
-// (insertRows.task) instead of reading them back.
+// insertRowsSQL inserts rows without idempotency keys: each is inserted
+// exactly as given, so the store builds the tasks itself (insertRows.task)
+// instead of reading them back. Without an ON CONFLICT clause each row is a
+// plain insert rather than a speculative one (which costs an extra WAL
+// record and index probe per row).
 const insertRowsSQL = `
 INSERT INTO tasks AS t (id, type, payload, priority, effective_prio, state, max_attempts,
 	idempotency_key, run_at, created_at, updated_at, attempt, lease_id, lease_expires_at, worker_id, started_at)
@@ -28,8 +31,7 @@ SELECT i.id, i.type, i.payload, i.priority, i.priority, i.state, i.max_attempts,
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::int[], $5::text[], $6::int[],
 	$7::text[], $8::timestamptz[], $9::int[], $10::timestamptz[], $11::int[], $12::text[], $13::timestamptz[], $14::text[])
 	AS i(id, type, payload, priority, state, max_attempts, key, run_at, ord, now, attempt, lease_id, lease_exp, worker_id)
-ORDER BY i.ord
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING`
+ORDER BY i.ord`
 
 // InsertTasks inserts a batch in one multi-row statement (unnest of arrays)
 // in one transaction. Idempotency keys are resolved with ON CONFLICT DO
