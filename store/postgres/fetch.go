@@ -24,7 +24,7 @@ WITH due AS MATERIALIZED (
 UPDATE tasks AS t SET
 	state = 'running',
 	attempt = t.attempt + 1,
-	lease_id = gen_random_uuid()::text,
+	lease_id = $6 || t.id, -- a random prefix per fetch (store.NewLeasePrefix)
 	lease_expires_at = $3,
 	worker_id = $4,
 	started_at = $5,
@@ -60,7 +60,7 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 	// for the batch's implicit transaction.
 	b := &pgx.Batch{}
 	b.Queue(fetchPlanSettings)
-	b.Queue(fetchSQL, p.Limit, types, us(p.Now.Add(p.LeaseDuration)), p.WorkerID, now)
+	b.Queue(fetchSQL, p.Limit, types, us(p.Now.Add(p.LeaseDuration)), p.WorkerID, now, store.NewLeasePrefix())
 	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err

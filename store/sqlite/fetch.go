@@ -47,7 +47,7 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 	slices.Sort(types)
 	types = slices.Compact(types)
 	now := p.Now.UnixMicro()
-	args := []any{newLeasePrefix(), p.Now.Add(p.LeaseDuration).UnixMicro(), p.WorkerID, now, now}
+	args := []any{store.NewLeasePrefix(), p.Now.Add(p.LeaseDuration).UnixMicro(), p.WorkerID, now, now}
 	switch len(types) {
 	case 0:
 		args = append(args, p.Limit)

@@ -16,10 +16,8 @@ package sqlite
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -381,17 +379,6 @@ func translate(op string, err error) error {
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
-}
-
-// newLeasePrefix returns a random prefix for the lease ids of one fetch;
-// each leased task appends its rowid, so ids are unique within the fetch and
-// (128 random bits) across fetches.
-func newLeasePrefix() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("sqlite: crypto/rand failed: " + err.Error())
-	}
-	return hex.EncodeToString(b[:]) + "."
 }
 
 // Time and value conversion helpers.
