@@ -29,6 +29,10 @@ import (
 
 func openBenchPostgres(b *testing.B) store.Store {
 	b.Helper()
+	// The throwaway cluster lives under the system temp directory too: the
+	// probe measures the disk its WAL is flushed to (with
+	// RETRYQ_TEST_POSTGRES_URL set, only if that server shares this disk).
+	logFsync(b, b.TempDir())
 	ctx, cancel := context.WithTimeout(b.Context(), time.Minute)
 	defer cancel()
 	st, err := postgres.Open(ctx, postgres.Config{URL: pgtest.URL(b), AutoMigrate: true})
