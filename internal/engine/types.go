@@ -76,7 +76,7 @@ type typeEntry struct {
 // waits, and concurrent first uses share one load.
 type typeCache struct {
 	e       *Engine
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	m       map[string]*typeEntry
 	loading map[string]*typeLoad
 }
@@ -98,8 +98,14 @@ func newTypeCache(e *Engine) *typeCache {
 
 func (c *typeCache) get(ctx context.Context, typ string) (*typeEntry, error) {
 	now := time.Now()
-	c.mu.Lock()
+	c.mu.RLock()
 	ent := c.m[typ]
+	c.mu.RUnlock()
+	if ent != nil && now.Sub(ent.loaded) < typeCacheTTL {
+		return ent, nil
+	}
+	c.mu.Lock()
+	ent = c.m[typ] // a load may have finished meanwhile
 	if ent != nil && now.Sub(ent.loaded) < typeCacheTTL {
 		c.mu.Unlock()
 		return ent, nil

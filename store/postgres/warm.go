@@ -43,9 +43,12 @@ func warmConns(cfg Config) int {
 
 // warm opens n pool connections at once and, unless prepare is false (a
 // transaction-mode pooler cannot keep prepared statements), prepares the
-// hot statements on each, then returns them to the pool.
+// hot statements on each, then returns them to the pool. A connection the
+// server refuses (too many clients, say) is left to the pool to open later,
+// as long as one opened; a statement that fails to prepare is an error.
 func (s *Store) warm(ctx context.Context, n int, prepare bool) error {
 	conns := make([]*pgxpool.Conn, n)
+	acquireErrs := make([]error, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range conns {
@@ -54,7 +57,7 @@ func (s *Store) warm(ctx context.Context, n int, prepare bool) error {
 			defer wg.Done()
 			c, err := s.pool.Acquire(ctx)
 			if err != nil {
-				errs[i] = err
+				acquireErrs[i] = err
 				return
 			}
 			conns[i] = c
@@ -72,10 +75,15 @@ func (s *Store) warm(ctx context.Context, n int, prepare bool) error {
 		}()
 	}
 	wg.Wait()
+	opened := 0
 	for _, c := range conns {
 		if c != nil {
 			c.Release()
+			opened++
 		}
+	}
+	if opened == 0 {
+		return translate("warm connections", acquireErrs[0])
 	}
 	for _, err := range errs {
 		if err != nil {

@@ -2,10 +2,14 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/store"
 )
 
 func TestWarmConns(t *testing.T) {
@@ -71,5 +75,50 @@ func TestOpenWarmsConnections(t *testing.T) {
 				t.Errorf("%d of %d connections have the %d hot statements prepared, want at least %d", warmed, len(conns), len(hotStatements), tc.conns)
 			}
 		})
+	}
+}
+
+// TestOpenWithFewerConnectionsThanWarmUp checks that a server refusing some
+// of the warm-up's connections (a role limited to 3) does not stop Open:
+// the store opens with what it got and works.
+func TestOpenWithFewerConnectionsThanWarmUp(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	admin := openURL(t, url, nil) // migrates, as the superuser
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	role := fmt.Sprintf("rq_limited_%d", time.Now().UnixNano())
+	for _, sql := range []string{
+		"CREATE ROLE " + role + " LOGIN CONNECTION LIMIT 3",
+		"GRANT ALL ON ALL TABLES IN SCHEMA public TO " + role,
+		"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO " + role,
+	} {
+		if _, err := admin.Pool().Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = admin.Pool().Exec(ctx, "REASSIGN OWNED BY "+role+" TO postgres")
+		_, _ = admin.Pool().Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = admin.Pool().Exec(ctx, "DROP ROLE "+role)
+	})
+	u, err := pgconn.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limitedURL := fmt.Sprintf("postgres://%s@%s:%d/%s", role, u.Host, u.Port, u.Database)
+	s, err := Open(ctx, Config{URL: limitedURL}) // MaxConns 10: the warm-up asks for 8
+	if err != nil {
+		t.Fatalf("Open with a role limited to 3 connections (warm-up wants %d): %v", DefaultWarmConns, err)
+	}
+	defer s.Close()
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("limited", 5), Now: t0}); err != nil {
+		t.Fatalf("insert through the limited store: %v", err)
+	}
+	got, err := s.FetchTasks(ctx, store.FetchParams{Limit: 10, WorkerID: "w", LeaseDuration: time.Minute, Now: t0})
+	if err != nil || len(got) != 5 {
+		t.Fatalf("fetch: %d tasks, err %v; want 5", len(got), err)
 	}
 }
