@@ -3,6 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 BIN     ?= bin/retryq
 FUZZTIME ?= 10s
+STATICCHECK_VERSION ?= v0.8.2
 
 .DEFAULT_GOAL := help
 
@@ -40,9 +41,10 @@ fuzz-smoke: ## Run each fuzz target for FUZZTIME (default 10s)
 	done
 
 .PHONY: lint
-lint: ## gofmt check, go vet, and golangci-lint when installed
+lint: ## gofmt check, go vet, staticcheck, and golangci-lint when installed
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run; else echo "golangci-lint not installed; skipped"; fi
 
 .PHONY: demo

@@ -174,7 +174,8 @@ func TestPanicIsRecordedWithStack(t *testing.T) {
 	e := newEnv(t, retryq.Options{DefaultPolicy: fastPolicy(2)})
 	e.mux.HandleFunc("boom", func(ctx context.Context, task *retryq.Task) error {
 		var m map[string]int
-		m["x"] = 1 // nil map write panics
+		//lint:ignore SA5000 the handler panics on purpose: a nil map write, a runtime error
+		m["x"] = 1
 		return nil
 	})
 	e.startWorker(retryq.WorkerConfig{})

@@ -216,7 +216,7 @@ func TestSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Get("payments") != s.Get("payments") {
+	if a, b := s.Get("payments"), s.Get("payments"); a != b {
 		t.Fatal("Get returned different breakers")
 	}
 	s.Get("search").Failure(t0)

@@ -61,8 +61,7 @@ type harness struct {
 	once    sync.Once
 	mu      sync.Mutex
 	lat     []time.Duration
-	perTask sync.Map // id -> *atomic.Int32 (retry workload)
-	fail    int      // attempts to fail before success
+	fail    int // attempts to fail before success
 	heap    peakHeap
 	st      store.Store
 	store0  store.GroupStats // the store's counters when the harness started
