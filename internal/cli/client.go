@@ -61,7 +61,7 @@ func (f *clientFlags) client(env *Env) (*apiClient, error) {
 		if f.server == "" {
 			src = "RETRYQ_SERVER"
 		}
-		return nil, fmt.Errorf("%s: %v", src, err)
+		return nil, fmt.Errorf("%s: %w", src, err)
 	}
 	token := f.token
 	if token == "" {
@@ -150,7 +150,7 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
-			return nil, fmt.Errorf("%s %s: the server's answer is not the expected JSON (%v); is %s a retryq server?",
+			return nil, fmt.Errorf("%s %s: the server's answer is not the expected JSON (%w); is %s a retryq server?",
 				method, path, err, c.base)
 		}
 	}
@@ -368,12 +368,12 @@ func runSubcommand(ctx context.Context, env *Env, name, usage string, subs []sub
 	}
 	fmt.Fprintf(&b, "\nRun \"retryq %s COMMAND -h\" for a command's flags.\n", name)
 	if len(args) == 0 {
-		io.WriteString(env.Stderr, b.String())
+		_, _ = io.WriteString(env.Stderr, b.String())
 		return exitUsage
 	}
 	switch args[0] {
 	case "-h", "-help", "--help", "help":
-		io.WriteString(env.Stdout, b.String())
+		_, _ = io.WriteString(env.Stdout, b.String())
 		return exitOK
 	}
 	for _, s := range subs {
@@ -392,17 +392,17 @@ func runSubcommand(ctx context.Context, env *Env, name, usage string, subs []sub
 func printJSON(w io.Writer, raw []byte) {
 	var b bytes.Buffer
 	if err := json.Indent(&b, bytes.TrimSpace(raw), "", "  "); err != nil {
-		w.Write(raw)
+		_, _ = w.Write(raw)
 		return
 	}
 	b.WriteByte('\n')
-	w.Write(b.Bytes())
+	_, _ = w.Write(b.Bytes())
 }
 
 // marshalJSON prints v as indented JSON, for --json output built by the CLI.
 func marshalJSON(w io.Writer, v any) {
 	b, _ := json.MarshalIndent(v, "", "  ")
-	w.Write(append(b, '\n'))
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // readJSONArg reads a JSON flag value: inline JSON, @FILE, or @- for
@@ -414,13 +414,13 @@ func readJSONArg(env *Env, flagName, v string) (json.RawMessage, error) {
 	case v == "@-":
 		b, err := io.ReadAll(io.LimitReader(env.Stdin, maxResponseBytes))
 		if err != nil {
-			return nil, fmt.Errorf("%s: read standard input: %v", flagName, err)
+			return nil, fmt.Errorf("%s: read standard input: %w", flagName, err)
 		}
 		data, src = b, "standard input"
 	case strings.HasPrefix(v, "@"):
 		b, err := readFileLimited(v[1:])
 		if err != nil {
-			return nil, fmt.Errorf("%s: %v", flagName, err)
+			return nil, fmt.Errorf("%s: %w", flagName, err)
 		}
 		data, src = b, v[1:]
 	default:

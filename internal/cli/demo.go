@@ -154,7 +154,7 @@ func (d *demo) boot(ctx context.Context) error {
 		d.tmpDir = dir
 		d.dbDSN = "sqlite:" + filepath.Join(dir, "demo.db")
 	}
-	var logW io.Writer = io.Discard
+	logW := io.Discard
 	if d.o.logFile != "" {
 		f, err := os.OpenFile(d.o.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

@@ -18,8 +18,8 @@ func newFlagSet(name, usage string) *flag.FlagSet {
 	fs.SetOutput(io.Discard) // parseFlags reports errors itself
 	fs.Usage = func() {
 		out := fs.Output()
-		io.WriteString(out, usage)
-		io.WriteString(out, "\nFlags:\n")
+		_, _ = io.WriteString(out, usage)
+		_, _ = io.WriteString(out, "\nFlags:\n")
 		printFlags(out, fs)
 	}
 	return fs
@@ -44,7 +44,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		}
 		b.WriteByte('\n')
 	})
-	io.WriteString(w, b.String())
+	_, _ = io.WriteString(w, b.String())
 }
 
 // parseFlags parses args. On -h it prints the help to stdout and returns

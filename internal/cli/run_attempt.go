@@ -118,8 +118,11 @@ func (r *runner) attempt(n int) outcome {
 	pgid := cmd.Process.Pid
 	r.group.started(pgid)
 	defer r.group.exited()
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
+	waited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // see below: the process state is what counts
+		close(waited)
+	}()
 
 	var timeoutC <-chan time.Time
 	if r.o.timeout > 0 {

@@ -88,7 +88,7 @@ func (l *runLog) attempt(a retry.AttemptInfo, o outcome, timeout time.Duration, 
 		b.WriteString(stopPhrase(a.Stop))
 	}
 	b.WriteByte('\n')
-	io.WriteString(l.w, b.String())
+	_, _ = io.WriteString(l.w, b.String())
 }
 
 func stopPhrase(s retry.StopReason) string {

@@ -64,11 +64,12 @@ func (t *table) write(w io.Writer) {
 				l.WriteString("  ")
 			}
 			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
-			if t.right[i] {
+			switch {
+			case t.right[i]:
 				l.WriteString(pad + c)
-			} else if i < len(cells)-1 {
+			case i < len(cells)-1:
 				l.WriteString(c + pad)
-			} else {
+			default:
 				l.WriteString(c)
 			}
 		}
@@ -79,7 +80,7 @@ func (t *table) write(w io.Writer) {
 	for _, r := range t.rows {
 		line(r)
 	}
-	io.WriteString(w, b.String())
+	_, _ = io.WriteString(w, b.String())
 }
 
 // fieldList prints "label  value" lines with the values aligned, for one
@@ -102,7 +103,7 @@ func (f *fieldList) write(w io.Writer) {
 	for i, l := range f.labels {
 		fmt.Fprintf(&b, "%-*s  %s\n", width, l, cleanCell(f.values[i], 0))
 	}
-	io.WriteString(w, b.String())
+	_, _ = io.WriteString(w, b.String())
 }
 
 // cleanCell replaces control characters (newlines, tabs, escapes) with

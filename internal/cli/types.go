@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -280,7 +279,7 @@ func runTypesSet(ctx context.Context, env *Env, args []string) int {
 	}
 	defer c.close()
 	var t apiTypeConfig
-	raw, err := c.call(ctx, "PUT", "/v1/types/"+typePath(pos[0]), nil, json.RawMessage(body), &t)
+	raw, err := c.call(ctx, "PUT", "/v1/types/"+typePath(pos[0]), nil, body, &t)
 	if err != nil {
 		if isAPIError(err, 400, "") {
 			return fail(env, name, fmt.Errorf("%s: %w", file, err))

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -120,7 +121,11 @@ func (e *Engine) checkDeadFilter(f *store.DeadFilter) error {
 	}
 	for i, id := range f.IDs {
 		if err := ValidateID(id); err != nil {
-			return fieldErr(fmt.Sprintf("ids[%d]", i), "%s", err.(*FieldError).Message)
+			msg := err.Error()
+			if fe, ok := errors.AsType[*FieldError](err); ok {
+				msg = fe.Message
+			}
+			return fieldErr(fmt.Sprintf("ids[%d]", i), "%s", msg)
 		}
 	}
 	if f.Limit < 0 {

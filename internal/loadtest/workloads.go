@@ -72,7 +72,7 @@ func Stream(st store.Store, n, producers int, o Options) (Result, error) {
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		h.wait(time.Millisecond)
+		_ = h.wait(time.Millisecond) // stop the worker; the enqueue error is the one to report
 		return Result{}, fmt.Errorf("stream enqueue: %w", err)
 	}
 	if err := h.wait(runTimeout); err != nil {
@@ -97,7 +97,7 @@ func Paced(st store.Store, n int, rate float64, o Options) (Result, error) {
 			time.Sleep(d)
 		}
 		if _, err := h.client.Enqueue(ctx, "bench", stamp()); err != nil {
-			h.wait(time.Millisecond)
+			_ = h.wait(time.Millisecond) // stop the worker; the enqueue error is the one to report
 			return Result{}, fmt.Errorf("paced enqueue: %w", err)
 		}
 	}

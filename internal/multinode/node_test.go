@@ -68,8 +68,9 @@ type runLog struct {
 func (l *runLog) write(format string, args ...any) {
 	line := fmt.Sprintf(format, args...)
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, err := l.f.WriteString(line); err != nil {
+	_, err := l.f.WriteString(line)
+	l.mu.Unlock()
+	if err != nil {
 		// The test cannot check anything without its log: fail loudly.
 		fmt.Fprintf(os.Stderr, "multinode node: write run log: %v\n", err)
 		os.Exit(3)

@@ -253,7 +253,7 @@ func (b *Bouncer) start(bin string, cred *syscall.Credential, clientURL string) 
 		}
 		select {
 		case <-b.exited:
-			return fmt.Errorf("%w: %v", errExited, b.waitErr)
+			return fmt.Errorf("%w: %w", errExited, b.waitErr)
 		default:
 		}
 		if time.Now().After(deadline) {

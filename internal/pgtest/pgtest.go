@@ -234,7 +234,7 @@ func startCluster() (*Cluster, error) {
 	if out, err := c.command("initdb", "-D", c.dataDir(), "-U", "postgres", "--auth=trust",
 		"--encoding=UTF8", "--locale=C", "--no-sync").CombinedOutput(); err != nil {
 		os.RemoveAll(c.dir)
-		return nil, fmt.Errorf("initdb: %v: %s", err, out)
+		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
 	for try := 0; ; try++ {
 		c.port, err = freePort()
@@ -312,7 +312,7 @@ func (c *Cluster) Start() error {
 		"-w", "-t", "60", "-o", opts, "start").CombinedOutput()
 	if err != nil {
 		log, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
-		return fmt.Errorf("pg_ctl start: %v: %s\n%s", err, out, tail(log, 2000))
+		return fmt.Errorf("pg_ctl start: %w: %s\n%s", err, out, tail(log, 2000))
 	}
 	c.running = true
 	return nil
@@ -331,7 +331,7 @@ func (c *Cluster) stopLocked() error {
 	}
 	out, err := c.command("pg_ctl", "-D", c.dataDir(), "-m", "fast", "-w", "-t", "60", "stop").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("pg_ctl stop: %v: %s", err, out)
+		return fmt.Errorf("pg_ctl stop: %w: %s", err, out)
 	}
 	c.running = false
 	return nil

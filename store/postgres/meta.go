@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -116,7 +117,7 @@ ON CONFLICT (name) DO UPDATE SET node_id = EXCLUDED.node_id, expires_at = EXCLUD
 WHERE l.node_id = EXCLUDED.node_id OR l.expires_at < $4
 RETURNING name, node_id, expires_at`, p.Name, p.NodeID, us(p.Now.Add(p.TTL)), us(p.Now)).
 			Scan(&l.Name, &l.NodeID, &l.ExpiresAt)
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			// Held by another node: report the current holder.
 			err = tx.QueryRow(ctx, "SELECT name, node_id, expires_at FROM leader WHERE name = $1", p.Name).
 				Scan(&l.Name, &l.NodeID, &l.ExpiresAt)

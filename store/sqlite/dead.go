@@ -242,7 +242,7 @@ func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeSta
 	if err != nil {
 		return nil, translate(op, err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }() // read-only: nothing to keep
 	byType := map[string]*store.TypeStats{}
 	get := func(typ string) *store.TypeStats {
 		ts, ok := byType[typ]

@@ -188,14 +188,14 @@ func (s *Store) commitGroup(batch []*writeReq) {
 			reply(tx.Commit())
 			return
 		}
-		tx.Rollback()
+		_ = tx.Rollback() // the error is the write's own, already in errs
 		reply(nil)
 		return
 	}
 	// fail ends the transaction after a savepoint command failed: nobody's
 	// work survives.
 	fail := func(err error) {
-		tx.Rollback()
+		_ = tx.Rollback() // err says what went wrong
 		for j := range errs {
 			errs[j] = err
 		}
@@ -236,7 +236,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 		}
 	}
 	if ran == 0 {
-		tx.Rollback()
+		_ = tx.Rollback() // the error is the write's own, already in errs
 		reply(nil)
 		return
 	}

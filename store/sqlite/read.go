@@ -88,7 +88,7 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 	if err != nil {
 		return nil, translate(op, err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }() // read-only: nothing to keep
 	rows, err := tx.QueryContext(ctx, `SELECT task_id, task_type, number, worker_id, started_at, finished_at,
 		outcome, error_code, error_message, error_class, delay, detail
 		FROM attempts WHERE task_id = ? ORDER BY id`, taskID)

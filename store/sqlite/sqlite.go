@@ -161,7 +161,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return translate(op, err)
 	}
-	defer tx.Rollback()
+	defer func() { _ = tx.Rollback() }() // a no-op after Commit
 	var applied int
 	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&applied); err != nil {
 		return translate(op, err)
@@ -418,7 +418,7 @@ func blob(b []byte) any {
 	if b == nil {
 		return nil
 	}
-	return []byte(b)
+	return b
 }
 
 func nullStr(s string) any {

@@ -46,7 +46,7 @@ func testGroupStats(e *env) {
 
 func testStats(e *env) {
 	// Type a: one task per state; the dead one failed twice. Type b: pending.
-	at := func(d time.Duration) time.Time { return base.Add(d) }
+	at := base.Add
 	e.makeState(at(0), nt("a_sched", "a"), store.StateScheduled)
 	e.makeState(at(0), nt("a_run", "a"), store.StateRunning)
 	e.makeState(at(time.Minute), nt("a_ok", "a"), store.StateSucceeded)         // attempt 1 ok at +1m
