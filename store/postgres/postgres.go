@@ -55,10 +55,12 @@ type Config struct {
 	// pgx options such as default_query_exec_mode=exec (for poolers that do
 	// not support prepared statements) may be given in it. Required.
 	URL string
-	// MaxConns is the maximum size of the connection pool (default 10). The
-	// Wakeups listener uses one extra dedicated connection.
+	// MaxConns is the maximum size of the connection pool (default: the
+	// URL's pool_max_conns, else 10). The Wakeups listener uses one extra
+	// dedicated connection.
 	MaxConns int32
-	// MinConns is the number of connections kept open (default 0). Open
+	// MinConns is the number of connections kept open (default: the URL's
+	// pool_min_conns, else 0). Open
 	// opens max(MinConns, min(MaxConns, DefaultWarmConns)) connections and
 	// prepares the hot statements on each before it returns (see warm.go);
 	// connections beyond MinConns close after 30 minutes idle.
@@ -173,11 +175,21 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	// Pool sizes given in the URL (pool_max_conns, pool_min_conns) apply
+	// unless the Config sets them: the server's --db has no other way.
+	maxFromURL := cfg.MaxConns == 0 && urlSets(cfg.URL, "pool_max_conns")
+	minFromURL := cfg.MinConns == 0 && urlSets(cfg.URL, "pool_min_conns")
 	pcfg, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w: %w", store.ErrInvalid, err)
 	}
+	if maxFromURL {
+		cfg.MaxConns = pcfg.MaxConns
+	}
+	if minFromURL {
+		cfg.MinConns = pcfg.MinConns
+	}
+	cfg = cfg.withDefaults()
 	pcfg.MaxConns = cfg.MaxConns
 	pcfg.MinConns = cfg.MinConns
 	if pcfg.ConnConfig.ConnectTimeout == 0 || pcfg.ConnConfig.ConnectTimeout > cfg.ConnectTimeout {
@@ -186,7 +198,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if _, ok := pcfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		pcfg.ConnConfig.RuntimeParams["application_name"] = DefaultApplicationName
 	}
-	if cfg.PollOnly && !setsExecMode(cfg.URL) {
+	if cfg.PollOnly && !urlSets(cfg.URL, "default_query_exec_mode") {
 		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -227,14 +239,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// setsExecMode reports whether connString sets default_query_exec_mode
-// (pgx.ParseConfig consumes the parameter, so look at it before that).
-func setsExecMode(connString string) bool {
+// urlSets reports whether connString sets the parameter name (pgx's
+// parsers consume their own parameters, so look before they do).
+func urlSets(connString, name string) bool {
 	c, err := pgconn.ParseConfig(connString)
 	if err != nil {
 		return false
 	}
-	_, ok := c.RuntimeParams["default_query_exec_mode"]
+	_, ok := c.RuntimeParams[name]
 	return ok
 }
 

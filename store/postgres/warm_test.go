@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +121,39 @@ func TestOpenWithFewerConnectionsThanWarmUp(t *testing.T) {
 	got, err := s.FetchTasks(ctx, store.FetchParams{Limit: 10, WorkerID: "w", LeaseDuration: time.Minute, Now: t0})
 	if err != nil || len(got) != 5 {
 		t.Fatalf("fetch: %d tasks, err %v; want 5", len(got), err)
+	}
+}
+
+// TestPoolSizeFromURL checks that pool_max_conns and pool_min_conns in the
+// URL apply unless the Config sets the sizes (retryq server has only --db).
+func TestPoolSizeFromURL(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	with := func(params string) string {
+		if strings.Contains(url, "://") {
+			if strings.Contains(url, "?") {
+				return url + "&" + params
+			}
+			return url + "?" + params
+		}
+		return url + " " + strings.ReplaceAll(params, "&", " ")
+	}
+	for _, tc := range []struct {
+		name             string
+		url              string
+		max, min         int32
+		wantMax, wantMin int32
+	}{
+		{"defaults", url, 0, 0, DefaultMaxConns, 0},
+		{"URL", with("pool_max_conns=3&pool_min_conns=2"), 0, 0, 3, 2},
+		{"Config wins", with("pool_max_conns=3&pool_min_conns=2"), 5, 1, 5, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openURL(t, tc.url, func(c *Config) { c.MaxConns, c.MinConns = tc.max, tc.min })
+			pc := s.Pool().Config()
+			if pc.MaxConns != tc.wantMax || pc.MinConns != tc.wantMin {
+				t.Fatalf("pool max %d min %d, want %d and %d", pc.MaxConns, pc.MinConns, tc.wantMax, tc.wantMin)
+			}
+		})
 	}
 }
