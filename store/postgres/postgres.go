@@ -60,10 +60,10 @@ type Config struct {
 	// dedicated connection.
 	MaxConns int32
 	// MinConns is the number of connections kept open (default: the URL's
-	// pool_min_conns, else 0). Open
-	// opens max(MinConns, min(MaxConns, DefaultWarmConns)) connections and
-	// prepares the hot statements on each before it returns (see warm.go);
-	// connections beyond MinConns close after 30 minutes idle.
+	// pool_min_conns, else 0). Open opens max(MinConns, min(MaxConns,
+	// DefaultWarmConns)) connections and prepares the hot statements on
+	// each before it returns (see warm.go); connections beyond MinConns
+	// close after 30 minutes idle.
 	MinConns int32
 	// ConnectTimeout bounds establishing one connection (default 10s).
 	ConnectTimeout time.Duration
@@ -213,6 +213,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
+	current := true // the schema is the one this binary knows
 	if cfg.AutoMigrate {
 		if err := s.Migrate(ctx); err != nil {
 			s.Close()
@@ -228,9 +229,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			s.Close()
 			return nil, fmt.Errorf("open postgres: schema version %d, this binary knows %d: %w", applied, known, store.ErrSchemaTooNew)
 		}
+		current = applied == known
 	}
-	if applied, known, err := s.SchemaVersion(ctx); err == nil && applied == known {
-		// The hot statements exist only in the current schema.
+	if current { // the hot statements need the current schema
 		if err := s.warm(ctx, warmConns(cfg), !cfg.PollOnly); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("open postgres: %w", err)
