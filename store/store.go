@@ -127,6 +127,19 @@ type Notifier interface {
 	Wakeups(ctx context.Context) <-chan struct{}
 }
 
+// CancelNotifier is implemented by backends that tell every process when a
+// running task was cancelled, so that the process running its handler stops
+// it at once rather than at its next heartbeat (which finds the lease gone).
+// Like wake-ups, delivery is best effort.
+type CancelNotifier interface {
+	// Cancellations returns a channel that receives the task and lease of
+	// every running task cancelled by any process while ctx lasts (and
+	// while the store's wake-up listener runs). It is closed when ctx is
+	// done or the store closes. Values may be dropped when the receiver
+	// falls behind.
+	Cancellations(ctx context.Context) <-chan LeaseRef
+}
+
 // GroupCommitter is implemented by backends that fold concurrent writes into
 // shared transactions themselves (SQLite's single writer commits every
 // queued write in one transaction). The engine then lets more enqueue

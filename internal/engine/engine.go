@@ -282,8 +282,13 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// notifyLoop turns cross-process notifications into local wake-ups.
+// notifyLoop turns cross-process notifications into local wake-ups, and
+// cancellations of running tasks into stopped handlers.
 func (e *Engine) notifyLoop(ctx context.Context, n store.Notifier) {
+	var cancels <-chan store.LeaseRef
+	if cn, ok := n.(store.CancelNotifier); ok {
+		cancels = cn.Cancellations(ctx)
+	}
 	ch := n.Wakeups(ctx)
 	for {
 		select {
@@ -295,6 +300,12 @@ func (e *Engine) notifyLoop(ctx context.Context, n store.Notifier) {
 			}
 			e.wake.broadcast()
 			e.sched.poke(time.Time{})
+		case ref, ok := <-cancels:
+			if !ok {
+				cancels = nil
+				continue
+			}
+			e.leases.cancelled(ref.TaskID, ref.LeaseID)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -11,6 +12,11 @@ import (
 
 // errLeaseLost is the cancellation cause of a handler whose lease was lost.
 var errLeaseLost = errors.New("lease lost: the task was reaped, cancelled or taken by another worker")
+
+// errTaskCancelled is the cancellation cause of a handler whose task was
+// cancelled while it ran (a lost lease, told at once instead of found by
+// the next heartbeat).
+var errTaskCancelled = fmt.Errorf("task cancelled: %w", errLeaseLost)
 
 // leaseTable tracks the leases held by in-process handlers so one heartbeat
 // loop can extend them all in a single batch.
@@ -77,6 +83,36 @@ func (lt *leaseTable) markLost(h *heldLease) {
 	if cancel != nil {
 		cancel(errLeaseLost)
 	}
+}
+
+// leaseOf returns the lease id held for taskID ("" if none).
+func (lt *leaseTable) leaseOf(taskID string) string {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	if h := lt.m[taskID]; h != nil {
+		return h.leaseID
+	}
+	return ""
+}
+
+// cancelled records that taskID was cancelled while leaseID was held: if
+// this process still holds that lease, the lease is lost and its handler
+// (if started) is cancelled with errTaskCancelled. It reports whether the
+// lease was held here.
+func (lt *leaseTable) cancelled(taskID, leaseID string) bool {
+	lt.mu.Lock()
+	h := lt.m[taskID]
+	if h == nil || h.leaseID != leaseID || h.lost {
+		lt.mu.Unlock()
+		return false
+	}
+	h.lost = true
+	cancel := h.cancel
+	lt.mu.Unlock()
+	if cancel != nil {
+		cancel(errTaskCancelled)
+	}
+	return true
 }
 
 func (lt *leaseTable) remove(taskID string) {

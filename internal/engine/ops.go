@@ -85,11 +85,15 @@ func (e *Engine) Cancel(ctx context.Context, id string) (store.Task, error) {
 	if err := ValidateID(id); err != nil {
 		return store.Task{}, err
 	}
+	held := e.leases.leaseOf(id) // a handler of this process may be running it
 	t, err := e.st.CancelTask(ctx, store.CancelParams{ID: id, Now: e.now()})
 	if err != nil {
 		return store.Task{}, fmt.Errorf("cancel task %s: %w", id, err)
 	}
 	e.log.Info("task cancelled", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
+	if held != "" {
+		e.leases.cancelled(id, held)
+	}
 	return t, nil
 }
 

@@ -268,6 +268,11 @@ func (w *workerRun) execute(t *store.Task) {
 	cancel()
 	cancelLease(nil)
 	e.leases.remove(t.ID)
+	if errors.Is(cause, errTaskCancelled) {
+		// The task is cancelled: there is no outcome to record.
+		e.log.Info("handler stopped: task cancelled", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
+		return
+	}
 
 	now := e.now()
 	var out store.Outcome

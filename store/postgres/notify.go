@@ -3,10 +3,71 @@ package postgres
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/retryq/retryq/store"
 )
+
+// cancelPrefix starts the payload of the notification CancelTask sends for
+// a running task: "cancel TASK_ID LEASE_ID". Other notifications carry an
+// empty payload and mean "tasks may be due".
+const cancelPrefix = "cancel "
+
+// cancelBuffer is how many cancellations a slow receiver may fall behind
+// before more are dropped (its heartbeat then finds the lease gone).
+const cancelBuffer = 64
+
+// Cancellations implements store.CancelNotifier: the listener started by
+// Wakeups delivers the cancellations other processes (and this one)
+// notify. With Config.PollOnly nothing arrives.
+func (s *Store) Cancellations(ctx context.Context) <-chan store.LeaseRef {
+	ch := make(chan store.LeaseRef, cancelBuffer)
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.closed.Load() {
+		close(ch)
+		return ch
+	}
+	s.cancelMu.Lock()
+	if s.cancelSubs == nil {
+		s.cancelSubs = make(map[chan store.LeaseRef]struct{})
+	}
+	s.cancelSubs[ch] = struct{}{}
+	s.cancelMu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.bgCtx, cancel)
+	s.bgWG.Add(1)
+	go func() {
+		defer s.bgWG.Done()
+		defer stop()
+		<-ctx.Done()
+		s.cancelMu.Lock()
+		delete(s.cancelSubs, ch)
+		close(ch)
+		s.cancelMu.Unlock()
+	}()
+	return ch
+}
+
+// publishCancel hands a cancellation notification to every receiver.
+func (s *Store) publishCancel(payload string) {
+	id, lease, ok := strings.Cut(strings.TrimPrefix(payload, cancelPrefix), " ")
+	if !ok || id == "" || lease == "" {
+		return
+	}
+	ref := store.LeaseRef{TaskID: id, LeaseID: lease}
+	s.cancelMu.Lock()
+	defer s.cancelMu.Unlock()
+	for ch := range s.cancelSubs {
+		select {
+		case ch <- ref:
+		default:
+		}
+	}
+}
 
 // Wakeups returns a channel receiving a value whenever some process
 // inserted, promoted or released tasks (NOTIFY retryq_wakeup). Values
@@ -75,7 +136,7 @@ func (s *Store) listen(ctx context.Context, ch chan struct{}) {
 		}
 		first = false
 		backoff = s.cfg.ReconnectMin
-		err = waitLoop(ctx, conn, ch)
+		err = s.waitLoop(ctx, conn, ch)
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = conn.Close(closeCtx)
 		cancel()
@@ -104,13 +165,15 @@ func (s *Store) listenConn(ctx context.Context) (*pgx.Conn, error) {
 // connection would otherwise block it forever).
 var listenPingInterval = 30 * time.Second
 
-func waitLoop(ctx context.Context, conn *pgx.Conn, ch chan struct{}) error {
+func (s *Store) waitLoop(ctx context.Context, conn *pgx.Conn, ch chan struct{}) error {
 	for {
 		wctx, cancel := context.WithTimeout(ctx, listenPingInterval)
-		_, err := conn.WaitForNotification(wctx)
+		n, err := conn.WaitForNotification(wctx)
 		timedOut := wctx.Err() != nil && ctx.Err() == nil
 		cancel()
 		switch {
+		case err == nil && strings.HasPrefix(n.Payload, cancelPrefix):
+			s.publishCancel(n.Payload)
 		case err == nil:
 			signal(ch)
 		case ctx.Err() != nil:

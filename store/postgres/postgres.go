@@ -156,6 +156,9 @@ type Store struct {
 	bgCancel context.CancelFunc
 	bgWG     sync.WaitGroup
 
+	cancelMu   sync.Mutex
+	cancelSubs map[chan store.LeaseRef]struct{} // Cancellations receivers (notify.go)
+
 	wq          writeQueue   // the group-commit writer's queue (group.go)
 	groups      atomic.Int64 // batches sent by the writer
 	groupWrites atomic.Int64 // writes in them
@@ -164,6 +167,7 @@ type Store struct {
 var (
 	_ store.Store          = (*Store)(nil)
 	_ store.Notifier       = (*Store)(nil)
+	_ store.CancelNotifier = (*Store)(nil)
 	_ store.GroupCommitter = (*Store)(nil)
 	_ store.GroupCounter   = (*Store)(nil)
 )

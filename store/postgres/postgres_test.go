@@ -525,3 +525,58 @@ func TestMigrationFoldsSuccessfulAttempts(t *testing.T) {
 		t.Fatalf("attempts rows after migration = %d (%v), want 0", n, err)
 	}
 }
+
+// TestCancellations checks that cancelling a running task tells every
+// listening store which task and lease, and that cancelling a task nobody
+// runs tells nothing.
+func TestCancellations(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	listener, writer := openURL(t, url, nil), openURL(t, url, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cancels := listener.Cancellations(ctx)
+	wake := listener.Wakeups(ctx)
+	// LISTEN is up once an insert's wakeup arrives.
+	for i := 0; ; i++ {
+		if _, err := writer.InsertTasks(ctx, store.InsertParams{Tasks: newTasks(fmt.Sprintf("w%d-", i), 1), Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-wake:
+		case <-time.After(200 * time.Millisecond):
+			if i == 50 {
+				t.Fatal("no wakeup from the listener in 10 s")
+			}
+			continue
+		}
+		break
+	}
+	running, err := writer.FetchTasks(ctx, store.FetchParams{Limit: 1, WorkerID: "w", LeaseDuration: time.Minute, Now: t0})
+	if err != nil || len(running) != 1 {
+		t.Fatalf("FetchTasks = %v, %v", running, err)
+	}
+	waiting := newTasks("waiting", 1)
+	if _, err := writer.InsertTasks(ctx, store.InsertParams{Tasks: waiting, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	// Not running: no cancellation. Then the running one: notifications
+	// arrive in commit order, so the first one must be this.
+	if _, err := writer.CancelTask(ctx, store.CancelParams{ID: waiting[0].ID, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writer.CancelTask(ctx, store.CancelParams{ID: running[0].ID, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ref := <-cancels:
+		if ref.TaskID != running[0].ID || ref.LeaseID != running[0].LeaseID {
+			t.Fatalf("cancellation %+v, want task %s lease %s", ref, running[0].ID, running[0].LeaseID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no cancellation for the running task")
+	}
+	cancel()
+	for range cancels { // closed when ctx ends
+	}
+}

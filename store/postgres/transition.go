@@ -16,10 +16,26 @@ func (s *Store) CancelTask(ctx context.Context, p store.CancelParams) (store.Tas
 	if p.ID == "" {
 		return store.Task{}, fmt.Errorf("cancel task: empty id: %w", store.ErrInvalid)
 	}
-	return s.transition(ctx, op, "cancel", p.ID, `
+	var t store.Task
+	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
+		// The lease of a running task, read under the row lock the update
+		// takes anyway, names the handler to stop in the notification.
+		var lease *string
+		if err := tx.QueryRow(ctx, "SELECT lease_id FROM tasks WHERE id = $1 FOR UPDATE", p.ID).Scan(&lease); err != nil {
+			return err // ErrNoRows -> ErrNotFound
+		}
+		var err error
+		t, err = conditional(ctx, tx, "cancel", p.ID, `
 UPDATE tasks AS t SET state = 'cancelled', lease_id = NULL, lease_expires_at = NULL, updated_at = $2
 WHERE t.id = $1 AND t.state IN ('scheduled', 'pending', 'retry_waiting', 'running')
-RETURNING `+taskCols, false, p.ID, us(p.Now))
+RETURNING `+taskCols, p.ID, us(p.Now))
+		if err != nil || lease == nil || s.cfg.PollOnly {
+			return err
+		}
+		_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, cancelPrefix+p.ID+" "+*lease)
+		return err
+	})
+	return t, err
 }
 
 // retrySet is the SET list that puts a dead or cancelled task back to
@@ -46,15 +62,7 @@ func (s *Store) transition(ctx context.Context, op, verb, id, sql string, notify
 	var t store.Task
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
 		var err error
-		t, err = scanTask(tx.QueryRow(ctx, sql, args...))
-		if errors.Is(err, pgx.ErrNoRows) {
-			var state string
-			if err := tx.QueryRow(ctx, "SELECT state FROM tasks WHERE id = $1", id).Scan(&state); err != nil {
-				return err // ErrNoRows -> ErrNotFound
-			}
-			return &store.ConflictError{ID: id, State: store.State(state), Op: verb}
-		}
-		if err != nil {
+		if t, err = conditional(ctx, tx, verb, id, sql, args...); err != nil {
 			return err
 		}
 		if notify {
@@ -62,5 +70,18 @@ func (s *Store) transition(ctx context.Context, op, verb, id, sql string, notify
 		}
 		return nil
 	})
+	return t, err
+}
+
+// conditional runs one conditional single-task update in tx.
+func conditional(ctx context.Context, tx pgx.Tx, verb, id, sql string, args ...any) (store.Task, error) {
+	t, err := scanTask(tx.QueryRow(ctx, sql, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		var state string
+		if err := tx.QueryRow(ctx, "SELECT state FROM tasks WHERE id = $1", id).Scan(&state); err != nil {
+			return store.Task{}, err // ErrNoRows -> ErrNotFound
+		}
+		return store.Task{}, &store.ConflictError{ID: id, State: store.State(state), Op: verb}
+	}
 	return t, err
 }
