@@ -282,6 +282,13 @@ func (e *Engine) Close() error {
 	return nil
 }
 
+// debugging reports whether per-task debug lines are logged: the hot paths
+// check it first, since building a log call's arguments allocates even when
+// the level is off.
+func (e *Engine) debugging() bool {
+	return e.log.Enabled(context.Background(), slog.LevelDebug)
+}
+
 // notifyLoop turns cross-process notifications into local wake-ups, and
 // cancellations of running tasks into stopped handlers.
 func (e *Engine) notifyLoop(ctx context.Context, n store.Notifier) {

@@ -174,6 +174,7 @@ func (e *Engine) commitInserts(ctx context.Context, nts []store.NewTask) ([]stor
 func (e *Engine) afterInsert(res []store.InsertResult, now time.Time) {
 	ready := false
 	var earliest time.Time
+	debug := e.debugging()
 	for i := range res {
 		if res[i].Duplicate {
 			continue
@@ -184,7 +185,9 @@ func (e *Engine) afterInsert(res []store.InsertResult, now time.Time) {
 		} else if t.State == store.StateScheduled && (earliest.IsZero() || t.RunAt.Before(earliest)) {
 			earliest = t.RunAt
 		}
-		e.log.Debug("task enqueued", "task_id", t.ID, "type", t.Type, "state", t.State)
+		if debug {
+			e.log.Debug("task enqueued", "task_id", t.ID, "type", t.Type, "state", t.State)
+		}
 	}
 	if ready {
 		e.wake.broadcast()

@@ -89,7 +89,9 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		}
 		if len(tasks) > 0 || r.Wait == 0 {
 			for i := range tasks {
-				e.log.Debug("task leased", "task_id", tasks[i].ID, "type", tasks[i].Type, "attempt", tasks[i].Attempt, "worker", r.WorkerID)
+				if e.debugging() {
+					e.log.Debug("task leased", "task_id", tasks[i].ID, "type", tasks[i].Type, "attempt", tasks[i].Attempt, "worker", r.WorkerID)
+				}
 			}
 			return tasks, nil
 		}

@@ -39,7 +39,9 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 		e.log.Warn("push: lease lost before the delivery started; skipped", "task_id", t.ID, "type", t.Type)
 		return
 	}
-	e.log.Debug("push delivery started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "url", pt.url)
+	if e.debugging() {
+		e.log.Debug("push delivery started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "url", pt.url)
+	}
 	res := p.attempt(leaseCtx, pt, t)
 	e.leases.remove(t.ID)
 	// Outcomes are committed even if the engine is shutting down: the

@@ -262,7 +262,9 @@ func (w *workerRun) execute(t *store.Task) {
 		return
 	}
 	ctx, cancel := context.WithTimeoutCause(leaseCtx, spec.Timeout, errAttemptTimeout)
-	e.log.Debug("task started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
+	if e.debugging() {
+		e.log.Debug("task started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
+	}
 	err := callHandler(ctx, w.cfg.Handle, t)
 	cause := context.Cause(ctx)
 	cancel()
