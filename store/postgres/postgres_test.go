@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
@@ -578,5 +581,87 @@ func TestCancellations(t *testing.T) {
 	}
 	cancel()
 	for range cancels { // closed when ctx ends
+	}
+}
+
+// TestMigrationLightensHistoryIndexes: migration 4 drops the attempts
+// primary-key index and replaces the finished_at btree with a BRIN index,
+// keeping every history row, and the statistics window still counts them
+// (through the BRIN index when scans are forced onto an index).
+func TestMigrationLightensHistoryIndexes(t *testing.T) {
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx := t.Context()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("b", 3), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := s.FetchTasks(ctx, store.FetchParams{Limit: 3, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
+	if err != nil || len(leased) != 3 {
+		t.Fatalf("FetchTasks: %d tasks, %v", len(leased), err)
+	}
+	outs := make([]store.Outcome, len(leased))
+	for i, l := range leased {
+		outs[i] = store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateRetryWaiting, RunAt: now,
+			Error: &store.ErrorInfo{Code: "E", Message: "m", Class: "transient"}}
+	}
+	if errs, err := s.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now}); err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("RecordOutcomes: %v %v", err, errs)
+	}
+	// Back to the version-3 layout, then migration 4 again.
+	for _, q := range []string{
+		`DROP INDEX attempts_finished_brin`,
+		`ALTER TABLE attempts ADD PRIMARY KEY (seq)`,
+		`CREATE INDEX attempts_finished_idx ON attempts (finished_at)`,
+		migrations[3].sql,
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT indexname || ' ' || split_part(indexdef, ' USING ', 2) FROM pg_indexes WHERE tablename = 'attempts' ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"attempts_finished_brin brin (finished_at) WITH (autosummarize='on')", "attempts_task_idx btree (task_id, seq)"}
+	if !slices.Equal(indexes, want) {
+		t.Fatalf("attempts indexes after migration 4:\n%q\nwant\n%q", indexes, want)
+	}
+	for _, l := range leased {
+		h, err := s.ListAttempts(ctx, l.ID)
+		if err != nil || len(h) != 1 || h[0].Outcome != store.OutcomeFailed {
+			t.Fatalf("history of %s after migration: %+v, %v", l.ID, h, err)
+		}
+	}
+	// The statistics window, with scans forced onto an index: the plan
+	// uses the BRIN index and the counts are the same as by a full scan.
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	prow, err := tx.Query(ctx, `EXPLAIN SELECT count(*) FROM attempts WHERE finished_at >= $1`, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planLines, err := pgx.CollectRows(prow, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(planLines, "\n"), "attempts_finished_brin") {
+		t.Fatalf("statistics window plan does not use the BRIN index:\n%s", strings.Join(planLines, "\n"))
+	}
+	stats, err := s.Stats(ctx, store.StatsParams{Since: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stats) != 1 || stats[0].FirstAttempts != 3 || stats[0].Failures != 3 {
+		t.Fatalf("Stats after migration = %+v, want 3 first attempts, 3 failures", stats)
 	}
 }
