@@ -245,7 +245,8 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 		}
 	}
 	if ins != nil {
-		b.Queue(insertRowsSQL, ins.args()...)
+		sql, args := ins.statement()
+		b.Queue(sql, args...)
 	}
 	for _, w := range ws {
 		if w.ins == nil {

@@ -23,18 +23,20 @@ import (
 const DefaultWarmConns = 8
 
 // hotStatements are prepared on every warmed connection: the statements
-// every enqueue, fetch, heartbeat and outcome runs.
-var hotStatements = []string{
+// every enqueue, fetch, heartbeat and outcome runs, with the VALUES inserts
+// of the group sizes that concurrent single enqueues produce.
+var hotStatements = append([]string{
 	insertRowsSQL,
 	insertTasksSQL,
 	fetchPlanSettings,
 	fetchSQL,
 	outcomePlanSettings,
 	recordOutcomesSQL,
+	recordSuccessesSQL,
 	recordOutcomeSQL,
 	extendLeasesSQL,
 	getTypeSQL,
-}
+}, insertValuesSQL[1:9]...)
 
 // warmConns is how many connections Open warms for cfg.
 func warmConns(cfg Config) int {

@@ -1,0 +1,173 @@
+package postgres
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/store"
+)
+
+// The writer picks a statement by the shape of a batch: a VALUES list for
+// small inserts, arrays for large ones; a narrow statement for a batch of
+// plain successes, the general one otherwise. These tests check that each
+// pair stores exactly the same rows.
+
+func TestInsertStatementBySize(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{{1, insertValuesSQL[1]}, {8, insertValuesSQL[8]}, {maxValuesRows, insertValuesSQL[maxValuesRows]}, {maxValuesRows + 1, insertRowsSQL}} {
+		r := newInsertRows(tc.n)
+		for i := range tc.n {
+			r.add(rowsOf(t, store.NewTask{ID: fmt.Sprint(i), Type: "x"}))
+		}
+		sql, args := r.statement()
+		if sql != tc.want {
+			t.Errorf("%d rows: statement %.60q, want %.60q", tc.n, sql, tc.want)
+		}
+		if tc.n <= maxValuesRows && len(args) != tc.n*valuesParams {
+			t.Errorf("%d rows: %d parameters, want %d", tc.n, len(args), tc.n*valuesParams)
+		}
+	}
+}
+
+// rowsOf is the insertRows InsertTasks builds for one task at t0.
+func rowsOf(t *testing.T, nt store.NewTask) *insertRows {
+	t.Helper()
+	r := newInsertRows(1)
+	r.ids, r.types, r.states = append(r.ids, nt.ID), append(r.types, nt.Type), append(r.states, string(store.StatePending))
+	r.payloads, r.prios, r.maxes = append(r.payloads, nil), append(r.prios, 0), append(r.maxes, 0)
+	r.ords, r.keys = append(r.ords, 0), append(r.keys, nil)
+	r.runAts, r.nows, r.attempts = append(r.runAts, t0), append(r.nows, t0), append(r.attempts, 0)
+	r.leaseIDs, r.workers, r.leaseExps = append(r.leaseIDs, nil), append(r.workers, ""), append(r.leaseExps, nil)
+	return r
+}
+
+// TestInsertValuesMatchesArrays inserts the same mix of tasks (pending,
+// scheduled, leased at insert, with and without payload, priority and
+// attempts) once as a VALUES insert and once as an array insert, and
+// compares every stored field.
+func TestInsertValuesMatchesArrays(t *testing.T) {
+	t.Parallel()
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx := t.Context()
+	mix := func(prefix string, n int) []store.NewTask {
+		ts := make([]store.NewTask, n)
+		for i := range ts {
+			nt := store.NewTask{ID: fmt.Sprintf("%s-%03d", prefix, i), Type: "mix", Priority: i%3 - 1, MaxAttempts: i % 4}
+			switch i % 4 {
+			case 0:
+				nt.Payload = json.RawMessage(`{"i":` + fmt.Sprint(i) + `}`)
+			case 1:
+				nt.RunAt = t0.Add(time.Hour)
+			case 2:
+				nt.Lease = &store.NewLease{LeaseID: "lease-" + nt.ID, WorkerID: "w1", Duration: time.Minute}
+				nt.Payload = json.RawMessage(`[]`)
+			}
+			ts[i] = nt
+		}
+		return ts
+	}
+	small, large := mix("v", maxValuesRows), mix("a", maxValuesRows+4)
+	for _, batch := range [][]store.NewTask{small, large} {
+		res, err := s.InsertTasks(ctx, store.InsertParams{Tasks: batch, Now: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			got, err := s.GetTask(ctx, batch[i].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, r.Task) {
+				t.Errorf("task %s as stored:\n%+v\nas returned by InsertTasks:\n%+v", batch[i].ID, got, r.Task)
+			}
+		}
+	}
+	// Row i of each batch had the same input apart from its id.
+	for i := range small {
+		v, err := s.GetTask(ctx, small[i].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := s.GetTask(ctx, large[i].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.ID, a.LeaseID = v.ID, v.LeaseID
+		if !reflect.DeepEqual(v, a) {
+			t.Errorf("row %d differs between VALUES and array inserts:\n%+v\n%+v", i, v, a)
+		}
+	}
+}
+
+// TestSuccessBatchMatchesGeneral records the same success once in a batch
+// of successes only (recordSuccessesSQL) and once beside a failure
+// (recordOutcomesSQL), and compares the stored tasks and histories.
+func TestSuccessBatchMatchesGeneral(t *testing.T) {
+	t.Parallel()
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx := t.Context()
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("s", 3), Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	leased, err := s.FetchTasks(ctx, store.FetchParams{Limit: 3, WorkerID: "w", LeaseDuration: time.Minute, Now: t0})
+	if err != nil || len(leased) != 3 {
+		t.Fatalf("FetchTasks: %d tasks, %v", len(leased), err)
+	}
+	done := t0.Add(time.Second)
+	success := func(l store.Task) store.Outcome {
+		return store.Outcome{TaskID: l.ID, LeaseID: l.LeaseID, State: store.StateSucceeded, LastDelay: 3 * time.Second,
+			Detail: "200 OK", OutcomeKind: store.OutcomeSucceeded}
+	}
+	failure := store.Outcome{TaskID: leased[2].ID, LeaseID: leased[2].LeaseID, State: store.StateRetryWaiting, RunAt: t0.Add(time.Hour),
+		Error: &store.ErrorInfo{Code: "E", Message: "m", Class: "transient"}, OutcomeKind: store.OutcomeFailed}
+	for _, batch := range [][]store.Outcome{
+		{success(leased[0])},
+		{success(leased[1]), failure},
+		{success(leased[0])}, // again: the lease is gone
+	} {
+		errs, err := s.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: batch, Now: done})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if batch[0].TaskID == leased[0].ID && errs[0] != nil && !errors.Is(errs[0], store.ErrLeaseLost) {
+			t.Fatalf("repeated success: %v, want ErrLeaseLost", errs[0])
+		}
+	}
+	fast, err := s.GetTask(ctx, leased[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	general, err := s.GetTask(ctx, leased[1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fast.State != store.StateSucceeded || fast.LastDelay != 3*time.Second || fast.LeaseID != "" || !fast.UpdatedAt.Equal(done) {
+		t.Fatalf("success batch stored %+v", fast)
+	}
+	general.ID, general.Payload = fast.ID, fast.Payload
+	if !reflect.DeepEqual(fast, general) {
+		t.Fatalf("success stored differently:\nalone:  %+v\nmixed:  %+v", fast, general)
+	}
+	hf, err := s.ListAttempts(ctx, leased[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hg, err := s.ListAttempts(ctx, leased[1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hf) != 1 || len(hg) != 1 {
+		t.Fatalf("histories %+v and %+v, want one success each", hf, hg)
+	}
+	hg[0].TaskID = hf[0].TaskID
+	if !reflect.DeepEqual(hf, hg) {
+		t.Fatalf("history differs:\nalone: %+v\nmixed: %+v", hf, hg)
+	}
+}
