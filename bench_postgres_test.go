@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +115,70 @@ func BenchmarkPgbench(b *testing.B) {
 		tps, _ := strconv.ParseFloat(string(m[1]), 64)
 		b.Logf("pgbench -N -c 8 -j 2 -T 10 (%s): %.0f tps\n%s", bin, tps, out)
 		b.ReportMetric(tps, "tps")
+	}
+}
+
+// streamFloorScript is one cycle of the stream workload's writes as the
+// server sees them, with no client work at all: 8 tasks inserted already
+// leased (the engine's dispatch at insert) and the 8 tasks of the previous
+// cycle marked succeeded, in one implicit transaction sent as one pipeline,
+// so one round trip and one durable commit. The counter n (client-side)
+// makes ids that grow, like the engine's.
+const streamFloorScript = `\set n :n + 1
+\startpipeline
+INSERT INTO tasks (id, type, payload, priority, effective_prio, state, max_attempts,
+	run_at, created_at, updated_at, attempt, lease_id, lease_expires_at, worker_id, started_at)
+SELECT i.id, 'bench', '\x7b2274223a313738303030303030303030303030307d', 0, 0, 'running', 3,
+	now(), now(), now(), 1, 'f0e1d2c3b4a5968778695a4b3c2d1e0f.' || i.id, now() + interval '30 seconds', 'bench-host-1234', now()
+FROM unnest(ARRAY[%s]::text[]) AS i(id);
+UPDATE tasks SET state = 'succeeded', lease_id = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE id = ANY(ARRAY[%s]::text[]) AND (state || '') = 'running';
+\endpipeline
+`
+
+// BenchmarkPgbenchStreamFloor runs streamFloorScript with pgbench on one
+// connection for 10 s against a fresh, migrated database of the test
+// cluster and reports 8 × its transactions per second: what the stream
+// workload could reach if the engine's own work cost nothing, since each
+// of its commits carries at most one enqueue per producer (8).
+func BenchmarkPgbenchStreamFloor(b *testing.B) {
+	bin, ok := findPgbench()
+	if !ok {
+		b.Skip("pgbench not found (it ships with the PostgreSQL client tools): skipping the floor")
+	}
+	// ids are the 8 task ids of cycle n (a pgbench expression).
+	ids := func(n string) string {
+		out := make([]string, 8)
+		for i := range out {
+			out[i] = fmt.Sprintf("lpad((%s)::text, 12, '0') || '%c'", n, 'a'+i)
+		}
+		return strings.Join(out, ", ")
+	}
+	script := filepath.Join(b.TempDir(), "stream-floor.sql")
+	if err := os.WriteFile(script, []byte(fmt.Sprintf(streamFloorScript, ids(":n"), ids(":n - 1"))), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		url := pgtest.URL(b)
+		logFsync(b, b.TempDir())
+		ctx, cancel := context.WithTimeout(b.Context(), 2*time.Minute)
+		st, err := postgres.Open(ctx, postgres.Config{URL: url, AutoMigrate: true})
+		if err != nil {
+			cancel()
+			b.Fatal(err)
+		}
+		st.Close()
+		out, err := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-c", "1", "-T", "10", "-D", "n=0", "-f", script, url).CombinedOutput()
+		cancel()
+		if err != nil {
+			b.Fatalf("pgbench: %v\n%s", err, out)
+		}
+		m := tpsRE.FindSubmatch(out)
+		if m == nil {
+			b.Fatalf("no tps in pgbench output:\n%s", out)
+		}
+		tps, _ := strconv.ParseFloat(string(m[1]), 64)
+		b.Logf("stream floor (one connection, 8 inserts + 8 updates per commit, no client work): %.0f commits/s = %.0f tasks/s", tps, 8*tps)
+		b.ReportMetric(8*tps, "tasks/s")
 	}
 }
