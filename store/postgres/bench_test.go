@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
 )
@@ -78,4 +80,60 @@ func BenchmarkFetchRecord(b *testing.B) {
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "rows/s")
 	b.ReportMetric(float64(fetchTime.Microseconds())/float64(b.N), "fetch-µs/op")
 	b.ReportMetric(float64(recordTime.Microseconds())/float64(b.N), "record-µs/op")
+}
+
+// BenchmarkStatementsCycle sends, from one goroutine with nothing else
+// running, the statements of one stream cycle as the group writer does: 8
+// tasks inserted already leased and the 8 tasks of the previous cycle
+// marked succeeded, as one pgx batch (one round trip, one commit). It sits
+// between BenchmarkPgbenchStreamFloor (the same writes from pgbench) and
+// the engine's stream workload, and reports tasks/s (8 per cycle).
+func BenchmarkStatementsCycle(b *testing.B) {
+	s := openURL(b, pgtest.URL(b), nil)
+	ctx := b.Context()
+	var prev []string // ids of the previous cycle's tasks
+	var prevLeases []string
+	for i := 0; b.Loop(); i++ {
+		now := time.Now()
+		r := newInsertRows(8)
+		ids, leases := make([]string, 8), make([]string, 8)
+		for k := range ids {
+			ids[k] = fmt.Sprintf("c%010d-%d", i, k)
+			leases[k] = store.NewLeasePrefix() + ids[k]
+			one := rowsOfTask(ids[k], "bench", []byte(`{"t":1780000000000000000}`), now)
+			one.states[0], one.attempts[0] = string(store.StateRunning), 1
+			one.leaseIDs[0], one.workers[0] = &leases[k], "bench-host-1234"
+			one.leaseExps[0] = nullTime(now.Add(30 * time.Second))
+			r.add(one)
+		}
+		batch := &pgx.Batch{}
+		sql, args := r.statement()
+		batch.Queue(sql, args...)
+		if prev != nil {
+			batch.Queue(outcomePlanSettings)
+			batch.Queue(recordSuccessesSQL, prev, prevLeases, make([]bool, len(prev)), make([]int64, len(prev)), make([]string, len(prev)), us(now))
+		}
+		br := s.pool.SendBatch(ctx, batch)
+		for range batch.Len() {
+			if _, err := br.Exec(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := br.Close(); err != nil {
+			b.Fatal(err)
+		}
+		prev, prevLeases = ids, leases
+	}
+	b.ReportMetric(8*float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
+}
+
+// rowsOfTask is the insertRows of one pending task created at now.
+func rowsOfTask(id, typ string, payload []byte, now time.Time) *insertRows {
+	r := newInsertRows(1)
+	r.ids, r.types, r.states = append(r.ids, id), append(r.types, typ), append(r.states, string(store.StatePending))
+	r.payloads, r.prios, r.maxes = append(r.payloads, payload), append(r.prios, 0), append(r.maxes, 3)
+	r.ords, r.keys = append(r.ords, 0), append(r.keys, nil)
+	r.runAts, r.nows, r.attempts = append(r.runAts, us(now)), append(r.nows, us(now)), append(r.attempts, 0)
+	r.leaseIDs, r.workers, r.leaseExps = append(r.leaseIDs, nil), append(r.workers, ""), append(r.leaseExps, nil)
+	return r
 }

@@ -24,7 +24,7 @@ func TestInsertStatementBySize(t *testing.T) {
 	}{{1, insertValuesSQL[1]}, {8, insertValuesSQL[8]}, {maxValuesRows, insertValuesSQL[maxValuesRows]}, {maxValuesRows + 1, insertRowsSQL}} {
 		r := newInsertRows(tc.n)
 		for i := range tc.n {
-			r.add(rowsOf(t, store.NewTask{ID: fmt.Sprint(i), Type: "x"}))
+			r.add(rowsOfTask(fmt.Sprint(i), "x", nil, t0))
 		}
 		sql, args := r.statement()
 		if sql != tc.want {
@@ -34,18 +34,6 @@ func TestInsertStatementBySize(t *testing.T) {
 			t.Errorf("%d rows: %d parameters, want %d", tc.n, len(args), tc.n*valuesParams)
 		}
 	}
-}
-
-// rowsOf is the insertRows InsertTasks builds for one task at t0.
-func rowsOf(t *testing.T, nt store.NewTask) *insertRows {
-	t.Helper()
-	r := newInsertRows(1)
-	r.ids, r.types, r.states = append(r.ids, nt.ID), append(r.types, nt.Type), append(r.states, string(store.StatePending))
-	r.payloads, r.prios, r.maxes = append(r.payloads, nil), append(r.prios, 0), append(r.maxes, 0)
-	r.ords, r.keys = append(r.ords, 0), append(r.keys, nil)
-	r.runAts, r.nows, r.attempts = append(r.runAts, t0), append(r.nows, t0), append(r.attempts, 0)
-	r.leaseIDs, r.workers, r.leaseExps = append(r.leaseIDs, nil), append(r.workers, ""), append(r.leaseExps, nil)
-	return r
 }
 
 // TestInsertValuesMatchesArrays inserts the same mix of tasks (pending,
