@@ -101,21 +101,32 @@ func BenchmarkPgbench(b *testing.B) {
 			cancel()
 			b.Fatalf("pgbench -i: %v\n%s", err, out)
 		}
-		cmd := exec.CommandContext(ctx, bin, "-N", "-c", "8", "-j", "2", "-T", "10", "-n", url)
-		cmd.Env = append(os.Environ(), "PGAPPNAME=retryq-bench")
-		out, err := cmd.CombinedOutput()
+		tps, out := runPgbench(ctx, b, bin, "-N", "-c", "8", "-j", "2", "-T", "10", "-n", url)
 		cancel()
-		if err != nil {
-			b.Fatalf("pgbench -N: %v\n%s", err, out)
-		}
-		m := tpsRE.FindSubmatch(out)
-		if m == nil {
-			b.Fatalf("no tps in pgbench output:\n%s", out)
-		}
-		tps, _ := strconv.ParseFloat(string(m[1]), 64)
 		b.Logf("pgbench -N -c 8 -j 2 -T 10 (%s): %.0f tps\n%s", bin, tps, out)
 		b.ReportMetric(tps, "tps")
 	}
+}
+
+// runPgbench runs pgbench with args and returns its transactions per
+// second (without connection time) and its output.
+func runPgbench(ctx context.Context, b *testing.B, bin string, args ...string) (float64, []byte) {
+	b.Helper()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "PGAPPNAME=retryq-bench")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		b.Fatalf("pgbench %v: %v\n%s", args, err, out)
+	}
+	m := tpsRE.FindSubmatch(out)
+	if m == nil {
+		b.Fatalf("no tps in pgbench output:\n%s", out)
+	}
+	tps, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		b.Fatalf("pgbench tps %q: %v", m[1], err)
+	}
+	return tps, out
 }
 
 // streamFloorScript is one cycle of the stream workload's writes as the
@@ -168,16 +179,8 @@ func BenchmarkPgbenchStreamFloor(b *testing.B) {
 			b.Fatal(err)
 		}
 		st.Close()
-		out, err := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-c", "1", "-T", "10", "-D", "n=0", "-f", script, url).CombinedOutput()
+		tps, _ := runPgbench(ctx, b, bin, "-n", "-M", "prepared", "-c", "1", "-T", "10", "-D", "n=0", "-f", script, url)
 		cancel()
-		if err != nil {
-			b.Fatalf("pgbench: %v\n%s", err, out)
-		}
-		m := tpsRE.FindSubmatch(out)
-		if m == nil {
-			b.Fatalf("no tps in pgbench output:\n%s", out)
-		}
-		tps, _ := strconv.ParseFloat(string(m[1]), 64)
 		b.Logf("stream floor (one connection, 8 inserts + 8 updates per commit, no client work): %.0f commits/s = %.0f tasks/s", tps, 8*tps)
 		b.ReportMetric(8*tps, "tasks/s")
 	}
