@@ -13,8 +13,8 @@ func init() {
 
 const migrateUsage = `Usage: retryq migrate [--db DSN]
 
-Applies the embedded schema migrations to the database and prints the
-applied and known schema versions. SQLite databases are migrated whenever
+Applies the embedded schema migrations to the database, says how many it
+applied, and prints the applied and known schema versions. SQLite databases are migrated whenever
 they are opened; PostgreSQL databases are migrated here (or by the server
 unless --no-migrate). A database newer than this binary is refused.
 `
@@ -37,9 +37,22 @@ func runMigrate(ctx context.Context, env *Env, args []string) int {
 	}
 	defer st.Close()
 	if pg, ok := st.(*postgres.Store); ok {
+		before, _, err := pg.SchemaVersion(ctx)
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
+			return 1
+		}
 		if err := pg.Migrate(ctx); err != nil {
 			fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
 			return 1
+		}
+		after, _, err := pg.SchemaVersion(ctx)
+		if err != nil {
+			fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
+			return 1
+		}
+		if after > before {
+			fmt.Fprintf(env.Stdout, "%s: applied %d migration(s), schema version %d -> %d\n", kind, after-before, before, after)
 		}
 	}
 	applied, known, err := st.SchemaVersion(ctx)

@@ -71,7 +71,8 @@ func TestMigratePostgres(t *testing.T) {
 	want := fmt.Sprintf("postgres schema version %d (this binary knows %d): up to date", known, known)
 
 	status, stdout, stderr := runMain("migrate", "--db", url)
-	if status != 0 || !strings.Contains(stdout, want) {
+	applied := fmt.Sprintf("postgres: applied %d migration(s), schema version 0 -> %d", known, known)
+	if status != 0 || !strings.Contains(stdout, want) || !strings.Contains(stdout, applied) {
 		t.Fatalf("first migrate: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
 	}
 	first := migrationRows(t, url)
@@ -82,7 +83,7 @@ func TestMigratePostgres(t *testing.T) {
 	pgExec(t, url, "SELECT id, state, lease_id FROM tasks LIMIT 1")
 
 	status, stdout, stderr = runMain("migrate", "--db", url)
-	if status != 0 || !strings.Contains(stdout, want) {
+	if status != 0 || !strings.Contains(stdout, want) || strings.Contains(stdout, "applied") {
 		t.Fatalf("second migrate: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
 	}
 	if second := migrationRows(t, url); strings.Join(second, "\n") != strings.Join(first, "\n") {
