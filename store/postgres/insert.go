@@ -42,8 +42,8 @@ const maxValuesRows = 16
 // insertRowsSQL, from a VALUES list of scalar parameters (14 per row). The
 // server decodes scalars faster than it unpacks 14 arrays into rows: for
 // a group of 8 enqueues in the stream benchmark, the statement took 116 µs
-// instead of 145 µs
-// (pg_stat_statements). Each size is its own prepared statement.
+// instead of 145 µs (pg_stat_statements). Each size is its own prepared
+// statement.
 var insertValuesSQL = func() [maxValuesRows + 1]string {
 	var out [maxValuesRows + 1]string
 	for n := 1; n <= maxValuesRows; n++ {
