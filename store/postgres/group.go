@@ -231,21 +231,21 @@ func (s *Store) count(groups, writes int) {
 // statements in order.
 func (s *Store) sendGroup(ws []*groupWrite) error {
 	b := &pgx.Batch{}
-	var ins *insertRows
-	var inserters []*groupWrite
+	var (
+		inserters []*groupWrite
+		parts     []*insertRows
+		rows      int
+	)
 	notify := false
 	for _, w := range ws {
 		if w.ins != nil {
-			if ins == nil {
-				ins = newInsertRows(len(w.ins.ids))
-			}
-			ins.add(w.ins)
-			inserters = append(inserters, w)
+			inserters, parts = append(inserters, w), append(parts, w.ins)
+			rows += len(w.ins.ids)
 			notify = notify || w.ins.wake()
 		}
 	}
-	if ins != nil {
-		sql, args := ins.statement()
+	if rows > 0 {
+		sql, args := insertStatement(parts, rows)
 		b.Queue(sql, args...)
 	}
 	for _, w := range ws {
@@ -259,22 +259,20 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 	}
 	br := s.pool.SendBatch(s.bgCtx, b)
 	err := func() error {
-		if ins != nil {
+		if rows > 0 {
 			tag, err := br.Exec()
 			if err != nil {
 				return err
 			}
-			if n := tag.RowsAffected(); n != int64(len(ins.ids)) {
+			if n := tag.RowsAffected(); n != int64(rows) {
 				// Only a taken idempotency key skips a row, and keyed
 				// inserts do not come here.
-				return fmt.Errorf("inserted %d of %d tasks: %w", n, len(ins.ids), store.ErrConflict)
+				return fmt.Errorf("inserted %d of %d tasks: %w", n, rows, store.ErrConflict)
 			}
-			k := 0
 			for _, w := range inserters {
 				ts := make([]store.Task, len(w.ins.ids))
 				for i := range ts {
-					ts[i] = ins.task(k)
-					k++
+					ts[i] = w.ins.task(i)
 				}
 				w.got(ts)
 			}

@@ -192,23 +192,35 @@ func (r *insertRows) args() []any {
 }
 
 // statement returns the INSERT of r's rows (no idempotency keys) and its
-// parameters: insertValuesSQL for up to maxValuesRows rows, else
-// insertRowsSQL.
+// parameters (see insertStatement).
 func (r *insertRows) statement() (string, []any) {
-	n := len(r.ids)
-	if n == 0 || n > maxValuesRows {
-		return insertRowsSQL, r.args()
-	}
-	args := make([]any, 0, n*valuesParams)
-	for i := range n {
-		var started *time.Time
-		if r.leaseIDs[i] != nil {
-			started = &r.nows[i]
+	return insertStatement([]*insertRows{r}, len(r.ids))
+}
+
+// insertStatement returns one INSERT for the rows of parts (rows in all,
+// no idempotency keys) and its parameters: insertValuesSQL for up to
+// maxValuesRows rows, built straight from the parts, else insertRowsSQL
+// over the parts merged.
+func insertStatement(parts []*insertRows, rows int) (string, []any) {
+	if rows == 0 || rows > maxValuesRows {
+		all := newInsertRows(rows)
+		for _, p := range parts {
+			all.add(p)
 		}
-		args = append(args, r.ids[i], r.types[i], r.payloads[i], r.prios[i], r.states[i], r.maxes[i], r.keys[i],
-			r.runAts[i], r.nows[i], r.attempts[i], r.leaseIDs[i], r.leaseExps[i], r.workers[i], started)
+		return insertRowsSQL, all.args()
 	}
-	return insertValuesSQL[n], args
+	args := make([]any, 0, rows*valuesParams)
+	for _, r := range parts {
+		for i := range r.ids {
+			var started *time.Time
+			if r.leaseIDs[i] != nil {
+				started = &r.nows[i]
+			}
+			args = append(args, r.ids[i], r.types[i], r.payloads[i], r.prios[i], r.states[i], r.maxes[i], r.keys[i],
+				r.runAts[i], r.nows[i], r.attempts[i], r.leaseIDs[i], r.leaseExps[i], r.workers[i], started)
+		}
+	}
+	return insertValuesSQL[rows], args
 }
 
 // task is row i as stored and read back by scanTask.

@@ -159,3 +159,47 @@ func TestSuccessBatchMatchesGeneral(t *testing.T) {
 		t.Fatalf("history differs:\nalone: %+v\nmixed: %+v", hf, hg)
 	}
 }
+
+// TestInsertStatementMergesParts: the inserts of several writes of a group
+// become one statement whose rows are the writes' rows in order, as a
+// VALUES list up to maxValuesRows rows and as arrays beyond.
+func TestInsertStatementMergesParts(t *testing.T) {
+	parts := func(sizes ...int) ([]*insertRows, []string) {
+		var ps []*insertRows
+		var ids []string
+		for p, n := range sizes {
+			r := newInsertRows(n)
+			for i := range n {
+				id := fmt.Sprintf("p%d-%d", p, i)
+				r.add(rowsOfTask(id, "x", nil, t0))
+				ids = append(ids, id)
+			}
+			ps = append(ps, r)
+		}
+		return ps, ids
+	}
+	ps, ids := parts(1, 2, 3)
+	sql, args := insertStatement(ps, len(ids))
+	if sql != insertValuesSQL[6] || len(args) != 6*valuesParams {
+		t.Fatalf("6 rows in 3 parts: statement %.50q with %d parameters", sql, len(args))
+	}
+	for i, id := range ids {
+		if got := args[i*valuesParams]; got != id {
+			t.Errorf("VALUES row %d has id %v, want %s", i, got, id)
+		}
+	}
+	ps, ids = parts(2, 8, 10)
+	sql, args = insertStatement(ps, len(ids))
+	if sql != insertRowsSQL {
+		t.Fatalf("20 rows in 3 parts: statement %.50q, want the array insert", sql)
+	}
+	if got := args[0].([]string); !reflect.DeepEqual(got, ids) {
+		t.Errorf("array ids %q, want %q", got, ids)
+	}
+	ords := args[8].([]int32)
+	for i, o := range ords {
+		if int(o) != i {
+			t.Fatalf("array ords %v, want 0..%d", ords, len(ids)-1)
+		}
+	}
+}
