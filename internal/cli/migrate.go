@@ -14,8 +14,8 @@ func init() {
 const migrateUsage = `Usage: retryq migrate [--db DSN]
 
 Applies the embedded schema migrations to the database, says how many it
-applied, and prints the applied and known schema versions. SQLite databases are migrated whenever
-they are opened; PostgreSQL databases are migrated here (or by the server
+applied, and prints the applied and known schema versions. SQLite
+databases are migrated whenever they are opened; PostgreSQL databases are migrated here (or by the server
 unless --no-migrate). A database newer than this binary is refused.
 `
 
@@ -36,29 +36,23 @@ func runMigrate(ctx context.Context, env *Env, args []string) int {
 		return 1
 	}
 	defer st.Close()
+	before := -1 // the version before migrating here (PostgreSQL only)
 	if pg, ok := st.(*postgres.Store); ok {
-		before, _, err := pg.SchemaVersion(ctx)
+		if before, _, err = pg.SchemaVersion(ctx); err == nil {
+			err = pg.Migrate(ctx)
+		}
 		if err != nil {
 			fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
 			return 1
-		}
-		if err := pg.Migrate(ctx); err != nil {
-			fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
-			return 1
-		}
-		after, _, err := pg.SchemaVersion(ctx)
-		if err != nil {
-			fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
-			return 1
-		}
-		if after > before {
-			fmt.Fprintf(env.Stdout, "%s: applied %d migration(s), schema version %d -> %d\n", kind, after-before, before, after)
 		}
 	}
 	applied, known, err := st.SchemaVersion(ctx)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
 		return 1
+	}
+	if before >= 0 && applied > before {
+		fmt.Fprintf(env.Stdout, "%s: applied %d migration(s), schema version %d -> %d\n", kind, applied-before, before, applied)
 	}
 	fmt.Fprintf(env.Stdout, "%s schema version %d (this binary knows %d): up to date\n", kind, applied, known)
 	return exitOK

@@ -107,7 +107,7 @@ func BenchmarkStatementsCycle(b *testing.B) {
 			r.add(one)
 		}
 		batch := &pgx.Batch{}
-		sql, args := r.statement()
+		sql, args := insertStatement([]*insertRows{r}, len(r.ids))
 		batch.Queue(sql, args...)
 		if prev != nil {
 			batch.Queue(outcomePlanSettings)

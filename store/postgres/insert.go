@@ -191,12 +191,6 @@ func (r *insertRows) args() []any {
 		r.attempts, r.leaseIDs, r.leaseExps, r.workers}
 }
 
-// statement returns the INSERT of r's rows (no idempotency keys) and its
-// parameters (see insertStatement).
-func (r *insertRows) statement() (string, []any) {
-	return insertStatement([]*insertRows{r}, len(r.ids))
-}
-
 // insertStatement returns one INSERT for the rows of parts (rows in all,
 // no idempotency keys) and its parameters: insertValuesSQL for up to
 // maxValuesRows rows, built straight from the parts, else insertRowsSQL

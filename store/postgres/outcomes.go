@@ -227,18 +227,15 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			reaps[k], hists[k], retries[k], failures[k] = o.ReapExpired, r.hist, r.retry, r.failure
 			runAts[k], prios[k], delays[k] = us(o.RunAt), int32(o.EffectivePrio), int64(o.LastDelay)
 		}
-		if plain {
-			queued = append(queued, func(b *pgx.Batch) {
-				b.Queue(outcomePlanSettings)
+		queued = append(queued, func(b *pgx.Batch) {
+			b.Queue(outcomePlanSettings)
+			if plain {
 				b.Queue(recordSuccessesSQL, ids, leases, reaps, delays, details, now)
-			})
-		} else {
-			queued = append(queued, func(b *pgx.Batch) {
-				b.Queue(outcomePlanSettings)
+			} else {
 				b.Queue(recordOutcomesSQL, ids, leases, reaps, states, runAts, prios,
 					codes, msgs, classes, delays, reasons, kinds, details, hists, retries, failures, now)
-			})
-		}
+			}
+		})
 		index := make(map[string]int, n)
 		for i, o := range p.Outcomes {
 			index[o.TaskID] = i

@@ -26,7 +26,7 @@ func TestInsertStatementBySize(t *testing.T) {
 		for i := range tc.n {
 			r.add(rowsOfTask(fmt.Sprint(i), "x", nil, t0))
 		}
-		sql, args := r.statement()
+		sql, args := insertStatement([]*insertRows{r}, len(r.ids))
 		if sql != tc.want {
 			t.Errorf("%d rows: statement %.60q, want %.60q", tc.n, sql, tc.want)
 		}

@@ -22,9 +22,13 @@ import (
 // Config.MinConns does not ask for more (capped at MaxConns).
 const DefaultWarmConns = 8
 
+// warmValuesRows: the VALUES inserts of 1 to warmValuesRows rows, the group
+// sizes that a few concurrent single enqueues produce, are prepared at
+// warm-up; larger sizes are prepared on first use.
+const warmValuesRows = 8
+
 // hotStatements are prepared on every warmed connection: the statements
-// every enqueue, fetch, heartbeat and outcome runs, with the VALUES inserts
-// of the group sizes that concurrent single enqueues produce.
+// every enqueue, fetch, heartbeat and outcome runs.
 var hotStatements = append([]string{
 	insertRowsSQL,
 	insertTasksSQL,
@@ -36,7 +40,7 @@ var hotStatements = append([]string{
 	recordOutcomeSQL,
 	extendLeasesSQL,
 	getTypeSQL,
-}, insertValuesSQL[1:9]...)
+}, insertValuesSQL[1:warmValuesRows+1]...)
 
 // warmConns is how many connections Open warms for cfg.
 func warmConns(cfg Config) int {
