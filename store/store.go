@@ -83,7 +83,9 @@ type Store interface {
 
 	// DeleteFinished enforces retention: it deletes up to Limit tasks (with
 	// their history) per class whose UpdatedAt is before the given cut-offs
-	// and reports exactly how many of each were deleted.
+	// and reports exactly how many of each were deleted. In the same
+	// transaction it adds them to the per-type totals that Stats reports
+	// (TypeStats.RetentionDeleted), so a deletion is never uncounted.
 	DeleteFinished(ctx context.Context, p RetentionParams) (RetentionResult, error)
 
 	// Stats returns per-type counts by state and attempt counts since Since.
@@ -349,6 +351,11 @@ type TypeStats struct {
 	FirstAttempts int // attempts numbered 1 finished since Since
 	Retries       int // attempts numbered > 1 finished since Since
 	Failures      int // failed or lease-expired attempts since Since
+	// RetentionDeleted counts, by final state, the tasks of this type that
+	// DeleteFinished has deleted since the database was created (nil when
+	// none). PurgeDead, an operator's explicit request, is not counted.
+	// A type appears in Stats while it has tasks or such a count.
+	RetentionDeleted map[State]int
 }
 
 // LeaderParams is the input of AcquireLeader and ReleaseLeader.

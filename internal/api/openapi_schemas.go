@@ -126,7 +126,10 @@ func openAPISchemas() map[string]any {
 		"failures":              integer("Failed or lease-expired attempts in the window."),
 		"retry_rate":            num("retries / attempts."),
 		"mean_retries_per_task": num("retries / first attempts."),
-	}, "counts", "total", "dlq_size", "attempts", "retries", "failures", "retry_rate", "mean_retries_per_task")
+		"retention_deleted": obj(map[string]any{
+			"succeeded": integer(""), "cancelled": integer(""), "dead": integer(""),
+		}, "succeeded", "cancelled", "dead"),
+	}, "counts", "total", "dlq_size", "attempts", "retries", "failures", "retry_rate", "mean_retries_per_task", "retention_deleted")
 	return map[string]any{
 		"Error": obj(map[string]any{"error": obj(map[string]any{
 			"code":       str("Machine-readable code: malformed_json, invalid_field, unauthorized, forbidden, not_found, method_not_allowed, conflict, lease_lost, payload_too_large, unsupported_media_type, internal, unavailable, not_ready."),

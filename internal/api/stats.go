@@ -31,7 +31,17 @@ type statsJSON struct {
 	RetryRate float64 `json:"retry_rate"`
 	// MeanRetriesPerTask is retries / first attempts in the window.
 	MeanRetriesPerTask float64 `json:"mean_retries_per_task"`
-	firstAttempts      int
+	// RetentionDeleted counts the tasks that retention has deleted, by
+	// final state, since the database was created (not windowed).
+	RetentionDeleted retentionJSON `json:"retention_deleted"`
+	firstAttempts    int
+}
+
+// retentionJSON counts retention deletions by final state.
+type retentionJSON struct {
+	Succeeded int `json:"succeeded"`
+	Cancelled int `json:"cancelled"`
+	Dead      int `json:"dead"`
 }
 
 func newStats(typ string) *statsJSON {
@@ -48,6 +58,9 @@ func (st *statsJSON) add(ts *store.TypeStats) {
 		st.Total += n
 	}
 	st.DLQSize = st.Counts[store.StateDead]
+	st.RetentionDeleted.Succeeded += ts.RetentionDeleted[store.StateSucceeded]
+	st.RetentionDeleted.Cancelled += ts.RetentionDeleted[store.StateCancelled]
+	st.RetentionDeleted.Dead += ts.RetentionDeleted[store.StateDead]
 	st.firstAttempts += ts.FirstAttempts
 	st.Retries += ts.Retries
 	st.Failures += ts.Failures

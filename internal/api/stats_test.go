@@ -1,9 +1,12 @@
 package api
 
 import (
+	"maps"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/retryq/retryq/store"
 )
 
 func TestStatsAndNodes(t *testing.T) {
@@ -44,6 +47,27 @@ func TestStatsAndNodes(t *testing.T) {
 		t.Fatalf("types = %v", types)
 	}
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "window", "GET", "/v1/stats?window=1", nil)
+	if rd := o["retention_deleted"].(map[string]any); len(rd) != 3 || rd["succeeded"] != 0.0 || rd["cancelled"] != 0.0 || rd["dead"] != 0.0 {
+		t.Fatalf("retention_deleted before any retention = %v", rd)
+	}
+
+	// Retention deletes the dead task and the succeeded one: both stay
+	// counted in the stats, per type and overall.
+	far := time.Now().Add(time.Hour)
+	res, err := e.st.DeleteFinished(t.Context(), store.RetentionParams{SucceededBefore: far, DeadBefore: far})
+	if err != nil || res.Dead != 1 || res.Succeeded != 1 {
+		t.Fatalf("DeleteFinished = %+v, %v", res, err)
+	}
+	s = e.must(http.StatusOK, "GET", "/v1/stats", nil).m
+	o = s["overall"].(map[string]any)
+	want := map[string]any{"succeeded": 1.0, "cancelled": 0.0, "dead": 1.0}
+	if rd := o["retention_deleted"].(map[string]any); !maps.Equal(rd, want) || o["dlq_size"] != 0.0 || o["total"] != 1.0 {
+		t.Fatalf("stats after retention = %v", o)
+	}
+	types = s["types"].([]any)
+	if len(types) != 2 || types[1].(map[string]any)["type"] != "s" || !maps.Equal(types[1].(map[string]any)["retention_deleted"].(map[string]any), want) {
+		t.Fatalf("types after retention = %v", types)
+	}
 
 	var nodes []any
 	waitFor(t, "the node to register", 10*time.Second, func() bool {

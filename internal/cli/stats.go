@@ -16,7 +16,8 @@ const statsUsage = `Usage: retryq stats [--json]
 
 Shows, per task type and overall, how many tasks are in each state now, and
 for the attempts finished in the last hour how many were retries (the retry
-rate is retries / attempts).
+rate is retries / attempts). It also says how many finished tasks retention
+has deleted since the database was created.
 `
 
 // apiStats is one block of GET /v1/stats.
@@ -30,6 +31,7 @@ type apiStats struct {
 	Failures           int            `json:"failures"`
 	RetryRate          float64        `json:"retry_rate"`
 	MeanRetriesPerTask float64        `json:"mean_retries_per_task"`
+	RetentionDeleted   map[string]int `json:"retention_deleted"`
 }
 
 // apiStatsAnswer is the answer of GET /v1/stats.
@@ -54,7 +56,9 @@ func runStats(ctx context.Context, env *Env, args []string) int {
 }
 
 func writeStats(w io.Writer, s *apiStatsAnswer) {
-	if s.Overall.Total == 0 && s.Overall.Attempts == 0 {
+	rd := s.Overall.RetentionDeleted
+	deleted := rd["succeeded"] + rd["cancelled"] + rd["dead"]
+	if s.Overall.Total == 0 && s.Overall.Attempts == 0 && deleted == 0 {
 		fmt.Fprintln(w, "no tasks yet")
 		return
 	}
@@ -77,6 +81,10 @@ func writeStats(w io.Writer, s *apiStatsAnswer) {
 		window = time.Hour
 	}
 	fmt.Fprintf(w, "\nStates are current; attempts, retries and the retry rate cover the last %v.\n", window)
+	if deleted > 0 {
+		fmt.Fprintf(w, "Retention has deleted %d succeeded, %d cancelled and %d dead task(s) since the database was created.\n",
+			rd["succeeded"], rd["cancelled"], rd["dead"])
+	}
 	if s.Overall.DLQSize > 0 {
 		fmt.Fprintf(w, "%d task(s) in the dead-letter queue: retryq dlq summary\n", s.Overall.DLQSize)
 	}

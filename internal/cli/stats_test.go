@@ -3,6 +3,9 @@ package cli
 import (
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
 )
 
 func TestCLIStats(t *testing.T) {
@@ -19,5 +22,24 @@ func TestCLIStats(t *testing.T) {
 	s.cliJSON(t, &st, "stats")
 	if st.Overall.Total != 4 || st.Overall.DLQSize != 3 || st.Overall.Counts["pending"] != 1 || len(st.Types) != 2 {
 		t.Errorf("stats --json: %+v", st)
+	}
+	if strings.Contains(out, "Retention has deleted") {
+		t.Errorf("stats before any retention:\n%s", out)
+	}
+
+	// Retention deletes the dead tasks: the DLQ is empty, the deletions show.
+	far := time.Now().Add(time.Hour)
+	if _, err := s.rs.eng.Store().DeleteFinished(t.Context(), store.RetentionParams{DeadBefore: far}); err != nil {
+		t.Fatal(err)
+	}
+	out = s.cliOK(t, "stats")
+	wantOutput(t, "stats after retention", out, "mail.send", "pay.charge",
+		"Retention has deleted 0 succeeded, 0 cancelled and 3 dead task(s) since the database was created.")
+	if strings.Contains(out, "dead-letter queue") {
+		t.Errorf("stats after retention still shows a DLQ:\n%s", out)
+	}
+	s.cliJSON(t, &st, "stats")
+	if st.Overall.RetentionDeleted["dead"] != 3 || st.Overall.DLQSize != 0 {
+		t.Errorf("stats --json after retention: %+v", st.Overall)
 	}
 }

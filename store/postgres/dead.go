@@ -190,18 +190,24 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (st
 			}
 			args := []any{string(c.state), us(c.cutoff)}
 			limit, args := limitClause(p.Limit, args)
-			tag, err := tx.Exec(ctx, `
+			err := tx.QueryRow(ctx, `
 WITH d AS MATERIALIZED (
 	SELECT id FROM tasks WHERE state = $1 AND updated_at < $2
 	ORDER BY updated_at, id`+limit+` FOR UPDATE SKIP LOCKED
 ), da AS (
 	DELETE FROM attempts AS a USING d WHERE a.task_id = d.id
+), del AS (
+	DELETE FROM tasks AS t USING d WHERE t.id = d.id RETURNING t.type
+), per AS (
+	SELECT type, count(*) AS n FROM del GROUP BY type
+), counted AS (
+	INSERT INTO retention_totals AS r (type, state, deleted) SELECT type, $1, n FROM per ORDER BY type
+	ON CONFLICT (type, state) DO UPDATE SET deleted = r.deleted + EXCLUDED.deleted
 )
-DELETE FROM tasks AS t USING d WHERE t.id = d.id`, args...)
+SELECT coalesce(sum(n), 0)::bigint FROM per`, args...).Scan(c.n)
 			if err != nil {
 				return err
 			}
-			*c.n = int(tag.RowsAffected())
 		}
 		return nil
 	})
@@ -224,7 +230,7 @@ func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeSta
 		return st
 	}
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		// One snapshot for both queries.
+		// One snapshot for all the queries.
 		if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
 			return err
 		}
@@ -285,7 +291,27 @@ FROM tasks WHERE state = 'succeeded' AND updated_at >= $1 GROUP BY type`, us(p.S
 			st.FirstAttempts += first
 			st.Retries += retries
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		var (
+			typ, state string
+			n          int
+		)
+		rows, err = tx.Query(ctx, "SELECT type, state, deleted FROM retention_totals")
+		if err != nil {
+			return err
+		}
+		_, err = pgx.ForEachRow(rows, []any{&typ, &state, &n}, func() error {
+			st := get(typ)
+			if st.RetentionDeleted == nil {
+				st.RetentionDeleted = map[store.State]int{}
+			}
+			st.RetentionDeleted[store.State(state)] = n
+			return nil
+		})
+		return err
 	})
 	if err != nil {
 		return nil, err

@@ -162,42 +162,52 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	args = append(args, sqlLimit(f.Limit))
 	var n int
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		var err error
-		n, err = deleteTasks(ctx, tx, `SELECT rowid FROM tasks WHERE `+where+` ORDER BY updated_at, id LIMIT ?`, args)
+		byType, err := deleteTasks(ctx, tx, `SELECT rowid FROM tasks WHERE `+where+` ORDER BY updated_at, id LIMIT ?`, args)
+		n = total(byType)
 		return err
 	})
 	return n, err
 }
 
 // deleteTasks deletes the tasks whose rowids sel selects, and their history,
-// and returns how many tasks were deleted.
-func deleteTasks(ctx context.Context, tx *sql.Tx, sel string, args []any) (int, error) {
-	rows, err := tx.QueryContext(ctx, `DELETE FROM tasks WHERE rowid IN (`+sel+`) RETURNING id`, args...)
+// and returns how many tasks of each type were deleted.
+func deleteTasks(ctx context.Context, tx *sql.Tx, sel string, args []any) (map[string]int, error) {
+	rows, err := tx.QueryContext(ctx, `DELETE FROM tasks WHERE rowid IN (`+sel+`) RETURNING id, type`, args...)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	var ids []any
+	byType := map[string]int{}
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
+		var id, typ string
+		if err := rows.Scan(&id, &typ); err != nil {
 			rows.Close()
-			return 0, err
+			return nil, err
 		}
 		ids = append(ids, id)
+		byType[typ]++
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	n := len(ids)
 	for len(ids) > 0 {
 		k := min(len(ids), maxVars)
 		if _, err := tx.ExecContext(ctx, `DELETE FROM attempts WHERE task_id IN (`+inList(k)+`)`, ids[:k]...); err != nil {
-			return 0, err
+			return nil, err
 		}
 		ids = ids[k:]
 	}
-	return n, nil
+	return byType, nil
+}
+
+// total is the sum of a per-type count.
+func total(byType map[string]int) int {
+	n := 0
+	for _, k := range byType {
+		n += k
+	}
+	return n
 }
 
 // DeleteFinished implements store.Store.
@@ -219,13 +229,19 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (st
 				continue
 			}
 			// The redundant IN term lets SQLite use the partial index.
-			n, err := deleteTasks(ctx, tx, `SELECT rowid FROM tasks
+			byType, err := deleteTasks(ctx, tx, `SELECT rowid FROM tasks
 				WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = ? AND updated_at < ?
 				ORDER BY updated_at, id LIMIT ?`, []any{string(c.state), c.before, sqlLimit(p.Limit)})
 			if err != nil {
 				return err
 			}
-			*c.n = n
+			for typ, n := range byType {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO retention_totals (type, state, deleted) VALUES (?, ?, ?)
+					ON CONFLICT (type, state) DO UPDATE SET deleted = deleted + excluded.deleted`, typ, string(c.state), n); err != nil {
+					return err
+				}
+			}
+			*c.n = total(byType)
 		}
 		return nil
 	})
@@ -306,6 +322,27 @@ func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeSta
 		ts := get(typ)
 		ts.FirstAttempts += int(first)
 		ts.Retries += int(retries)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, translate(op, err)
+	}
+	rows, err = tx.QueryContext(ctx, `SELECT type, state, deleted FROM retention_totals`)
+	if err != nil {
+		return nil, translate(op, err)
+	}
+	for rows.Next() {
+		var typ, state string
+		var n int
+		if err := rows.Scan(&typ, &state, &n); err != nil {
+			rows.Close()
+			return nil, translate(op, err)
+		}
+		ts := get(typ)
+		if ts.RetentionDeleted == nil {
+			ts.RetentionDeleted = map[store.State]int{}
+		}
+		ts.RetentionDeleted[store.State(state)] = n
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

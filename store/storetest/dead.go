@@ -3,6 +3,7 @@ package storetest
 import (
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/retryq/retryq/store"
@@ -17,6 +18,7 @@ var deadTests = []testCase{
 
 var retentionTests = []testCase{
 	{"Retention/DeleteFinished", testDeleteFinished},
+	{"Retention/CountedOnce", testRetentionCountedOnce},
 }
 
 // deadFixture creates six dead tasks and some live ones:
@@ -216,4 +218,72 @@ func testDeleteFinished(e *env) {
 	n.IdempotencyKey = "key-s_0"
 	res := e.insert(far, n)
 	e.eq("Duplicate after deletion", res[0].Duplicate, false)
+
+	// Every deletion was counted, per type and final state; a type whose
+	// tasks are all gone still shows its count. A purge is not retention.
+	e.makeState(base, nt("p_0", "p"), store.StateDead)
+	purged, err := e.s.PurgeDead(e.ctx, store.DeadFilter{Type: "p"})
+	e.noErr("PurgeDead", err)
+	e.eq("purged", purged, 1)
+	got := map[string]map[store.State]int{}
+	st, err := e.s.Stats(e.ctx, store.StatsParams{})
+	e.noErr("Stats", err)
+	for _, ts := range st {
+		if ts.RetentionDeleted != nil {
+			got[ts.Type] = ts.RetentionDeleted
+		}
+	}
+	e.eq("RetentionDeleted", got, map[string]map[store.State]int{
+		"s": {store.StateSucceeded: 5},
+		"c": {store.StateCancelled: 3},
+		"d": {store.StateDead: 2},
+	})
+}
+
+// testRetentionCountedOnce: two retention passes racing over the same
+// tasks delete each task once and count it once.
+func testRetentionCountedOnce(e *env) {
+	const n = 40
+	for i := range n {
+		e.makeState(base, nt(fmt.Sprintf("r_%02d", i), "r"), store.StateSucceeded)
+	}
+	p := store.RetentionParams{SucceededBefore: base.Add(time.Hour), Limit: 7}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	deleted := 0
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n { // bounded: each pass deletes at least one task until none is left
+				r, err := e.s.DeleteFinished(e.ctx, p)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				deleted += r.Succeeded
+				mu.Unlock()
+				if r.Succeeded == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		e.noErr("concurrent DeleteFinished", err)
+	}
+	e.eq("deleted in all", deleted, n)
+	st, err := e.s.Stats(e.ctx, store.StatsParams{})
+	e.noErr("Stats", err)
+	counted := 0
+	for _, ts := range st {
+		if ts.Type == "r" {
+			counted = ts.RetentionDeleted[store.StateSucceeded]
+		}
+	}
+	e.eq("counted", counted, n)
 }
