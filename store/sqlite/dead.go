@@ -268,84 +268,45 @@ func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeSta
 		}
 		return ts
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT type, state, count(*) FROM tasks GROUP BY type, state`)
+	var (
+		typ, state               string
+		n                        int
+		first, retries, failures float64
+	)
+	// One read transaction, so one snapshot for all the queries.
+	err = eachRow(ctx, tx, `SELECT type, state, count(*) FROM tasks GROUP BY type, state`, nil,
+		[]any{&typ, &state, &n}, func() { get(typ).Counts[store.State(state)] = n })
+	if err == nil {
+		err = eachRow(ctx, tx, `SELECT task_type, total(number = 1), total(number > 1),
+			total(outcome IN ('failed', 'lease_expired'))
+			FROM attempts WHERE finished_at >= ? GROUP BY task_type`, []any{tsNotNull(p.Since)},
+			[]any{&typ, &first, &retries, &failures}, func() {
+				ts := get(typ)
+				ts.FirstAttempts, ts.Retries, ts.Failures = int(first), int(retries), int(failures)
+			})
+	}
+	if err == nil {
+		// Successful attempts live in their task rows (see ListAttempts).
+		err = eachRow(ctx, tx, `SELECT type, total(attempt = 1), total(attempt > 1)
+			FROM tasks WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = 'succeeded' AND updated_at >= ?
+			GROUP BY type`, []any{tsNotNull(p.Since)},
+			[]any{&typ, &first, &retries}, func() {
+				ts := get(typ)
+				ts.FirstAttempts += int(first)
+				ts.Retries += int(retries)
+			})
+	}
+	if err == nil {
+		err = eachRow(ctx, tx, `SELECT type, state, deleted FROM retention_totals`, nil,
+			[]any{&typ, &state, &n}, func() {
+				ts := get(typ)
+				if ts.RetentionDeleted == nil {
+					ts.RetentionDeleted = map[store.State]int{}
+				}
+				ts.RetentionDeleted[store.State(state)] = n
+			})
+	}
 	if err != nil {
-		return nil, translate(op, err)
-	}
-	for rows.Next() {
-		var typ, state string
-		var n int
-		if err := rows.Scan(&typ, &state, &n); err != nil {
-			rows.Close()
-			return nil, translate(op, err)
-		}
-		get(typ).Counts[store.State(state)] = n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, translate(op, err)
-	}
-	rows, err = tx.QueryContext(ctx, `SELECT task_type, total(number = 1), total(number > 1),
-		total(outcome IN ('failed', 'lease_expired'))
-		FROM attempts WHERE finished_at >= ? GROUP BY task_type`, tsNotNull(p.Since))
-	if err != nil {
-		return nil, translate(op, err)
-	}
-	for rows.Next() {
-		var typ string
-		var first, retries, failures float64
-		if err := rows.Scan(&typ, &first, &retries, &failures); err != nil {
-			rows.Close()
-			return nil, translate(op, err)
-		}
-		ts := get(typ)
-		ts.FirstAttempts, ts.Retries, ts.Failures = int(first), int(retries), int(failures)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, translate(op, err)
-	}
-	// Successful attempts live in their task rows (see ListAttempts).
-	rows, err = tx.QueryContext(ctx, `SELECT type, total(attempt = 1), total(attempt > 1)
-		FROM tasks WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = 'succeeded' AND updated_at >= ?
-		GROUP BY type`, tsNotNull(p.Since))
-	if err != nil {
-		return nil, translate(op, err)
-	}
-	for rows.Next() {
-		var typ string
-		var first, retries float64
-		if err := rows.Scan(&typ, &first, &retries); err != nil {
-			rows.Close()
-			return nil, translate(op, err)
-		}
-		ts := get(typ)
-		ts.FirstAttempts += int(first)
-		ts.Retries += int(retries)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, translate(op, err)
-	}
-	rows, err = tx.QueryContext(ctx, `SELECT type, state, deleted FROM retention_totals`)
-	if err != nil {
-		return nil, translate(op, err)
-	}
-	for rows.Next() {
-		var typ, state string
-		var n int
-		if err := rows.Scan(&typ, &state, &n); err != nil {
-			rows.Close()
-			return nil, translate(op, err)
-		}
-		ts := get(typ)
-		if ts.RetentionDeleted == nil {
-			ts.RetentionDeleted = map[store.State]int{}
-		}
-		ts.RetentionDeleted[store.State(state)] = n
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return nil, translate(op, err)
 	}
 	out := make([]store.TypeStats, 0, len(byType))
@@ -354,4 +315,21 @@ func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeSta
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Type < out[j].Type })
 	return out, nil
+}
+
+// eachRow runs query in tx, scans each row into dest and calls fn after
+// each scan.
+func eachRow(ctx context.Context, tx *sql.Tx, query string, args, dest []any, fn func()) error {
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		fn()
+	}
+	return rows.Err()
 }
