@@ -201,6 +201,7 @@ func New(cfg Config) (*Engine, error) {
 		sched:  newSchedPoke(),
 		leases: newLeaseTable(),
 	}
+	e.leading.changed = make(chan struct{}, 1)
 	e.types = newTypeCache(e)
 	e.push = newPusher(e)
 	e.inserts = newBatcher(c.MaxEnqueueBatch, 4*c.MaxEnqueueBatch, e.commitInserts)

@@ -16,6 +16,7 @@ type leaderState struct {
 	mu      sync.Mutex
 	leading bool
 	since   time.Time
+	changed chan struct{} // capacity 1: the role changed since nodeLoop last wrote it
 }
 
 // IsLeader reports whether this node currently runs the scheduler loops.
@@ -27,11 +28,19 @@ func (e *Engine) IsLeader() bool {
 
 func (e *Engine) setLeading(v bool) {
 	e.leading.mu.Lock()
+	changed := e.leading.leading != v
 	e.leading.leading = v
 	if v {
 		e.leading.since = time.Now()
 	}
 	e.leading.mu.Unlock()
+	if changed {
+		// The registry shows the new role now, not at the next heartbeat.
+		select {
+		case e.leading.changed <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // electionLoop competes for the scheduler lease and runs the scheduler loops
@@ -154,7 +163,8 @@ func (e *Engine) electionLoop(ctx context.Context) {
 	}
 }
 
-// nodeLoop keeps this node's registry row fresh.
+// nodeLoop keeps this node's registry row fresh: every 5 seconds, and at
+// once when the node gains or loses the leadership.
 func (e *Engine) nodeLoop(ctx context.Context) {
 	host, _ := os.Hostname()
 	startedAt := e.now()
@@ -176,6 +186,7 @@ func (e *Engine) nodeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		case <-e.leading.changed:
 		}
 	}
 }

@@ -1,0 +1,55 @@
+package retryq_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq"
+)
+
+// TestRegistryShowsLeadershipAtOnce: a node's registry row changes role when
+// the node gains the leadership, not at its next heartbeat (every 5 s), so
+// operators see who leads right after a takeover.
+func TestRegistryShowsLeadershipAtOnce(t *testing.T) {
+	st := openStore(t, "")
+	defer st.Close()
+	ctx := context.Background()
+	start := func(id string) *retryq.Client {
+		t.Helper()
+		c, err := retryq.NewClient(st, retryq.Options{NodeID: id, LeaderTTL: time.Second, PollInterval: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	role := func(id string) string {
+		ns, err := st.ListNodes(ctx, time.Time{})
+		if err != nil {
+			t.Fatalf("ListNodes: %v", err)
+		}
+		for _, n := range ns {
+			if n.ID == id {
+				return n.Role
+			}
+		}
+		return ""
+	}
+	a := start("a")
+	defer a.Close()
+	waitFor(t, 10*time.Second, "a to show as leader", func() bool { return role("a") == "leader" })
+	b := start("b")
+	defer b.Close()
+	waitFor(t, 10*time.Second, "b to show as standby", func() bool { return role("b") == "standby" })
+
+	// a gives the lease up as it closes; b takes it at its next attempt
+	// (every LeaderTTL/4) and rewrites its row then: within 2 s, while its
+	// next heartbeat is about 5 s after its first.
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "b to show as leader", func() bool { return role("b") == "leader" })
+}

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+)
+
+func init() {
+	register(&command{name: "nodes", summary: "list the retryq nodes sharing the database: who is alive and who leads", run: runNodes})
+}
+
+const nodesUsage = `Usage: retryq nodes [--since T] [--json]
+
+Lists the retryq server processes that share the server's database, as they
+record themselves every few seconds: id, host, version, role (leader or
+standby), when each started and was last seen, and whether it is alive
+(seen in the last 30 seconds). Nodes seen since --since are listed (default:
+the last hour).
+`
+
+// apiNode is one node of GET /v1/nodes.
+type apiNode struct {
+	ID        string    `json:"id"`
+	Host      string    `json:"host"`
+	Version   string    `json:"version"`
+	Role      string    `json:"role"`
+	StartedAt time.Time `json:"started_at"`
+	LastSeen  time.Time `json:"last_seen"`
+	Alive     bool      `json:"alive"`
+}
+
+func runNodes(ctx context.Context, env *Env, args []string) int {
+	const name = "nodes"
+	var cf clientFlags
+	var since string
+	fs := newFlagSet(name, nodesUsage)
+	cf.register(fs, true)
+	fs.StringVar(&since, "since", "", "nodes seen at or after this `time`: RFC 3339, or a duration ago such as 24h (default 1h)")
+	pos, st, ok := parseArgs(env, fs, args)
+	if !ok {
+		return st
+	}
+	if st, ok := wantArgs(env, name, pos, 0, ""); !ok {
+		return st
+	}
+	now := time.Now()
+	q := url.Values{}
+	if since != "" {
+		t, msg := parseSince("--since", since, now)
+		if msg != "" {
+			return usageError(env, name, msg)
+		}
+		q.Set("since", t.UTC().Format(time.RFC3339Nano))
+	}
+	var out struct {
+		Nodes []apiNode `json:"nodes"`
+	}
+	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/nodes", q, nil, &out); !ok {
+		return st
+	}
+	writeNodes(env.Stdout, out.Nodes, now)
+	return exitOK
+}
+
+func writeNodes(w io.Writer, nodes []apiNode, now time.Time) {
+	if len(nodes) == 0 {
+		fmt.Fprintln(w, "no nodes seen in that time")
+		return
+	}
+	tb := newTable("ID", "HOST", "VERSION", "ROLE", "STARTED", "LAST SEEN", "ALIVE")
+	leaders := 0
+	for _, n := range nodes {
+		alive := "no"
+		if n.Alive {
+			alive = "yes"
+			if n.Role == "leader" {
+				leaders++
+			}
+		}
+		tb.add(cleanCell(n.ID, 40), cleanCell(n.Host, 40), cleanCell(n.Version, 20), cleanCell(n.Role, 10),
+			fmtTime(n.StartedAt), fmtRelTime(n.LastSeen, now), alive)
+	}
+	tb.write(w)
+	if leaders == 0 {
+		fmt.Fprintln(w, "\nNo alive node says it leads. A standby takes the lease within 15 seconds of the leader's end and")
+		fmt.Fprintln(w, "shows it at its next heartbeat; until then retries wait to be promoted and expired leases to be reaped.")
+	}
+}
