@@ -230,8 +230,11 @@ type Outcome struct {
 	LastDelay time.Duration
 	// Detail is extra history detail (stack, response excerpt).
 	Detail string
-	// ReapExpired allows the outcome to apply to a lease that has already
-	// expired (the lease reaper's own outcome).
+	// ReapExpired marks the lease reaper's own outcome: it applies only to a
+	// lease that has expired (before the params' Now), where any other
+	// outcome applies only to an unexpired one. A heartbeat that extended
+	// the lease after the reaper listed it thus wins, and the worker that
+	// holds it keeps its task.
 	ReapExpired bool
 	// OutcomeKind is the history outcome (OutcomeSucceeded, OutcomeFailed,
 	// OutcomeLeaseExpired). Releases record no history.

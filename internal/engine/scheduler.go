@@ -154,7 +154,6 @@ func (e *Engine) reap(ctx context.Context) {
 		if len(tasks) == 0 {
 			return
 		}
-		e.ctr.reaped.Add(int64(len(tasks)))
 		outs := make([]store.Outcome, len(tasks))
 		for j := range tasks {
 			spec := e.specFor(ctx, tasks[j].Type)
@@ -173,8 +172,11 @@ func (e *Engine) reap(ctx context.Context) {
 			if j < len(errs) {
 				oerr = errs[j]
 			}
-			if oerr == nil && outs[j].State == store.StateRetryWaiting {
-				woke = true
+			if oerr == nil {
+				// A refused reap (the worker's heartbeat extended the lease
+				// after the listing) is not counted.
+				e.ctr.reaped.Add(1)
+				woke = woke || outs[j].State == store.StateRetryWaiting
 			}
 			e.logOutcome(&tasks[j], &outs[j], oerr)
 		}

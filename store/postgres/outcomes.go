@@ -21,9 +21,10 @@ func errorCols(e *store.ErrorInfo) (code, msg, class *string) {
 }
 
 // The outcome statements are conditional updates: a row changes only while
-// the task is running under the named lease (unexpired unless reaping). A
-// concurrent change to the row makes PostgreSQL re-check the condition on
-// the newest version before updating (READ COMMITTED), so no separate row
+// the task is running under the named lease, unexpired (expired for the
+// lease reaper's outcome, ReapExpired). A concurrent change to the row makes
+// PostgreSQL re-check the condition on the newest version before updating
+// (READ COMMITTED), so no separate row
 // lock is taken. RETURNING yields the columns the attempt history needs;
 // type, attempt, worker and start are the same before and after the update
 // of any outcome that writes history.
@@ -46,7 +47,7 @@ WITH upd AS (
 		lease_id = NULL,
 		lease_expires_at = NULL,
 		updated_at = $4
-	WHERE t.id = $1 AND t.state = 'running' AND t.lease_id = $2 AND ($3 OR t.lease_expires_at >= $4)
+	WHERE t.id = $1 AND t.state = 'running' AND t.lease_id = $2 AND (CASE WHEN $3 THEN t.lease_expires_at < $4 ELSE t.lease_expires_at >= $4 END)
 	RETURNING t.id, t.type, t.attempt, t.worker_id, t.started_at
 ), hist AS (
 	INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at,
@@ -96,7 +97,7 @@ WITH o AS (
 		lease_expires_at = NULL,
 		updated_at = $17
 	FROM o
-	WHERE t.id = o.id AND (t.state || '') = 'running' AND t.lease_id = o.lease AND (o.reap OR t.lease_expires_at >= $17)
+	WHERE t.id = o.id AND (t.state || '') = 'running' AND t.lease_id = o.lease AND (CASE WHEN o.reap THEN t.lease_expires_at < $17 ELSE t.lease_expires_at >= $17 END)
 	RETURNING t.id, t.type, t.attempt, t.worker_id, t.started_at,
 		o.code, o.msg, o.class, o.delay, o.kind, o.detail, o.hist, o.ord
 ), hist AS (
@@ -123,7 +124,7 @@ UPDATE tasks AS t SET
 	lease_expires_at = NULL,
 	updated_at = $6
 FROM unnest($1::text[], $2::text[], $3::bool[], $4::bigint[], $5::text[]) AS o(id, lease, reap, delay, detail)
-WHERE t.id = o.id AND (t.state || '') = 'running' AND t.lease_id = o.lease AND (o.reap OR t.lease_expires_at >= $6)
+WHERE t.id = o.id AND (t.state || '') = 'running' AND t.lease_id = o.lease AND (CASE WHEN o.reap THEN t.lease_expires_at < $6 ELSE t.lease_expires_at >= $6 END)
 RETURNING t.id`
 
 // RecordOutcomes applies the outcomes in one transaction, committed with

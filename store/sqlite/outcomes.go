@@ -53,8 +53,8 @@ const outcomeSet = `
 
 // outcomeQuery builds the statement applying n outcomes at once: an UPDATE
 // joined to a VALUES list, conditional on each task running under the
-// named, unexpired (unless reaping) lease. The rows it returns are the
-// outcomes that applied.
+// named lease, unexpired (expired for the reaper's outcome). The rows it
+// returns are the outcomes that applied.
 func outcomeQuery(n int) string {
 	now := "?" + strconv.Itoa(n*outcomeCols+1)
 	q := `WITH o(id, lease, state, run_at, prio, rel, has_err, code, msg, class, delay, reason, fail, reap, detail) AS (VALUES ` +
@@ -62,7 +62,7 @@ func outcomeQuery(n int) string {
 	UPDATE tasks SET` + outcomeSet + `
 	FROM o
 	WHERE tasks.id = o.id AND tasks.state = 'running' AND tasks.lease_id = o.lease
-		AND (o.reap OR tasks.lease_expires_at >= $now)
+		AND (CASE WHEN o.reap THEN tasks.lease_expires_at < $now ELSE tasks.lease_expires_at >= $now END)
 	RETURNING tasks.id, tasks.type, tasks.attempt, tasks.worker_id, tasks.started_at`
 	return strings.ReplaceAll(q, "$now", now)
 }

@@ -251,6 +251,25 @@ func testReaperRace(e *env) {
 	e.get("t_b", store.StateRunning)
 	e.mustRecord(late, succeed(b2))
 
+	// The reaper lists a lease just after it expired; the worker's heartbeat,
+	// taken just before the expiry, extends it before the reaper writes. The
+	// reap must then be refused: the worker still holds a valid lease.
+	c := e.start(base, nt("t_c", "c"))
+	expiry := c.LeaseExpiresAt
+	listed, err := e.s.ExpiredLeases(e.ctx, store.ExpiredParams{Limit: 10, Now: expiry.Add(time.Millisecond)})
+	e.noErr("ExpiredLeases", err)
+	e.eqIDs("listed by the reaper", listed, "t_c")
+	errs, err := e.s.ExtendLeases(e.ctx, store.ExtendParams{Now: expiry.Add(-time.Millisecond), Leases: []store.LeaseRef{
+		{TaskID: c.ID, LeaseID: c.LeaseID, ExpiresAt: expiry.Add(leaseDur)}}})
+	e.noErr("ExtendLeases", err)
+	e.noErr("heartbeat just before the expiry", errs[0])
+	reap = failRetry(c, expiry.Add(time.Hour), "LEASE_EXPIRED")
+	reap.ReapExpired, reap.OutcomeKind = true, store.OutcomeLeaseExpired
+	e.isErr("reap of a lease extended since it was listed", e.record(expiry.Add(time.Millisecond), reap), store.ErrLeaseLost)
+	e.get("t_c", store.StateRunning)
+	e.mustRecord(expiry.Add(time.Second), succeed(c))
+	e.eq("attempts of t_c", len(e.attempts("t_c")), 1)
+
 	// Truly concurrent: per task, the worker completes at the expiry instant
 	// while the reaper reaps just after it.
 	const n = 40
