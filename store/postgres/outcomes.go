@@ -242,6 +242,9 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			index[o.TaskID] = i
 		}
 		read = func(br pgx.BatchResults) error {
+			// The writer may run the write again alone after its group
+			// rolled back: only this run's rows count.
+			clear(applied)
 			if _, err := br.Exec(); err != nil { // outcomePlanSettings
 				return err
 			}

@@ -1,0 +1,180 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/store"
+)
+
+// These tests steer the group writer with advisory locks held by another
+// session: a write that takes a lock held elsewhere stays in flight until
+// the test releases it, so the groups form exactly as the test needs,
+// without timing assumptions.
+
+// lockWrite is a group write that takes advisory lock key (waiting for it)
+// and then runs the extra statements, which may fail.
+func lockWrite(ctx context.Context, key int64, extra ...string) *groupWrite {
+	return &groupWrite{ctx: ctx, done: make(chan error, 1),
+		queue: func(b *pgx.Batch) {
+			b.Queue("SELECT pg_advisory_xact_lock($1)", key)
+			for _, q := range extra {
+				b.Queue(q)
+			}
+		},
+		read: func(br pgx.BatchResults) error {
+			for range 1 + len(extra) {
+				if _, err := br.Exec(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+}
+
+// connect opens a plain session on url, closed when t ends.
+func connect(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// waitUntil polls query (one boolean) on c until it is true.
+func waitUntil(t *testing.T, c *pgx.Conn, what, query string, args ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		var ok bool
+		if err := c.QueryRow(t.Context(), query, args...).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// waitAdvisoryWaiter waits until a session of this database waits for an
+// advisory lock.
+func waitAdvisoryWaiter(t *testing.T, c *pgx.Conn) {
+	t.Helper()
+	waitUntil(t, c, "a session to wait for an advisory lock", `SELECT count(*) > 0 FROM pg_locks
+		WHERE NOT granted AND locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+}
+
+// TestGroupRetryDoesNotKeepRolledBackOutcomes: an outcome batch shares a
+// group with a write that fails, so the group rolls back and the writer
+// runs each write again alone. Meanwhile another session cancelled the
+// task, so the outcome no longer applies: RecordOutcomes must report the
+// lease lost, not what the rolled-back first run had seen.
+func TestGroupRetryDoesNotKeepRolledBackOutcomes(t *testing.T) {
+	url := pgtest.URL(t)
+	s := openURL(t, url, nil)
+	ctx := t.Context()
+	now := time.Now()
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("g", 1), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.FetchTasks(ctx, store.FetchParams{Limit: 1, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("fetch: %v %v", got, err)
+	}
+	task := got[0]
+
+	x := connect(t, url) // holds the locks that steer the writer
+	if _, err := x.Exec(ctx, "SELECT pg_advisory_lock(1), pg_advisory_lock(2)"); err != nil {
+		t.Fatal(err)
+	}
+	// The writer sends hold and waits in it for lock 1.
+	hold := lockWrite(ctx, 1)
+	s.wq.push(hold)
+	waitAdvisoryWaiter(t, x)
+
+	// Queued behind it: the outcome, then a write that waits for lock 2 and
+	// then fails.
+	type result struct {
+		errs []error
+		err  error
+	}
+	res := make(chan result, 1)
+	go func() {
+		errs, err := s.RecordOutcomes(context.Background(), store.OutcomeParams{Now: now, Outcomes: []store.Outcome{{
+			TaskID: task.ID, LeaseID: task.LeaseID, State: store.StateSucceeded, OutcomeKind: store.OutcomeSucceeded}}})
+		res <- result{errs, err}
+	}()
+	for deadline := time.Now().Add(30 * time.Second); s.wq.len() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the outcome never queued")
+		}
+	}
+	bad := lockWrite(ctx, 2, "SELECT 1/0")
+	s.wq.push(bad)
+
+	// Release lock 1: hold commits, and the group [outcome, bad] goes out.
+	// The outcome updates the task; bad then waits for lock 2.
+	if _, err := x.Exec(ctx, "SELECT pg_advisory_unlock(1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-hold.done; err != nil {
+		t.Fatalf("hold: %v", err)
+	}
+	waitAdvisoryWaiter(t, x)
+
+	// Another session cancels the task; it waits for the group's row lock.
+	y := connect(t, url)
+	var ypid int
+	if err := y.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&ypid); err != nil {
+		t.Fatal(err)
+	}
+	yctx, ycancel := context.WithCancel(context.Background())
+	cancelled, ydone := make(chan error, 1), make(chan struct{})
+	go func() {
+		defer close(ydone)
+		_, err := y.Exec(yctx,
+			"UPDATE tasks SET state = 'cancelled', lease_id = NULL, lease_expires_at = NULL WHERE id = $1", task.ID)
+		cancelled <- err
+	}()
+	t.Cleanup(func() { // before y closes, if the test stops early
+		ycancel()
+		select {
+		case <-ydone:
+		case <-time.After(10 * time.Second):
+		}
+	})
+	waitUntil(t, x, "the cancel to wait for the group's row lock",
+		"SELECT count(*) > 0 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", ypid)
+
+	// Release lock 2: bad divides by zero, the group rolls back, the cancel
+	// commits, and the outcome, run again alone, finds the task cancelled.
+	if _, err := x.Exec(ctx, "SELECT pg_advisory_unlock(2)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bad.done; err == nil {
+		t.Fatal("the failing write succeeded")
+	}
+	if err := <-cancelled; err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("RecordOutcomes: %v", r.err)
+	}
+	var state string
+	if err := x.QueryRow(ctx, "SELECT state FROM tasks WHERE id = $1", task.ID).Scan(&state); err != nil {
+		t.Fatal(err)
+	}
+	if state != "cancelled" || !errors.Is(r.errs[0], store.ErrLeaseLost) {
+		t.Fatalf("task is %s; the outcome reported %v, want %v", state, r.errs[0], store.ErrLeaseLost)
+	}
+}
