@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
@@ -31,9 +32,13 @@ type Failure struct {
 
 const maxMessageLen = 4096
 
+// truncate cuts s to at most n bytes, on a character boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }

@@ -115,13 +115,9 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 	return res
 }
 
-// printable makes a body excerpt safe to store as text: valid UTF-8 (a rune
-// cut by the excerpt limit becomes U+FFFD) without NUL bytes, which
-// PostgreSQL text refuses.
-func printable(b []byte) string {
-	s := strings.ToValidUTF8(string(b), "\uFFFD")
-	return strings.ReplaceAll(s, "\x00", "\uFFFD")
-}
+// printable makes a body excerpt safe to store as text (store.CleanText):
+// a rune cut by the excerpt limit becomes U+FFFD.
+func printable(b []byte) string { return store.CleanText(string(b)) }
 
 // detail is the history detail of a response: "HTTP 503: <body excerpt>".
 func (r *pushResult) detail() string {

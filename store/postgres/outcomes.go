@@ -137,6 +137,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
+	p.Outcomes = store.CleanOutcomes(p.Outcomes) // one odd message must not fail the batch
 	now := us(p.Now)
 	n := len(p.Outcomes)
 	type row struct {

@@ -84,6 +84,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 	if len(p.Outcomes) == 0 {
 		return nil, s.check(op)
 	}
+	p.Outcomes = store.CleanOutcomes(p.Outcomes) // one odd message must not fail the batch
 	now := p.Now.UnixMicro()
 	errs := make([]error, len(p.Outcomes))
 	rows := make([]outcomeRow, 0, len(p.Outcomes))

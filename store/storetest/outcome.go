@@ -18,6 +18,36 @@ var outcomeTests = []testCase{
 	{"Outcome/ExpiredLease", testOutcomeExpiredLease},
 	{"Outcome/CancelledMeanwhile", testOutcomeCancelled},
 	{"Outcome/MixedBatch", testOutcomeMixedBatch},
+	{"Outcome/OddText", testOutcomeOddText},
+}
+
+// testOutcomeOddText: an error message cut inside a character or holding a
+// NUL byte (a remote worker's, a handler's) is stored cleaned (see
+// store.CleanText) and does not fail the other outcomes of its batch.
+func testOutcomeOddText(e *env) {
+	ok := e.start(base, nt("t_ok", "a"))
+	odd := e.start(base, nt("t_odd", "a"))
+	bad := kill(odd, "E\x00", store.DeadNonRetryable)
+	bad.Error.Message, bad.Detail = "réponse coupée \xc3", "body\x00excerpt"
+	retried := e.start(base, nt("t_retry", "a"))
+	again := failRetry(retried, base.Add(time.Hour), "E")
+	again.Error.Message = "\xff\xfe then text"
+	now := base.Add(time.Second)
+	errs, err := e.s.RecordOutcomes(e.ctx, store.OutcomeParams{Now: now, Outcomes: []store.Outcome{succeed(ok), bad, again}})
+	e.noErr("RecordOutcomes", err)
+	for i, err := range errs {
+		e.noErr(fmt.Sprintf("outcome %d", i), err)
+	}
+	e.get("t_ok", store.StateSucceeded)
+	dead := e.get("t_odd", store.StateDead)
+	want := store.ErrorInfo{Code: "E\uFFFD", Message: "réponse coupée \uFFFD", Class: "permanent"}
+	e.eq("last error of the dead task", *dead.LastError, want)
+	as := e.attempts("t_odd")
+	e.eq("attempts", len(as), 1)
+	e.eq("history error", *as[0].Error, want)
+	e.eq("history detail", as[0].Detail, "body\uFFFDexcerpt")
+	e.get("t_retry", store.StateRetryWaiting)
+	e.eq("retried task's history message", e.attempts("t_retry")[0].Error.Message, "\uFFFD then text")
 }
 
 func testOutcomeSucceeded(e *env) {
