@@ -54,6 +54,10 @@ type groupWrite struct {
 	queue  func(b *pgx.Batch)
 	read   func(br pgx.BatchResults) error
 	notify bool // wake fetchers when the write commits
+	// locks are the ids of the existing task rows the write updates;
+	// sorted reports that its statements lock them in id order.
+	locks  []string
+	sorted bool
 	done   chan error
 }
 
@@ -248,6 +252,10 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 		sql, args := insertStatement(parts, rows)
 		b.Queue(sql, args...)
 	}
+	locks := groupLocks(ws)
+	if locks != nil {
+		b.Queue(lockTasksSQL, locks)
+	}
 	for _, w := range ws {
 		if w.ins == nil {
 			w.queue(b)
@@ -277,6 +285,11 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 				w.got(ts)
 			}
 		}
+		if locks != nil {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
 		for _, w := range ws {
 			if w.ins == nil {
 				if err := w.read(br); err != nil {
@@ -290,4 +303,35 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 		err = cerr
 	}
 	return err
+}
+
+// lockTasksSQL locks task rows in id order, the order every other
+// statement that locks several tasks (outcome batches, ExtendLeases) takes
+// them in.
+const lockTasksSQL = `SELECT 1 FROM tasks WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`
+
+// groupLocks returns the task ids to lock first, in one statement, when the
+// group's writes would otherwise lock existing rows out of id order: two or
+// more writes that lock rows (each sorted, but not together), or one whose
+// statements are not sorted. Without it, a group could lock t9 (one
+// outcome batch) and then t2 (the next) while a heartbeat that locked t2
+// waits for t9: a deadlock that PostgreSQL breaks after a second by
+// aborting one side. It returns nil when no such statement is needed,
+// which is the common case (one outcome batch per group).
+func groupLocks(ws []*groupWrite) []string {
+	n, sorted := 0, true
+	for _, w := range ws {
+		if len(w.locks) > 0 {
+			n++
+			sorted = sorted && w.sorted
+		}
+	}
+	if n == 0 || (n == 1 && sorted) {
+		return nil
+	}
+	var ids []string
+	for _, w := range ws {
+		ids = append(ids, w.locks...)
+	}
+	return ids
 }

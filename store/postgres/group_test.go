@@ -178,3 +178,100 @@ func TestGroupRetryDoesNotKeepRolledBackOutcomes(t *testing.T) {
 		t.Fatalf("task is %s; the outcome reported %v, want %v", state, r.errs[0], store.ErrLeaseLost)
 	}
 }
+
+// TestGroupLocksRowsInIDOrder: a group holding two outcome batches, the
+// task with the larger id first, meets a heartbeat that extends both
+// leases (locking rows in id order) between the two batches. Without the
+// group's own id-ordered lock, each side waits for the other and
+// PostgreSQL aborts one after deadlock_timeout: either the heartbeat fails,
+// or the group rolls back and its writes run again one by one.
+func TestGroupLocksRowsInIDOrder(t *testing.T) {
+	url := pgtest.URL(t)
+	s := openURL(t, url, nil)
+	ctx := t.Context()
+	now := time.Now()
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("d", 2), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.FetchTasks(ctx, store.FetchParams{Limit: 2, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
+	if err != nil || len(got) != 2 {
+		t.Fatalf("fetch: %v %v", got, err)
+	}
+	lo, hi := got[0], got[1]
+	if lo.ID > hi.ID {
+		lo, hi = hi, lo
+	}
+	x := connect(t, url)
+	if _, err := x.Exec(ctx, "SELECT pg_advisory_lock(1), pg_advisory_lock(2)"); err != nil {
+		t.Fatal(err)
+	}
+	hold := lockWrite(ctx, 1)
+	s.wq.push(hold)
+	waitAdvisoryWaiter(t, x)
+
+	// Queue the group: the outcome of hi, a pause on lock 2, the outcome of lo.
+	record := func(tk store.Task) chan error {
+		ch := make(chan error, 1)
+		go func() {
+			errs, err := s.RecordOutcomes(context.Background(), store.OutcomeParams{Now: now, Outcomes: []store.Outcome{{
+				TaskID: tk.ID, LeaseID: tk.LeaseID, State: store.StateSucceeded, OutcomeKind: store.OutcomeSucceeded}}})
+			if err == nil {
+				err = errs[0]
+			}
+			ch <- err
+		}()
+		return ch
+	}
+	waitQueued := func(n int) {
+		for deadline := time.Now().Add(30 * time.Second); s.wq.len() < n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d writes never queued", n)
+			}
+		}
+	}
+	hiDone := record(hi)
+	waitQueued(1)
+	pause := lockWrite(ctx, 2)
+	s.wq.push(pause)
+	loDone := record(lo)
+	waitQueued(3)
+
+	// The group goes out: it updates hi, then waits for lock 2.
+	if _, err := x.Exec(ctx, "SELECT pg_advisory_unlock(1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-hold.done; err != nil {
+		t.Fatalf("hold: %v", err)
+	}
+	before := s.GroupStats() // hold is counted before it is answered
+	waitAdvisoryWaiter(t, x)
+
+	// The heartbeat for both tasks waits for a row the group holds.
+	extended := make(chan error, 1)
+	go func() {
+		_, err := s.ExtendLeases(context.Background(), store.ExtendParams{Now: now, Leases: []store.LeaseRef{
+			{TaskID: lo.ID, LeaseID: lo.LeaseID, ExpiresAt: now.Add(2 * time.Minute)},
+			{TaskID: hi.ID, LeaseID: hi.LeaseID, ExpiresAt: now.Add(2 * time.Minute)}}})
+		extended <- err
+	}()
+	waitUntil(t, x, "the heartbeat to wait for a row lock", `SELECT count(*) > 0 FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'`)
+
+	// The group goes on to lo and commits; then the heartbeat finds both
+	// tasks finished.
+	if _, err := x.Exec(ctx, "SELECT pg_advisory_unlock(2)"); err != nil {
+		t.Fatal(err)
+	}
+	for what, ch := range map[string]chan error{"outcome of hi": hiDone, "outcome of lo": loDone, "pause": pause.done} {
+		if err := <-ch; err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	if err := <-extended; err != nil {
+		t.Errorf("heartbeat: %v", err)
+	}
+	after := s.GroupStats()
+	if groups, writes := after.Groups-before.Groups, after.Writes-before.Writes; groups != 1 || writes != 3 {
+		t.Errorf("the group ran as %d transaction(s) for %d writes, want 1 for 3 (it rolled back and ran again write by write)", groups, writes)
+	}
+}

@@ -288,6 +288,12 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			return nil
 		}
 	}
+	locks := make([]string, 0, n)
+	for i, o := range p.Outcomes {
+		if rowsIn[i].invalid == nil {
+			locks = append(locks, o.TaskID)
+		}
+	}
 	err := s.groupWrite(ctx, op, &groupWrite{
 		queue: func(b *pgx.Batch) {
 			for _, q := range queued {
@@ -296,6 +302,8 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		},
 		read:   read,
 		notify: released, // wake fetchers for the released tasks
+		locks:  locks,
+		sorted: distinct, // one statement over rows sorted by id
 	})
 	if err != nil {
 		return nil, err
