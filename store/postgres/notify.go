@@ -110,32 +110,37 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// listen runs the LISTEN loop until ctx is done.
+// listen runs the LISTEN loop until ctx is done. Every (re)connection
+// wakes the fetchers once, since notifications sent while nobody listened
+// are lost. A connection that drops before it has lasted ReconnectMax
+// counts as a failed attempt: the next one waits out the backoff, so a
+// server that accepts connections and then drops them is not hammered.
 func (s *Store) listen(ctx context.Context, ch chan struct{}) {
 	log := s.cfg.Logger
 	backoff := s.cfg.ReconnectMin
+	// retry waits out the backoff (with jitter) and doubles it; false when
+	// ctx ended meanwhile.
+	retry := func(msg string, err error) bool {
+		wait := backoff/2 + rand.N(backoff/2+1)
+		log.Warn(msg, "err", err, "retry_in", wait)
+		backoff = min(backoff*2, s.cfg.ReconnectMax)
+		return sleep(ctx, wait)
+	}
 	first := true
 	for ctx.Err() == nil {
 		conn, err := s.listenConn(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || !retry("retryq postgres: wakeup listener cannot connect", err) {
 				return
 			}
-			wait := backoff/2 + rand.N(backoff/2+1)
-			log.Warn("retryq postgres: wakeup listener cannot connect", "err", err, "retry_in", wait)
-			if !sleep(ctx, wait) {
-				return
-			}
-			backoff = min(backoff*2, s.cfg.ReconnectMax)
 			continue
 		}
 		if !first {
 			log.Info("retryq postgres: wakeup listener reconnected")
-			// Notifications sent while disconnected are lost.
-			signal(ch)
 		}
 		first = false
-		backoff = s.cfg.ReconnectMin
+		signal(ch)
+		up := time.Now()
 		err = s.waitLoop(ctx, conn, ch)
 		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = conn.Close(closeCtx)
@@ -143,7 +148,14 @@ func (s *Store) listen(ctx context.Context, ch chan struct{}) {
 		if ctx.Err() != nil {
 			return
 		}
-		log.Warn("retryq postgres: wakeup listener connection lost", "err", err)
+		if time.Since(up) >= s.cfg.ReconnectMax {
+			backoff = s.cfg.ReconnectMin
+			log.Warn("retryq postgres: wakeup listener connection lost", "err", err)
+			continue
+		}
+		if !retry("retryq postgres: wakeup listener connection lost soon after connecting", err) {
+			return
+		}
 	}
 }
 
