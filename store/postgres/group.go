@@ -211,6 +211,10 @@ func (s *Store) runGroup(group []*groupWrite) int {
 		// A statement failed and the transaction rolled back: find the
 		// faulty write by running each alone.
 		for _, w := range live {
+			if err := w.ctx.Err(); err != nil { // its caller stopped waiting meanwhile
+				w.done <- err
+				continue
+			}
 			err := s.sendGroup([]*groupWrite{w})
 			s.count(1, 1)
 			w.done <- err
