@@ -51,5 +51,10 @@ func TestRegistryShowsLeadershipAtOnce(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// a's last write says it stopped, so the registry never shows two
+	// leaders after the handover.
+	if r := role("a"); r != "stopped" {
+		t.Errorf("a's role after Close = %q; want stopped", r)
+	}
 	waitFor(t, 2*time.Second, "b to show as leader", func() bool { return role("b") == "leader" })
 }

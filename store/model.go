@@ -120,7 +120,7 @@ type Node struct {
 	ID        string
 	Host      string
 	Version   string
-	Role      string // "leader" or "standby"
+	Role      string // "leader", "standby", "worker" (no scheduler) or "stopped" (closed)
 	StartedAt time.Time
 	LastSeen  time.Time
 }

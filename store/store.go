@@ -101,7 +101,8 @@ type Store interface {
 	// AcquireLeader takes or renews the named leadership lease for NodeID
 	// until Now+TTL if it is free, expired, or already held by NodeID. It
 	// returns the lease as it stands after the call; the caller leads iff
-	// lease.NodeID == NodeID.
+	// lease.NodeID == NodeID. Now is the caller's: every caller must take it
+	// from one clock (the engine uses DatabaseClock when the store has it).
 	AcquireLeader(ctx context.Context, p LeaderParams) (Lease, error)
 	// ReleaseLeader gives up the named lease if NodeID holds it.
 	ReleaseLeader(ctx context.Context, p LeaderParams) error

@@ -172,8 +172,8 @@ func openAPISchemas() map[string]any {
 		"PurgeResponse":   obj(map[string]any{"purged": integer("")}, "purged"),
 		"Stats":           obj(map[string]any{"window_seconds": num(""), "overall": statsObj, "types": arr(statsObj)}, "window_seconds", "overall", "types"),
 		"NodeList": obj(map[string]any{"nodes": arr(obj(map[string]any{
-			"id": str(""), "host": str(""), "version": str(""), "role": enum("leader", "standby"),
-			"started_at": timeT(""), "last_seen": timeT(""), "alive": boolean("Seen in the last 30 seconds."),
+			"id": str(""), "host": str(""), "version": str(""), "role": enum("leader", "standby", "worker", "stopped"),
+			"started_at": timeT(""), "last_seen": timeT(""), "alive": boolean("Seen in the last 30 seconds and not stopped."),
 		}, "id", "host", "version", "role", "started_at", "last_seen", "alive"))}, "nodes"),
 		"LeaseRequest": obj(map[string]any{
 			"worker_id": str("At most 200 bytes."), "types": withDesc(arr(str("")), "Task types this worker runs."),

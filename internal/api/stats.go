@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/store"
 )
 
@@ -13,7 +14,8 @@ import (
 const statsWindow = time.Hour
 
 // nodeAliveAfter: a node whose last heartbeat is older is reported not alive
-// (nodes heartbeat every 5s).
+// (nodes heartbeat every 5s). A node whose role is engine.RoleStopped (it
+// closed cleanly) is not alive however recent its last heartbeat.
 const nodeAliveAfter = 30 * time.Second
 
 // statsJSON are the statistics of one type or of all types.
@@ -130,8 +132,9 @@ func (s *server) nodes(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := make([]nodeJSON, len(ns))
 	for i, n := range ns {
+		alive := n.Role != engine.RoleStopped && now.Sub(n.LastSeen) < nodeAliveAfter
 		out[i] = nodeJSON{ID: n.ID, Host: n.Host, Version: n.Version, Role: n.Role,
-			StartedAt: jsonTime(n.StartedAt), LastSeen: jsonTime(n.LastSeen), Alive: now.Sub(n.LastSeen) < nodeAliveAfter}
+			StartedAt: jsonTime(n.StartedAt), LastSeen: jsonTime(n.LastSeen), Alive: alive}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"nodes": out})
 	return nil

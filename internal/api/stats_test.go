@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/store"
 )
 
@@ -83,4 +84,39 @@ func TestStatsAndNodes(t *testing.T) {
 		t.Fatalf("future nodes = %v", ns)
 	}
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "since", "GET", "/v1/nodes?since=now", nil)
+}
+
+// TestNodesStoppedNotAlive: a node that closed cleanly has just written its
+// registry row (role "stopped"), and GET /v1/nodes reports it not alive,
+// while the running node stays alive.
+func TestNodesStoppedNotAlive(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	other, err := engine.New(engine.Config{Store: e.st, NodeID: "gone", Version: "test", PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	nodes := func() map[string]map[string]any {
+		out := map[string]map[string]any{}
+		for _, n := range e.must(http.StatusOK, "GET", "/v1/nodes", nil).m["nodes"].([]any) {
+			out[n.(map[string]any)["id"].(string)] = n.(map[string]any)
+		}
+		return out
+	}
+	waitFor(t, "both nodes to register", 10*time.Second, func() bool {
+		ns := nodes()
+		return ns["gone"]["alive"] == true && ns["test-node"]["alive"] == true
+	})
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ns := nodes()
+	if g := ns["gone"]; g["role"] != engine.RoleStopped || g["alive"] != false {
+		t.Errorf("closed node = %v; want role stopped, not alive", g)
+	}
+	if n := ns["test-node"]; n["alive"] != true {
+		t.Errorf("running node = %v; want alive", n)
+	}
 }

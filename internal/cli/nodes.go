@@ -15,10 +15,11 @@ func init() {
 const nodesUsage = `Usage: retryq nodes [--since T] [--json]
 
 Lists the retryq server processes that share the server's database, as they
-record themselves every few seconds: id, host, version, role (leader or
-standby), when each started and was last seen, and whether it is alive
-(seen in the last 30 seconds). Nodes seen since --since are listed (default:
-the last hour).
+record themselves every few seconds: id, host, version, role (leader,
+standby, worker when it runs without the scheduler, or stopped when it
+closed cleanly), when each started and was last seen, and whether it is
+alive (seen in the last 30 seconds and not stopped). Nodes seen since
+--since are listed (default: the last hour).
 `
 
 // apiNode is one node of GET /v1/nodes.

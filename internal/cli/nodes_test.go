@@ -52,3 +52,20 @@ func TestWriteNodesWithoutLeader(t *testing.T) {
 	}, now)
 	wantOutput(t, "nodes after the leader died", b.String(), "2m ago", "3s ago", "No alive node says it leads")
 }
+
+// TestWriteNodesAfterCleanHandover: the old leader closed cleanly (role
+// stopped, not alive though seen seconds ago) and the new one leads: one
+// alive leader, no warning.
+func TestWriteNodesAfterCleanHandover(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	writeNodes(&b, []apiNode{
+		{ID: "a", Host: "h1", Version: "v1", Role: "stopped", StartedAt: now.Add(-time.Hour), LastSeen: now.Add(-2 * time.Second)},
+		{ID: "b", Host: "h2", Version: "v1", Role: "leader", StartedAt: now.Add(-time.Hour), LastSeen: now.Add(-time.Second), Alive: true},
+	}, now)
+	out := b.String()
+	wantOutput(t, "nodes after a clean handover", out, "stopped", "leader", "no", "yes")
+	if strings.Contains(out, "No alive node says it leads") {
+		t.Errorf("nodes with one alive leader:\n%s", out)
+	}
+}

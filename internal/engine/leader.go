@@ -12,6 +12,21 @@ import (
 // leaderName is the leadership lease of the scheduler loops.
 const leaderName = "scheduler"
 
+// The roles a node records in the node registry (store.Node.Role).
+const (
+	// RoleLeader: the node holds the scheduler lease and runs the scheduler
+	// loops.
+	RoleLeader = "leader"
+	// RoleStandby: the node competes for the scheduler lease but does not
+	// hold it.
+	RoleStandby = "standby"
+	// RoleWorker: the node runs without the scheduler (Config.NoScheduler).
+	RoleWorker = "worker"
+	// RoleStopped: the node's engine closed. Its row is the last one it
+	// wrote; the node is not alive, whatever its last-seen time.
+	RoleStopped = "stopped"
+)
+
 type leaderState struct {
 	mu      sync.Mutex
 	leading bool
@@ -46,14 +61,28 @@ func (e *Engine) setLeading(v bool) {
 // electionLoop competes for the scheduler lease and runs the scheduler loops
 // while it holds it.
 //
-// Safety argument (no two leaders at once): a renewal written at database
-// time T (the caller's now, taken before the statement is sent) makes the
-// row valid until T+TTL, and no other node can take the row before that. The
-// holder records the local monotonic instant S at which it took that now
-// (S <= the write) and considers itself leader only until S+TTL-margin. So
-// the holder's loops are cancelled at least `margin` before anyone else may
-// acquire, as long as clocks across nodes agree within margin (NTP). A
-// failed or refused renewal stops the loops at once. See docs/architecture.md.
+// Safety argument (no two leaders at once). The lease's expiry lives on one
+// timeline: the database's clock when the store has a database server
+// (store.DatabaseClock), else this process's clock (SQLite: every node is in
+// one process, on one host). Each attempt takes the local monotonic instant
+// S first, then reads the database's time T (so T is at or after the
+// database's time at S) and writes the row valid until T+TTL. Every other
+// node reads its Now from the same database clock, and takes the row only
+// once its Now is after the expiry, so no one else can take it before
+// database time T+TTL. The holder treats itself as leader only until
+// S+TTL-margin on its monotonic clock: a watchdog cancels the loops then,
+// even if the next renewal is stuck. So the loops stop at least about
+// margin before anyone else may start them, whatever the nodes' wall
+// clocks say, as long as the database's clock and the holder's monotonic
+// clock run at about the same rate (a 25% rate difference over one TTL
+// would be needed to break it).
+//
+// Renewals start every TTL/4 counted from the start S of the previous one,
+// so slow replies do not push them later and later past the watchdog. A
+// failed renewal does not stop the loops: the last successful one keeps
+// them safe until its S+TTL-margin (validUntil), when they stop unless a
+// renewal succeeded meanwhile. A renewal that finds the lease held by
+// another node stops them at once. See docs/architecture.md.
 func (e *Engine) electionLoop(ctx context.Context) {
 	ttl := e.cfg.LeaderTTL
 	renew := ttl / 4
@@ -61,43 +90,53 @@ func (e *Engine) electionLoop(ctx context.Context) {
 	var (
 		loopsCancel context.CancelFunc
 		loopsDone   chan struct{}
-		validUntil  time.Time // monotonic
+		validUntil  time.Time // monotonic: the safe end of the last successful renewal
 		watchdog    *time.Timer
 	)
-	// loopsRunning reports whether the loops are still running (the watchdog
-	// may have stopped them on its own).
-	loopsRunning := func() bool {
-		if loopsDone == nil {
-			return false
-		}
-		select {
-		case <-loopsDone:
-			return false
-		default:
-			return true
-		}
+	start := func() {
+		lctx, lcancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		loopsCancel, loopsDone = lcancel, done
+		e.setLeading(true)
+		e.log.Info("elected leader; starting scheduler loops", "node", e.cfg.NodeID)
+		// The watchdog cancels the loops at the lease's safe end even if this
+		// goroutine is blocked in a slow renewal. Only halt stops it.
+		watchdog = time.AfterFunc(time.Until(validUntil), lcancel)
+		go func() {
+			defer close(done)
+			e.runScheduler(lctx)
+		}()
+	}
+	// halt cancels the loops and waits until they returned.
+	halt := func() {
+		loopsCancel()
+		<-loopsDone
+		loopsCancel, loopsDone = nil, nil
+		watchdog.Stop()
+		e.setLeading(false)
 	}
 	stop := func(why string) {
 		if loopsCancel == nil {
 			return
 		}
-		loopsCancel()
-		<-loopsDone
-		loopsCancel, loopsDone = nil, nil
-		if watchdog != nil {
-			watchdog.Stop()
-		}
-		e.setLeading(false)
+		halt()
 		e.log.Warn("leadership lost; scheduler loops stopped", "node", e.cfg.NodeID, "reason", why)
 	}
 	defer func() {
-		if loopsCancel != nil {
-			loopsCancel()
-			<-loopsDone
-			e.setLeading(false)
-			rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_ = e.st.ReleaseLeader(rctx, store.LeaderParams{Name: leaderName, NodeID: e.cfg.NodeID, Now: e.now()})
-			cancel()
+		leading := loopsCancel != nil
+		if leading {
+			halt()
+		}
+		// Always give the row up, even when the loops had already stopped:
+		// a renewal may have committed although it failed or came back too
+		// late. ReleaseLeader only removes this node's own row.
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := e.st.ReleaseLeader(rctx, store.LeaderParams{Name: leaderName, NodeID: e.cfg.NodeID, Now: e.now()})
+		cancel()
+		switch {
+		case err != nil:
+			e.log.Warn("leader lease release failed", "node", e.cfg.NodeID, "err", err)
+		case leading:
 			e.log.Info("leadership released", "node", e.cfg.NodeID)
 		}
 	}()
@@ -109,81 +148,100 @@ func (e *Engine) electionLoop(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		started := time.Now()
-		now := e.now()
+		started := time.Now() // S, before the lease's Now is read
 		actx, cancel := context.WithTimeout(ctx, renew)
-		lease, err := e.st.AcquireLeader(actx, store.LeaderParams{Name: leaderName, NodeID: e.cfg.NodeID, TTL: ttl, Now: now})
+		lease, err := e.acquireLeader(actx, ttl)
 		cancel()
+		if ctx.Err() != nil {
+			return // closing: the deferred release gives the row up
+		}
 		switch {
 		case err != nil:
-			if ctx.Err() != nil {
-				return
-			}
 			e.log.Warn("leader lease renewal failed", "node", e.cfg.NodeID, "err", err)
-			if loopsCancel != nil && time.Now().After(validUntil) {
+			if loopsCancel != nil && !time.Now().Before(validUntil) {
 				stop("renewal failed past the lease's safe end")
 			}
 		case lease.NodeID == e.cfg.NodeID:
 			validUntil = started.Add(ttl - margin)
-			if loopsCancel != nil && !loopsRunning() {
-				stop("watchdog stopped the loops")
+			if !time.Now().Before(validUntil) {
+				// Only a store that ignores the call's deadline gets here.
+				stop("renewal came back after its own safe end")
+				break
 			}
-			if loopsCancel != nil {
-				// The watchdog cancels the loops at the lease's safe end
-				// even if this goroutine is blocked in a slow renewal.
-				watchdog.Reset(time.Until(validUntil))
+			// Reset reports false when the watchdog already fired: the loops
+			// are cancelled (or returning), so start them afresh.
+			if loopsCancel != nil && !watchdog.Reset(time.Until(validUntil)) {
+				stop("the watchdog stopped the loops before the renewal came back")
 			}
 			if loopsCancel == nil {
-				lctx, lcancel := context.WithCancel(ctx)
-				done := make(chan struct{})
-				loopsCancel, loopsDone = lcancel, done
-				e.setLeading(true)
-				e.log.Info("elected leader; starting scheduler loops", "node", e.cfg.NodeID)
-				watchdog = time.AfterFunc(time.Until(validUntil), lcancel)
-				go func() {
-					defer close(done)
-					e.runScheduler(lctx)
-				}()
+				start()
 			}
 		default:
 			stop("lease held by " + lease.NodeID)
 		}
-		// Wake for the next renewal, or at the safe end of the lease if that
-		// comes first (then the failed-renewal branch stops the loops).
-		wait := renew
+		// Wake for the next renewal, TTL/4 after this one started, or at the
+		// safe end of the lease if that comes first (then the code below
+		// stops the loops).
+		wait := time.Until(started.Add(renew))
 		if loopsCancel != nil {
 			if until := time.Until(validUntil); until < wait {
 				wait = until
 			}
 		}
-		resetTimer(timer, wait)
-		if loopsCancel != nil && time.Now().After(validUntil) {
+		resetTimer(timer, wait) // a negative wait fires at once
+		if loopsCancel != nil && !time.Now().Before(validUntil) {
 			stop("lease not renewed in time")
 		}
 	}
 }
 
+// acquireLeader takes or renews the scheduler lease at the database's time
+// when the store can read it (store.DatabaseClock), else at this node's.
+func (e *Engine) acquireLeader(ctx context.Context, ttl time.Duration) (store.Lease, error) {
+	now := e.now()
+	if dc, ok := e.st.(store.DatabaseClock); ok {
+		t, err := dc.DatabaseNow(ctx)
+		if err != nil {
+			return store.Lease{}, err
+		}
+		now = t
+	}
+	return e.st.AcquireLeader(ctx, store.LeaderParams{Name: leaderName, NodeID: e.cfg.NodeID, TTL: ttl, Now: now})
+}
+
 // nodeLoop keeps this node's registry row fresh: every 5 seconds, and at
-// once when the node gains or loses the leadership.
+// once when the node gains or loses the leadership. When the engine closes
+// it writes the row one last time with role "stopped", so that the registry
+// does not show a node that is gone as alive (or as a second leader).
 func (e *Engine) nodeLoop(ctx context.Context) {
 	host, _ := os.Hostname()
 	startedAt := e.now()
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
+	node := func(role string) store.Node {
+		return store.Node{ID: e.cfg.NodeID, Host: host, Version: e.cfg.Version, Role: role, StartedAt: startedAt}
+	}
 	for {
-		role := "standby"
+		role := RoleStandby
 		if e.IsLeader() {
-			role = "leader"
+			role = RoleLeader
 		}
 		if e.cfg.NoScheduler {
-			role = "worker"
+			role = RoleWorker
 		}
-		err := e.st.HeartbeatNode(ctx, store.Node{ID: e.cfg.NodeID, Host: host, Version: e.cfg.Version, Role: role, StartedAt: startedAt}, e.now())
+		err := e.st.HeartbeatNode(ctx, node(role), e.now())
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("node heartbeat failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
+			// ctx is done: the last write gets a short context of its own.
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := e.st.HeartbeatNode(sctx, node(RoleStopped), e.now())
+			cancel()
+			if err != nil {
+				e.log.Warn("node registry: recording the stop failed", "err", err)
+			}
 			return
 		case <-tick.C:
 		case <-e.leading.changed:

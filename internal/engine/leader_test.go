@@ -1,0 +1,311 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/sqlite"
+)
+
+// leaderStore is a real SQLite store whose leader-lease calls can be slowed
+// down or failed (acquire) and whose scheduler promotions can be held
+// (promote), and which records every scheduler-loop instance: the distinct
+// contexts its PromoteDue is called with, in order (the scheduler passes its
+// leadership context straight to PromoteDue).
+type leaderStore struct {
+	store.Store
+	// acquire, when set, replaces AcquireLeader; call counts from 1. It
+	// may commit through s.commit, which ignores the call's deadline.
+	acquire func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error)
+	// promote, when set, runs before PromoteDue of loop instance gen
+	// (from 0) goes through.
+	promote func(ctx context.Context, gen int)
+
+	mu        sync.Mutex
+	calls     int               // AcquireLeader calls started
+	completed int               // AcquireLeader calls returned
+	loops     []context.Context // scheduler-loop instances, in order
+	releases  atomic.Int64      // ReleaseLeader calls
+}
+
+func (s *leaderStore) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.Lease, error) {
+	s.mu.Lock()
+	s.calls++
+	n := s.calls
+	s.mu.Unlock()
+	var (
+		l   store.Lease
+		err error
+	)
+	if s.acquire != nil {
+		l, err = s.acquire(ctx, n, p)
+	} else {
+		l, err = s.Store.AcquireLeader(ctx, p)
+	}
+	s.mu.Lock()
+	s.completed++
+	s.mu.Unlock()
+	return l, err
+}
+
+// commit writes the lease whatever happens to ctx: the statement reached
+// the database, only its reply is slow or lost.
+func (s *leaderStore) commit(ctx context.Context, p store.LeaderParams) (store.Lease, error) {
+	return s.Store.AcquireLeader(context.WithoutCancel(ctx), p)
+}
+
+func (s *leaderStore) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
+	s.releases.Add(1)
+	return s.Store.ReleaseLeader(ctx, p)
+}
+
+func (s *leaderStore) PromoteDue(ctx context.Context, p store.PromoteParams) (int, error) {
+	s.mu.Lock()
+	gen := len(s.loops) - 1
+	if gen < 0 || s.loops[gen] != ctx {
+		s.loops = append(s.loops, ctx)
+		gen++
+	}
+	s.mu.Unlock()
+	if s.promote != nil {
+		s.promote(ctx, gen)
+	}
+	return s.Store.PromoteDue(ctx, p)
+}
+
+// acquired returns how many AcquireLeader calls have returned.
+func (s *leaderStore) acquired() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.completed
+}
+
+// loopInstances returns the scheduler-loop instances seen so far.
+func (s *leaderStore) loopInstances() []context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]context.Context(nil), s.loops...)
+}
+
+// newLeaderStore opens a SQLite store for a leaderStore, closed when t ends.
+func newLeaderStore(t *testing.T) *leaderStore {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "leader.db"), Synchronous: "NORMAL"})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return &leaderStore{Store: st}
+}
+
+// startLeaderEngine starts an engine named node with the given leader TTL
+// over st; it is closed when t ends (closing twice is harmless).
+func startLeaderEngine(t *testing.T, st store.Store, node string, ttl time.Duration, clock Clock) *Engine {
+	t.Helper()
+	e, err := New(Config{Store: st, NodeID: node, Version: "test", LeaderTTL: ttl, PollInterval: 50 * time.Millisecond, Clock: clock})
+	if err != nil {
+		t.Fatalf("engine: %v", err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// TestSlowRenewalsKeepTheLeadership: renewals are scheduled from when the
+// previous one started, so slow but successful renewals never let the
+// watchdog (which counts from a renewal's start) stop the loops. Scheduling
+// them from when the previous one ended, as before, stops the loops in both
+// cases: the first renewal comes back after the watchdog fired.
+func TestSlowRenewalsKeepTheLeadership(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		// slow answers the call-th AcquireLeader.
+		slow  func(s *leaderStore, ctx context.Context, call int, p store.LeaderParams) (store.Lease, error)
+		calls int // calls to watch
+	}{
+		{
+			// Every reply comes 1.2 renewal intervals after a commit (later
+			// than the call's deadline): renewals start back to back and
+			// each returns 0.3 s before the previous one's safe end. Ended
+			// plus interval, the second one would return 0.2 s after it.
+			name: "replies past the deadline",
+			ttl:  2 * time.Second,
+			slow: func(s *leaderStore, ctx context.Context, _ int, p store.LeaderParams) (store.Lease, error) {
+				l, err := s.commit(ctx, p)
+				time.Sleep(600 * time.Millisecond)
+				return l, err
+			},
+			calls: 5,
+		},
+		{
+			// Acquired in 0.7 s, then a renewal that times out (1 s), then
+			// one that takes 0.7 s again: started at 2 s, it returns at
+			// 2.7 s, before the first lease's safe end at 3 s. Ended plus
+			// interval, it would start at 3 s, when the watchdog fires.
+			name: "slow, timed out, slow",
+			ttl:  4 * time.Second,
+			slow: func(s *leaderStore, ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
+				switch call {
+				case 1, 3:
+					time.Sleep(700 * time.Millisecond)
+				case 2:
+					<-ctx.Done()
+					return store.Lease{}, ctx.Err()
+				}
+				return s.Store.AcquireLeader(ctx, p)
+			},
+			calls: 4,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := newLeaderStore(t)
+			st.acquire = func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
+				return tc.slow(st, ctx, call, p)
+			}
+			e := startLeaderEngine(t, st, "slow-node", tc.ttl, nil)
+			waitFor(t, fmt.Sprintf("%d lease calls", tc.calls), func() bool { return st.acquired() >= tc.calls })
+			loops := st.loopInstances()
+			if len(loops) != 1 || loops[0].Err() != nil || !e.IsLeader() {
+				t.Fatalf("after %d slow lease calls: %d scheduler-loop instances (first cancelled: %v), leader %v; want the first one still running",
+					tc.calls, len(loops), len(loops) > 0 && loops[0].Err() != nil, e.IsLeader())
+			}
+		})
+	}
+}
+
+// TestWatchdogFiringDuringRenewalRestartsLoops: a renewal that succeeds but
+// comes back just after the watchdog cancelled the loops, while the loops
+// are still finishing a statement, stops what is left of them and starts
+// them again at once. Before, the still-running loops hid the fired
+// watchdog: the node kept saying it led with no loops until the next
+// renewal, a renewal interval (1 s here) later.
+func TestWatchdogFiringDuringRenewalRestartsLoops(t *testing.T) {
+	t.Parallel()
+	const ttl = 4 * time.Second // renewals every 1 s, safe end 3 s after a renewal starts
+	st := newLeaderStore(t)
+	firstLoops := make(chan context.Context, 1)
+	st.promote = func(ctx context.Context, gen int) {
+		if gen != 0 {
+			return
+		}
+		firstLoops <- ctx
+		// The first loops are busy in a statement that outlives their
+		// cancellation by 200 ms.
+		<-ctx.Done()
+		time.Sleep(200 * time.Millisecond)
+	}
+	renewed := make(chan struct{})
+	st.acquire = func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
+		if call != 2 {
+			return st.Store.AcquireLeader(ctx, p)
+		}
+		// The first renewal commits, and its reply comes back only after
+		// the watchdog fired (at the first lease's safe end).
+		l, err := st.commit(ctx, p)
+		select {
+		case loops := <-firstLoops:
+			select {
+			case <-loops.Done():
+			case <-time.After(10 * time.Second):
+			}
+		case <-time.After(10 * time.Second):
+		}
+		close(renewed)
+		return l, err
+	}
+	e := startLeaderEngine(t, st, "watchdog-node", ttl, nil)
+	select {
+	case <-renewed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("timed out waiting for the slow renewal")
+	}
+	back := time.Now()
+	waitFor(t, "the scheduler loops to start again", func() bool { return len(st.loopInstances()) >= 2 })
+	if took := time.Since(back); took > 600*time.Millisecond {
+		t.Errorf("the loops started again %s after the renewal came back; want at once (after the 200 ms statement)", took)
+	}
+	loops := st.loopInstances()
+	if loops[0].Err() == nil || loops[1].Err() != nil || !e.IsLeader() {
+		t.Errorf("first loops cancelled %v, second loops cancelled %v, leader %v; want true, false, true",
+			loops[0].Err() != nil, loops[1].Err() != nil, e.IsLeader())
+	}
+}
+
+// TestCloseReleasesLeaseAfterLoopsStopped: renewals whose replies are lost
+// still commit, so the row stays this node's after its loops stopped at
+// the lease's safe end. Close must still delete it, so that a standby can
+// take over at once rather than after the TTL. Before, Close skipped the
+// release when the loops were not running.
+func TestCloseReleasesLeaseAfterLoopsStopped(t *testing.T) {
+	t.Parallel()
+	const ttl = 2 * time.Second
+	st := newLeaderStore(t)
+	st.acquire = func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
+		l, err := st.commit(ctx, p)
+		if call > 1 && err == nil {
+			err = fmt.Errorf("renew: reply lost: %w", store.ErrUnavailable)
+		}
+		return l, err
+	}
+	e := startLeaderEngine(t, st, "lost-replies", ttl, nil)
+	waitFor(t, "the node to lead", e.IsLeader)
+	waitFor(t, "the loops to stop at the lease's safe end", func() bool { return !e.IsLeader() })
+	other := func() string {
+		t.Helper()
+		l, err := st.Store.AcquireLeader(context.Background(), store.LeaderParams{Name: leaderName, NodeID: "other", TTL: ttl, Now: time.Now()})
+		if err != nil {
+			t.Fatalf("AcquireLeader(other): %v", err)
+		}
+		return l.NodeID
+	}
+	if holder := other(); holder != "lost-replies" {
+		t.Fatalf("lease holder before Close = %q; want lost-replies (its renewals commit)", holder)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.releases.Load(); n != 1 {
+		t.Errorf("Close released the lease %d times; want 1", n)
+	}
+	if holder := other(); holder != "other" {
+		t.Errorf("another node acquiring right after Close got a lease held by %q; want it free", holder)
+	}
+}
+
+// TestCloseRecordsStoppedRole: a closed engine leaves its registry row with
+// role "stopped", so the registry does not show it as a live leader.
+func TestCloseRecordsStoppedRole(t *testing.T) {
+	t.Parallel()
+	st := newLeaderStore(t)
+	e := startLeaderEngine(t, st, "closing-node", time.Second, nil)
+	role := func() string {
+		t.Helper()
+		ns, err := st.ListNodes(context.Background(), time.Time{})
+		if err != nil {
+			t.Fatalf("ListNodes: %v", err)
+		}
+		for _, n := range ns {
+			if n.ID == "closing-node" {
+				return n.Role
+			}
+		}
+		return ""
+	}
+	waitFor(t, "the node to record itself as leader", func() bool { return role() == RoleLeader })
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := role(); got != RoleStopped {
+		t.Fatalf("role after Close = %q; want %q", got, RoleStopped)
+	}
+}
