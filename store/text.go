@@ -1,9 +1,6 @@
 package store
 
-import (
-	"strings"
-	"unicode/utf8"
-)
+import "strings"
 
 // CleanText returns s as every backend can store it as text: valid UTF-8
 // without NUL bytes. Invalid byte sequences (such as a character cut by a
@@ -11,7 +8,7 @@ import (
 // unchanged, without copying. PostgreSQL refuses either in a text column,
 // which would fail a whole batch for one remote worker's odd message.
 func CleanText(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+	if ValidText(s) {
 		return s
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")

@@ -3,8 +3,11 @@ package api
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/retryq/retryq/store"
 )
 
 func TestPullProtocol(t *testing.T) {
@@ -200,6 +203,7 @@ func TestLeaseValidation(t *testing.T) {
 		{`{"worker_id":"w","types":"a"}`, CodeInvalidField, "types"},
 		{`{"worker_id":"w","types":["a"],"extra":true}`, CodeInvalidField, "extra"},
 		{``, CodeMalformedJSON, ""},
+		{`{"worker_id":"w","types":["t` + strings.Repeat(`","t`, store.MaxFetchTypes) + `"]}`, CodeInvalidField, "types"},
 	} {
 		e.mustErr(http.StatusBadRequest, c.code, c.field, "POST", "/v1/leases", c.body)
 	}

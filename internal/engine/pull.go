@@ -44,8 +44,8 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 	if r.WorkerID == "" || len(r.WorkerID) > 200 {
 		return nil, fieldErr("worker_id", "is required (at most 200 bytes)")
 	}
-	if len(r.Types) == 0 {
-		return nil, fieldErr("types", "must name at least one type")
+	if len(r.Types) == 0 || len(r.Types) > store.MaxFetchTypes {
+		return nil, fieldErr("types", "must name between 1 and %d types (got %d)", store.MaxFetchTypes, len(r.Types))
 	}
 	for i, t := range r.Types {
 		if err := ValidateType(fmt.Sprintf("types[%d]", i), t); err != nil {

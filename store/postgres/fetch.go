@@ -51,6 +51,9 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 	if len(p.Types) > 0 {
 		types = p.Types
 	}
+	if len(types) > store.MaxFetchTypes { // as on SQLite, which builds a branch per type
+		return nil, fmt.Errorf("%s: at most %d types per fetch (got %d): %w", op, store.MaxFetchTypes, len(types), store.ErrInvalid)
+	}
 	now := us(p.Now)
 	var tasks []store.Task
 	// Queue tables have volatile statistics: with a backlog that built up

@@ -84,12 +84,11 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 		firstByKey = map[string]int{} // idempotency key -> first input index
 		dupOf      = make([]int, n)   // input index -> earlier index with the same key, or -1
 	)
-	seenID := map[string]bool{}
+	if err := store.CheckNewTasks(p.Tasks); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	for i, nt := range p.Tasks {
 		dupOf[i] = -1
-		if nt.ID == "" || nt.Type == "" {
-			return nil, fmt.Errorf("%s: task %d: id and type are required: %w", op, i, store.ErrInvalid)
-		}
 		if nt.IdempotencyKey != "" {
 			if j, ok := firstByKey[nt.IdempotencyKey]; ok {
 				dupOf[i] = j
@@ -97,10 +96,6 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 			}
 			firstByKey[nt.IdempotencyKey] = i
 		}
-		if seenID[nt.ID] {
-			return nil, fmt.Errorf("%s: task id %q twice in one batch: %w", op, nt.ID, store.ErrInvalid)
-		}
-		seenID[nt.ID] = true
 		runAt := nt.RunAt
 		if runAt.IsZero() {
 			runAt = p.Now

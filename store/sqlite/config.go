@@ -61,8 +61,12 @@ func (c Config) Validate() error {
 	switch {
 	case c.Path == "":
 		return fmt.Errorf("sqlite config: Path: %w: must not be empty", store.ErrInvalid)
-	case c.Path == ":memory:" || strings.Contains(c.Path, "mode=memory"):
+	case strings.Contains(c.Path, ":memory:") || strings.Contains(c.Path, "mode=memory"):
 		return fmt.Errorf("sqlite config: Path: %w: in-memory databases are not supported", store.ErrInvalid)
+	case strings.HasPrefix(c.Path, "file:"):
+		// The store adds its own URI parameters to the path; a URI given
+		// here would be taken apart or opened as something else.
+		return fmt.Errorf("sqlite config: Path: %w: want a file path, not a %q URI", store.ErrInvalid, "file:")
 	case strings.ContainsAny(c.Path, "?#"):
 		return fmt.Errorf("sqlite config: Path: %w: must not contain '?' or '#': %q", store.ErrInvalid, c.Path)
 	}

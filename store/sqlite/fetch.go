@@ -46,6 +46,9 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 	types := slices.Clone(p.Types)
 	slices.Sort(types)
 	types = slices.Compact(types)
+	if len(types) > store.MaxFetchTypes {
+		return nil, fmt.Errorf("%s: %w: at most %d types per fetch (got %d)", op, store.ErrInvalid, store.MaxFetchTypes, len(types))
+	}
 	now := p.Now.UnixMicro()
 	args := []any{store.NewLeasePrefix(), p.Now.Add(p.LeaseDuration).UnixMicro(), p.WorkerID, now, now}
 	switch len(types) {

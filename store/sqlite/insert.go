@@ -27,10 +27,8 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 	if p.Now.IsZero() {
 		return nil, fmt.Errorf("%s: %w: zero Now", op, store.ErrInvalid)
 	}
-	for i, nt := range p.Tasks {
-		if nt.ID == "" || nt.Type == "" {
-			return nil, fmt.Errorf("%s: task %d: %w: empty id or type", op, i, store.ErrInvalid)
-		}
+	if err := store.CheckNewTasks(p.Tasks); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	job := &insertJob{tasks: p.Tasks, now: p.Now}
 	err := s.submit(ctx, op, &writeReq{ins: job, fn: func(ctx context.Context, tx *sql.Tx) error {

@@ -153,13 +153,17 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task
 		args = append(args, p.Type)
 	}
 	if len(p.States) > 0 {
+		seen := map[store.State]bool{} // repeats add nothing (and could pass SQLite's variable limit)
 		for _, st := range p.States {
 			if !st.Valid() {
 				return nil, "", fmt.Errorf("%s: %w: unknown state %q", op, store.ErrInvalid, st)
 			}
-			args = append(args, string(st))
+			if !seen[st] {
+				seen[st] = true
+				args = append(args, string(st))
+			}
 		}
-		where = append(where, "state IN ("+inList(len(p.States))+")")
+		where = append(where, "state IN ("+inList(len(seen))+")")
 	}
 	if p.Cursor != "" {
 		where = append(where, "id < ?")

@@ -39,6 +39,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{Config{}, "Path"},
 		{Config{Path: ":memory:"}, "Path"},
+		{Config{Path: "file::memory:"}, "Path"},
+		{Config{Path: "file:x.db"}, "Path"},
 		{Config{Path: "x.db?mode=ro"}, "Path"},
 		{Config{Path: "x.db", Synchronous: "SOMETIMES"}, "Synchronous"},
 		{Config{Path: "x.db", BusyTimeout: -time.Second}, "BusyTimeout"},

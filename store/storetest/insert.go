@@ -169,6 +169,56 @@ func testInsertInvalid(e *env) {
 	_, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: []store.NewTask{nt("t_1", "a"), {Type: "a"}}})
 	e.isErr("InsertTasks with an empty id", err, store.ErrInvalid)
 	e.notFound("t_1")
+
+	// Every other kind of bad input is refused as a whole, the same way by
+	// every backend (store.CheckNewTasks), and leaves nothing behind.
+	leased := func(id, lease string, d time.Duration) store.NewTask {
+		n := nt(id, "a")
+		n.Lease = &store.NewLease{LeaseID: lease, WorkerID: "w", Duration: d}
+		return n
+	}
+	keyed := func(id, key string) store.NewTask {
+		n := nt(id, "a")
+		n.IdempotencyKey = key
+		return n
+	}
+	for _, c := range []struct {
+		what string
+		bad  store.NewTask
+	}{
+		{"a lease without a lease id", leased("t_2", "", time.Minute)},
+		{"a lease of no duration", leased("t_2", "L", 0)},
+		{"an id that is not UTF-8", nt("t_\xff", "a")},
+		{"a type with a NUL byte", nt("t_2", "a\x00b")},
+		{"an idempotency key that is not UTF-8", keyed("t_2", "k\xfe")},
+		{"an id twice", nt("t_1", "a")},
+	} {
+		_, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: []store.NewTask{nt("t_1", "a"), c.bad}})
+		e.isErr("InsertTasks with "+c.what, err, store.ErrInvalid)
+		e.notFound("t_1")
+	}
+	// The same id under the same idempotency key is a duplicate, not a
+	// second row.
+	res, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: []store.NewTask{keyed("t_k", "k"), keyed("t_k", "k")}})
+	e.noErr("InsertTasks of a key twice", err)
+	e.eq("second is a duplicate", res[1].Duplicate, true)
+	e.eq("of the first", res[1].Task.ID, "t_k")
+
+	// A fetch naming too many types is refused; a list naming states many
+	// times is not.
+	types := make([]string, store.MaxFetchTypes+1)
+	for i := range types {
+		types[i] = fmt.Sprintf("type_%03d", i)
+	}
+	_, err = e.s.FetchTasks(e.ctx, store.FetchParams{Types: types, Limit: 1, WorkerID: "w", LeaseDuration: time.Minute, Now: base})
+	e.isErr("FetchTasks of too many types", err, store.ErrInvalid)
+	states := make([]store.State, 40_000)
+	for i := range states {
+		states[i] = store.States[i%len(store.States)]
+	}
+	ts, _, err := e.s.ListTasks(e.ctx, store.ListParams{States: states, Limit: 10})
+	e.noErr("ListTasks naming states many times", err)
+	e.eq("listed", len(ts), 1)
 }
 
 func testInsertAtomic(e *env) {

@@ -1,0 +1,62 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// MaxFetchTypes bounds FetchParams.Types: a fetch naming more types is
+// ErrInvalid (the SQLite backend builds one query branch per type).
+const MaxFetchTypes = 256
+
+// CheckNewTasks validates a batch for InsertTasks, the same way for every
+// backend: each task needs an id and a type; ids, types and idempotency
+// keys must be valid UTF-8 without NUL bytes (PostgreSQL refuses them in
+// text, and an id that does not survive JSON could not be looked up
+// again); a lease needs a lease id and a positive duration (a leased task
+// without them could never be reaped); and an id may appear only once,
+// unless the later task repeats an earlier one's idempotency key (it is
+// then a duplicate of that task, not a second row). Errors wrap
+// ErrInvalid and name the task's index.
+func CheckNewTasks(tasks []NewTask) error {
+	var ids, keys map[string]bool // only batches of two or more can repeat an id
+	if len(tasks) > 1 {
+		ids, keys = make(map[string]bool, len(tasks)), map[string]bool{}
+	}
+	for i, nt := range tasks {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("task %d: %w: %s", i, ErrInvalid, fmt.Sprintf(format, args...))
+		}
+		if nt.ID == "" || nt.Type == "" {
+			return bad("id and type are required")
+		}
+		for _, f := range []struct{ name, v string }{{"id", nt.ID}, {"type", nt.Type}, {"idempotency key", nt.IdempotencyKey}} {
+			if !ValidText(f.v) {
+				return bad("%s %q is not valid UTF-8 text (or holds a NUL byte)", f.name, f.v)
+			}
+		}
+		if l := nt.Lease; l != nil && (l.LeaseID == "" || l.Duration <= 0) {
+			return bad("a lease needs a lease id and a positive duration (got %q, %v)", l.LeaseID, l.Duration)
+		}
+		if ids == nil {
+			continue
+		}
+		if nt.IdempotencyKey != "" {
+			if keys[nt.IdempotencyKey] {
+				continue // a duplicate of an earlier task of the batch
+			}
+			keys[nt.IdempotencyKey] = true
+		}
+		if ids[nt.ID] {
+			return bad("id %q twice in one batch", nt.ID)
+		}
+		ids[nt.ID] = true
+	}
+	return nil
+}
+
+// ValidText reports whether s is valid UTF-8 without NUL bytes.
+func ValidText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}

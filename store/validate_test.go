@@ -1,0 +1,43 @@
+package store
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestCheckNewTasks(t *testing.T) {
+	ok := func(id string) NewTask { return NewTask{ID: id, Type: "a"} }
+	keyed := func(id, key string) NewTask { return NewTask{ID: id, Type: "a", IdempotencyKey: key} }
+	for _, good := range [][]NewTask{
+		nil,
+		{ok("a")},
+		{ok("a"), ok("b")},
+		{keyed("a", "k"), keyed("a", "k")}, // a duplicate by key, not a second row
+		{{ID: "a", Type: "a", Lease: &NewLease{LeaseID: "L", Duration: time.Second}}},
+	} {
+		if err := CheckNewTasks(good); err != nil {
+			t.Errorf("CheckNewTasks(%v) = %v", good, err)
+		}
+	}
+	for _, c := range []struct {
+		tasks []NewTask
+		want  string
+	}{
+		{[]NewTask{{Type: "a"}}, "task 0"},
+		{[]NewTask{ok("a"), {ID: "b"}}, "task 1"},
+		{[]NewTask{ok("a\xff")}, "id"},
+		{[]NewTask{{ID: "a", Type: "a\x00"}}, "type"},
+		{[]NewTask{keyed("a", "\xc3")}, "idempotency key"},
+		{[]NewTask{{ID: "a", Type: "a", Lease: &NewLease{Duration: time.Second}}}, "lease id"},
+		{[]NewTask{{ID: "a", Type: "a", Lease: &NewLease{LeaseID: "L"}}}, "positive duration"},
+		{[]NewTask{ok("a"), ok("b"), ok("a")}, `task 2: invalid argument: id "a" twice`},
+		{[]NewTask{keyed("a", "k1"), keyed("a", "k2")}, "twice"},
+	} {
+		err := CheckNewTasks(c.tasks)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CheckNewTasks(%v) = %v, want ErrInvalid mentioning %q", c.tasks, err, c.want)
+		}
+	}
+}
