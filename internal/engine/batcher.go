@@ -25,8 +25,14 @@ type batcher[Req, Res any] struct {
 	max    int
 	linger time.Duration
 	fn     func(ctx context.Context, reqs []Req) ([]Res, []error, error)
-	done   chan struct{}
+	done   chan struct{} // closed when the loops stop: wakes senders blocked on a full queue
 	once   sync.Once
+	// sendMu and closed keep requests from being queued once the loops
+	// stopped reading: senders check closed and send under the read lock;
+	// a stopping loop sets closed under the write lock, so whatever was
+	// queued before is in ch when it drains it, and nothing comes after.
+	sendMu sync.RWMutex
+	closed bool
 }
 
 type batchCall[Req, Res any] struct {
@@ -44,38 +50,50 @@ func newBatcher[Req, Res any](max, queue int, fn func(ctx context.Context, reqs 
 	return &batcher[Req, Res]{ch: make(chan batchCall[Req, Res], queue), max: max, fn: fn, done: make(chan struct{})}
 }
 
-// do submits req and waits for its result.
+// do submits req and waits for its result. After the loops stopped it
+// returns errEngineClosed.
 func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
+	var zero Res
 	reply := make(chan batchReply[Res], 1)
-	select {
-	case b.ch <- batchCall[Req, Res]{req: req, reply: reply}:
-	case <-ctx.Done():
-		var zero Res
-		return zero, ctx.Err()
-	case <-b.done:
-		var zero Res
-		return zero, errEngineClosed
+	if err := b.send(ctx, batchCall[Req, Res]{req: req, reply: reply}); err != nil {
+		return zero, err
 	}
 	select {
 	case r := <-reply:
 		return r.res, r.err
 	case <-ctx.Done():
 		// The request is committed or failed regardless; we stop waiting.
-		var zero Res
 		return zero, ctx.Err()
 	}
 }
 
-// submit queues req without waiting; after (if not nil) runs with its result.
-// It blocks only when the queue is full (back-pressure).
+// submit queues req without waiting; after (if not nil) runs with its result,
+// or with errEngineClosed when the loops stopped. It blocks only when the
+// queue is full (back-pressure).
 func (b *batcher[Req, Res]) submit(req Req, after func(Res, error)) {
+	if err := b.send(context.Background(), batchCall[Req, Res]{req: req, after: after}); err != nil && after != nil {
+		var zero Res
+		after(zero, err)
+	}
+}
+
+// send queues c unless the loops stopped (errEngineClosed) or ctx ends
+// first. A queued call is always answered: by a commit, or by the drain of
+// a stopping loop.
+func (b *batcher[Req, Res]) send(ctx context.Context, c batchCall[Req, Res]) error {
+	b.sendMu.RLock()
+	defer b.sendMu.RUnlock()
+	if b.closed {
+		return errEngineClosed
+	}
 	select {
-	case b.ch <- batchCall[Req, Res]{req: req, after: after}:
+	case b.ch <- c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	case <-b.done:
-		if after != nil {
-			var zero Res
-			after(zero, errEngineClosed)
-		}
+		// Stopping: the loop waits for the read lock to be released.
+		return errEngineClosed
 	}
 }
 
@@ -90,8 +108,13 @@ func (b *batcher[Req, Res]) run(ctx context.Context) {
 		case c := <-b.ch:
 			calls = append(calls, c)
 		case <-ctx.Done():
-			// Flush whatever is still queued, then stop accepting.
+			// Stop accepting (done first: it wakes senders blocked on a
+			// full queue, which hold the read lock), then flush whatever
+			// was queued before.
 			b.once.Do(func() { close(b.done) })
+			b.sendMu.Lock()
+			b.closed = true
+			b.sendMu.Unlock()
 			for {
 				select {
 				case c := <-b.ch:

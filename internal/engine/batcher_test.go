@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -127,6 +128,136 @@ func TestBatcherLoneCallerDoesNotLinger(t *testing.T) {
 	for i := range 50 {
 		if _, err := b.do(ctx, i); err != nil {
 			t.Fatalf("request %d: %v (did the batcher linger for a lone caller?)", i, err)
+		}
+	}
+}
+
+// stoppedBatcher returns a batcher whose loop ran and stopped.
+func stoppedBatcher(t *testing.T, r *recorder) *batcher[int, int] {
+	t.Helper()
+	b := newBatcher(64, 256, r.fn)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	cancel()
+	<-done
+	return b
+}
+
+// waitAll waits for wg, failing the test if the calls hang.
+func waitAll(t *testing.T, wg *sync.WaitGroup, what string) {
+	t.Helper()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s hang", what)
+	}
+}
+
+// TestBatcherAfterCloseAnswersEveryCall: once the loop stopped, every do
+// returns errEngineClosed and every submit runs its callback with it, at
+// once. (The queue still had room, so a send used to be as likely as the
+// closed signal: about half the calls queued where nobody read.)
+func TestBatcherAfterCloseAnswersEveryCall(t *testing.T) {
+	b := stoppedBatcher(t, &recorder{})
+	const n = 100
+	errs := make(chan error, 2*n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, err := b.do(context.Background(), i)
+			errs <- err
+		})
+		wg.Go(func() {
+			got := make(chan error, 1)
+			b.submit(i, func(_ int, err error) { got <- err })
+			select {
+			case err := <-got:
+				errs <- err
+			case <-time.After(5 * time.Second):
+				errs <- errors.New("submit's callback never ran")
+			}
+		})
+	}
+	waitAll(t, &wg, "calls after close")
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, errEngineClosed) {
+			t.Fatalf("call after close: %v, want %v", err, errEngineClosed)
+		}
+	}
+}
+
+// TestBatcherCallsRacingCloseAreAnswered: calls made while the loop stops
+// are each either committed or refused with errEngineClosed; none is left
+// waiting, and every committed one is in a batch.
+func TestBatcherCallsRacingCloseAreAnswered(t *testing.T) {
+	r := &recorder{}
+	b := newBatcher(8, 16, r.fn) // a small queue: some senders wait for room
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	var committed atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				var err error
+				if i%2 == 0 {
+					_, err = b.do(context.Background(), g)
+				} else {
+					got := make(chan error, 1)
+					b.submit(g, func(_ int, err error) { got <- err })
+					err = <-got
+				}
+				if errors.Is(err, errEngineClosed) {
+					return
+				}
+				if err != nil {
+					t.Errorf("call: %v", err)
+					return
+				}
+				committed.Add(1)
+			}
+		})
+	}
+	waitFor(t, "some commits", func() bool { return committed.Load() > 100 })
+	cancel()
+	waitAll(t, &wg, "calls racing the close")
+	<-done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	total := 0
+	for _, s := range r.sizes {
+		total += s
+	}
+	if int64(total) != committed.Load() {
+		t.Errorf("%d requests committed in batches, %d callers told so", total, committed.Load())
+	}
+}
+
+// TestEnqueueAfterCloseFails: Enqueue after Close returns ErrClosed at
+// once, even with a context that never ends.
+func TestEnqueueAfterCloseFails(t *testing.T) {
+	e := startWorkerEngine(t, openWorkerStore(t), Config{NoScheduler: true})
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Go(func() {
+			_, err := e.Enqueue(context.Background(), EnqueueRequest{Type: "x"})
+			errs <- err
+		})
+	}
+	waitAll(t, &wg, "enqueues after Close")
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("enqueue after Close: %v, want %v", err, ErrClosed)
 		}
 	}
 }

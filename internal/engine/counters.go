@@ -14,7 +14,7 @@ type Counters struct {
 	Succeeded      int64
 	Retried        int64
 	Dead           int64
-	LeaseLost      int64 // outcomes refused because the lease was gone
+	LeaseLost      int64 // outcomes refused, or not sent, because the lease was gone
 	Reaped         int64 // expired leases handled by the reaper
 	Promoted       int64 // tasks promoted by the scheduler
 	Dispatched     int64 // tasks leased at enqueue to an idle local worker (no fetch)

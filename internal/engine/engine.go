@@ -247,6 +247,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	e.goLoop(func() { e.outcomes.run(ctx) })
 	e.goLoop(func() { e.heartbeatLoop(ctx) })
+	e.goLoop(func() { e.leaseWatchdog(ctx) })
 	e.goLoop(func() { e.nodeLoop(ctx) })
 	if n, ok := e.st.(store.Notifier); ok {
 		e.goLoop(func() { e.notifyLoop(ctx, n) })

@@ -20,6 +20,14 @@ var errTaskCancelled = fmt.Errorf("task cancelled: %w", errLeaseLost)
 
 // leaseTable tracks the leases held by in-process handlers so one heartbeat
 // loop can extend them all in a single batch.
+//
+// It holds at most one lease per task: the current one. A task can come
+// back into this process under a new lease while a copy under an older one
+// still exists (prefetched, or running and slow to stop) after a cancel and
+// retry, a reap or a release. Every operation therefore names the lease as
+// well as the task and acts only when that lease is the task's current one:
+// an older copy never starts, never removes the new lease's entry and
+// records no outcome.
 type leaseTable struct {
 	mu sync.Mutex
 	m  map[string]*heldLease
@@ -28,16 +36,28 @@ type leaseTable struct {
 type heldLease struct {
 	leaseID string
 	cancel  context.CancelCauseFunc // nil while the task waits in a prefetch buffer
-	lost    bool                    // a heartbeat found the lease gone
+	lost    bool                    // the lease is gone (found by a heartbeat, expired, cancelled, replaced)
 	expires time.Time               // as last granted or extended
 }
 
 func newLeaseTable() *leaseTable { return &leaseTable{m: make(map[string]*heldLease)} }
 
+// add records a lease granted to this process. A lease the table held for
+// the same task before is gone (the store granted a new one): it is marked
+// lost and its handler, if running, is cancelled.
 func (lt *leaseTable) add(taskID, leaseID string, expires time.Time) {
 	lt.mu.Lock()
+	old := lt.m[taskID]
 	lt.m[taskID] = &heldLease{leaseID: leaseID, expires: expires}
+	var cancel context.CancelCauseFunc
+	if old != nil && old.leaseID != leaseID {
+		old.lost = true
+		cancel = old.cancel
+	}
 	lt.mu.Unlock()
+	if cancel != nil {
+		cancel(errLeaseLost)
+	}
 }
 
 // extended records a successful extension.
@@ -47,20 +67,14 @@ func (lt *leaseTable) extended(h *heldLease, until time.Time) {
 	lt.mu.Unlock()
 }
 
-// expiredBy reports whether h's last known expiry has passed.
-func (lt *leaseTable) expiredBy(h *heldLease, now time.Time) bool {
-	lt.mu.Lock()
-	defer lt.mu.Unlock()
-	return !h.expires.IsZero() && now.After(h.expires)
-}
-
 // start attaches a running handler's cancel function to its lease. It
-// reports false when the lease was lost while the task waited to start.
-func (lt *leaseTable) start(taskID string, cancel context.CancelCauseFunc) bool {
+// reports false when leaseID is not the task's current lease or was lost
+// while the task waited to start.
+func (lt *leaseTable) start(taskID, leaseID string, cancel context.CancelCauseFunc) bool {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	h := lt.m[taskID]
-	if h == nil || h.lost {
+	if h == nil || h.leaseID != leaseID || h.lost {
 		return false
 	}
 	h.cancel = cancel
@@ -115,10 +129,49 @@ func (lt *leaseTable) cancelled(taskID, leaseID string) bool {
 	return true
 }
 
-func (lt *leaseTable) remove(taskID string) {
+// remove drops the entry of taskID if leaseID is its current lease, and
+// reports whether it was. A false answer means the copy under leaseID is
+// stale: the task was leased again (or released) since, so whatever that
+// copy did must not be recorded.
+func (lt *leaseTable) remove(taskID, leaseID string) bool {
 	lt.mu.Lock()
-	delete(lt.m, taskID)
+	defer lt.mu.Unlock()
+	if h := lt.m[taskID]; h != nil && h.leaseID == leaseID {
+		delete(lt.m, taskID)
+		return true
+	}
+	return false
+}
+
+// expire is the local lease watchdog: every lease whose last known expiry
+// (as granted or last successfully extended) is before now is marked lost
+// and its handler cancelled, whether or not a heartbeat could reach the
+// store. It returns the ids of the tasks it stopped and the earliest expiry
+// still ahead (zero when none).
+func (lt *leaseTable) expire(now time.Time) (stopped []string, next time.Time) {
+	var cancels []context.CancelCauseFunc
+	lt.mu.Lock()
+	for id, h := range lt.m {
+		if h.lost || h.expires.IsZero() {
+			continue
+		}
+		if now.After(h.expires) {
+			h.lost = true
+			stopped = append(stopped, id)
+			if h.cancel != nil {
+				cancels = append(cancels, h.cancel)
+			}
+			continue
+		}
+		if next.IsZero() || h.expires.Before(next) {
+			next = h.expires
+		}
+	}
 	lt.mu.Unlock()
+	for _, c := range cancels {
+		c(errLeaseLost)
+	}
+	return stopped, next
 }
 
 func (lt *leaseTable) snapshot() ([]store.LeaseRef, []*heldLease) {
@@ -134,9 +187,14 @@ func (lt *leaseTable) snapshot() ([]store.LeaseRef, []*heldLease) {
 }
 
 // heartbeatLoop extends every in-process lease each third of the lease
-// duration. A lease found lost cancels its handler's context.
+// duration. A lease found lost cancels its handler's context. Each call is
+// bounded by the heartbeat interval, so a store that hangs (a pool wait, a
+// row lock, a silently dropped connection) delays the next heartbeat by at
+// most that much; leaseWatchdog stops the handlers whose leases run out
+// meanwhile.
 func (e *Engine) heartbeatLoop(ctx context.Context) {
-	tick := time.NewTicker(e.cfg.LeaseDuration / 3)
+	interval := e.cfg.LeaseDuration / 3
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
@@ -152,19 +210,17 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 		for i := range refs {
 			refs[i].ExpiresAt = now.Add(e.cfg.LeaseDuration)
 		}
-		for start := 0; start < len(refs); start += 1000 {
+		for start := 0; start < len(refs) && ctx.Err() == nil; start += 1000 {
 			end := min(start+1000, len(refs))
-			errs, err := e.st.ExtendLeases(ctx, store.ExtendParams{Leases: refs[start:end], Now: now})
+			callCtx, cancel := context.WithTimeout(ctx, interval)
+			errs, err := e.st.ExtendLeases(callCtx, store.ExtendParams{Leases: refs[start:end], Now: now})
+			cancel()
 			if err != nil {
-				// The database is away: leases cannot be extended. Once a
-				// lease's last granted expiry passes, another worker may be
-				// given the task, so stop its handler here.
-				e.log.Warn("heartbeat failed", "leases", end-start, "err", err)
-				for i := start; i < end; i++ {
-					if e.leases.expiredBy(held[i], e.now()) && e.leases.holds(refs[i].TaskID, held[i]) {
-						e.log.Warn("lease expired without a heartbeat; cancelling handler", "task_id", refs[i].TaskID)
-						e.leases.markLost(held[i])
-					}
+				// The database is away or slow: these leases keep their last
+				// expiry, and the watchdog stops their handlers once it
+				// passes (another worker may be given the tasks then).
+				if ctx.Err() == nil {
+					e.log.Warn("heartbeat failed", "leases", end-start, "err", err)
 				}
 				continue
 			}
@@ -181,5 +237,34 @@ func (e *Engine) heartbeatLoop(ctx context.Context) {
 				}
 			}
 		}
+	}
+}
+
+// leaseWatchdog stops, independently of the heartbeat calls, the handlers
+// whose lease expiry (as granted or last successfully extended) has passed:
+// from then on the reaper may give their tasks to another worker. It checks
+// every third of the lease duration, and at the earliest expiry when that
+// comes sooner.
+func (e *Engine) leaseWatchdog(ctx context.Context) {
+	interval := e.cfg.LeaseDuration / 3
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		now := e.now()
+		stopped, next := e.leases.expire(now)
+		for _, id := range stopped {
+			e.log.Warn("lease expired without a heartbeat; cancelling handler", "task_id", id)
+		}
+		wait := interval
+		if !next.IsZero() {
+			// Just past the expiry: a lease is expired once now is after it.
+			wait = min(wait, next.Sub(now)+time.Millisecond)
+		}
+		timer.Reset(max(wait, time.Millisecond))
 	}
 }

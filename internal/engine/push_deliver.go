@@ -34,8 +34,8 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 
 	leaseCtx, cancelLease := context.WithCancelCause(p.deliverCtx)
 	defer cancelLease(nil)
-	if !e.leases.start(t.ID, cancelLease) {
-		e.leases.remove(t.ID)
+	if !e.leases.start(t.ID, t.LeaseID, cancelLease) {
+		e.leases.remove(t.ID, t.LeaseID)
 		e.log.Warn("push: lease lost before the delivery started; skipped", "task_id", t.ID, "type", t.Type)
 		return
 	}
@@ -43,7 +43,13 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 		e.log.Debug("push delivery started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "url", pt.url)
 	}
 	res := p.attempt(leaseCtx, pt, t)
-	e.leases.remove(t.ID)
+	if !e.leases.remove(t.ID, t.LeaseID) {
+		// The task was leased again since: this delivery's lease is gone,
+		// and its outcome would be refused.
+		e.ctr.leaseLost.Add(1)
+		e.log.Warn("push delivery returned after its lease was lost; outcome dropped", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
+		return
+	}
 	// Outcomes are committed even if the engine is shutting down: the
 	// commit loops stop only after the pusher.
 	recCtx := context.WithoutCancel(leaseCtx)

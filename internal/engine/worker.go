@@ -111,7 +111,10 @@ type workerRun struct {
 	handlerCtx     context.Context
 	cancelHandlers context.CancelFunc
 	mu             sync.Mutex
-	active         map[string]*store.Task // leased tasks by id (for release)
+	// active holds the leased tasks by id (for release). A task leased again
+	// while an older copy is still buffered or running maps to the newest
+	// copy; an older copy never removes it (see finish).
+	active map[string]*store.Task
 	// drained is true while the worker has no backlog (its last fetch came
 	// back short): only then may enqueues dispatch to it directly.
 	drained atomic.Bool
@@ -188,10 +191,12 @@ func (w *workerRun) loop(ctx context.Context) {
 			continue
 		}
 		limit := int(min(free, int64(w.cfg.FetchBatch)))
-		tasks, err := e.st.FetchTasks(ctx, store.FetchParams{
-			Types: w.cfg.Types, Limit: limit, WorkerID: w.cfg.ID,
-			LeaseDuration: e.cfg.LeaseDuration, Now: e.now(),
-		})
+		tasks, err := w.fetch(ctx, limit)
+		if err == nil && ctx.Err() != nil {
+			// Stopping: give back what the fetch leased.
+			w.releaseFetched(tasks)
+			break
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -229,6 +234,34 @@ func (w *workerRun) loop(ctx context.Context) {
 	}
 }
 
+// fetch leases up to limit tasks. The call does not end when ctx does:
+// cancelled after the store committed, it would lose the leases it took
+// (their tasks would wait for the reaper, an attempt counted). It is bounded
+// by the lease duration instead, after which what it leased has expired
+// anyway.
+func (w *workerRun) fetch(ctx context.Context, limit int) ([]store.Task, error) {
+	e := w.e
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.LeaseDuration)
+	defer cancel()
+	return e.st.FetchTasks(fctx, store.FetchParams{
+		Types: w.cfg.Types, Limit: limit, WorkerID: w.cfg.ID,
+		LeaseDuration: e.cfg.LeaseDuration, Now: e.now(),
+	})
+}
+
+// releaseFetched gives back the tasks of a fetch that returned after the
+// worker began to stop.
+func (w *workerRun) releaseFetched(tasks []store.Task) {
+	if len(tasks) == 0 {
+		return
+	}
+	ts := make([]*store.Task, len(tasks))
+	for i := range tasks {
+		ts[i] = &tasks[i]
+	}
+	w.release(ts)
+}
+
 func (w *workerRun) executor() {
 	defer w.executors.Done()
 	for t := range w.queue {
@@ -238,7 +271,9 @@ func (w *workerRun) executor() {
 
 func (w *workerRun) finish(t *store.Task) {
 	w.mu.Lock()
-	delete(w.active, t.ID)
+	if w.active[t.ID] == t { // not a newer copy of the task
+		delete(w.active, t.ID)
+	}
 	w.mu.Unlock()
 	w.inFlight.Add(-1)
 	select {
@@ -251,14 +286,17 @@ func (w *workerRun) execute(t *store.Task) {
 	e := w.e
 	defer w.finish(t)
 	if w.handlerCtx.Err() != nil {
-		return // shutting down: the lease was (or is being) released
+		// The shutdown grace period is over and the task never started:
+		// give its lease back.
+		w.release([]*store.Task{t})
+		return
 	}
 	spec := e.specFor(w.handlerCtx, t.Type)
 	leaseCtx, cancelLease := context.WithCancelCause(w.handlerCtx)
-	if !e.leases.start(t.ID, cancelLease) {
+	if !e.leases.start(t.ID, t.LeaseID, cancelLease) {
 		cancelLease(nil)
-		e.leases.remove(t.ID)
-		e.log.Warn("lease lost before the task started; skipped", "task_id", t.ID, "type", t.Type)
+		e.leases.remove(t.ID, t.LeaseID)
+		e.log.Warn("lease lost before the task started; skipped", "task_id", t.ID, "type", t.Type, "lease_id", t.LeaseID)
 		return
 	}
 	ctx, cancel := context.WithTimeoutCause(leaseCtx, spec.Timeout, errAttemptTimeout)
@@ -269,10 +307,30 @@ func (w *workerRun) execute(t *store.Task) {
 	cause := context.Cause(ctx)
 	cancel()
 	cancelLease(nil)
-	e.leases.remove(t.ID)
-	if errors.Is(cause, errTaskCancelled) {
+	if !e.leases.remove(t.ID, t.LeaseID) {
+		// The task was leased again (here or elsewhere) or released since:
+		// this attempt's lease is gone, and its outcome would be refused.
+		e.ctr.leaseLost.Add(1)
+		e.log.Warn("handler returned after its lease was lost; outcome dropped", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
+		return
+	}
+	switch {
+	case errors.Is(cause, errTaskCancelled):
 		// The task is cancelled: there is no outcome to record.
 		e.log.Info("handler stopped: task cancelled", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
+		return
+	case err != nil && errors.Is(cause, errLeaseLost):
+		// Stopped because the lease is gone (reaped, expired): the failure
+		// is the stop's, and the store would refuse it anyway.
+		e.ctr.leaseLost.Add(1)
+		e.log.Warn("handler stopped: lease lost", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
+		return
+	case err != nil && w.handlerCtx.Err() != nil:
+		// Cancelled at the end of the shutdown grace period: give the lease
+		// back at once, the attempt not counted, now that the handler has
+		// stopped.
+		e.log.Info("handler stopped at shutdown; releasing its lease", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
+		w.release([]*store.Task{t})
 		return
 	}
 
@@ -340,21 +398,24 @@ drain:
 	select {
 	case <-done:
 	case <-time.After(w.cfg.ShutdownGrace):
-		// Release what is still running so another worker starts it at once.
-		w.mu.Lock()
-		var rel []*store.Task
-		for _, t := range w.active {
-			rel = append(rel, t)
-		}
-		w.mu.Unlock()
-		w.release(rel)
+		// Cancel what is still running. Each handler that stops releases
+		// its lease (execute) so another worker starts the task at once;
+		// releasing before the cancellation would let another worker start
+		// a task while its handler here still runs.
 		w.cancelHandlers()
-		// Give cancelled handlers a moment to return; their outcomes are
-		// refused (the lease is gone) and only logged.
 		select {
 		case <-done:
 		case <-time.After(time.Second):
-			e.log.Warn("handlers ignored cancellation at shutdown", "worker", w.cfg.ID)
+			// Release the leases of handlers that ignore the cancellation
+			// anyway; whatever they return later is dropped.
+			w.mu.Lock()
+			var rel []*store.Task
+			for _, t := range w.active {
+				rel = append(rel, t)
+			}
+			w.mu.Unlock()
+			e.log.Warn("handlers ignored cancellation at shutdown; releasing their leases", "worker", w.cfg.ID, "handlers", len(rel))
+			w.release(rel)
 		}
 	}
 	w.pending.Wait()
@@ -364,7 +425,7 @@ drain:
 func (w *workerRun) release(ts []*store.Task) {
 	e := w.e
 	for _, t := range ts {
-		e.leases.remove(t.ID)
+		e.leases.remove(t.ID, t.LeaseID)
 		out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
 		w.pending.Add(1)
 		e.outcomes.submit(out, func(_ struct{}, err error) {

@@ -1,0 +1,224 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// TestLeaseTableActsOnCurrentLeaseOnly: every operation names the lease,
+// and one that is not the task's current lease changes nothing; a new lease
+// for the task makes the older one lost and stops its handler.
+func TestLeaseTableActsOnCurrentLeaseOnly(t *testing.T) {
+	lt := newLeaseTable()
+	exp := time.Now().Add(time.Minute)
+	lt.add("T", "L1", exp)
+	ctx1, cancel1 := context.WithCancelCause(context.Background())
+	defer cancel1(nil)
+	if !lt.start("T", "L1", cancel1) {
+		t.Fatal("start under the current lease refused")
+	}
+
+	// The task is leased again (after a cancel and retry, a reap, a release).
+	lt.add("T", "L2", exp)
+	if !errors.Is(context.Cause(ctx1), errLeaseLost) {
+		t.Errorf("the handler under the replaced lease: cause %v, want %v", context.Cause(ctx1), errLeaseLost)
+	}
+	if lt.start("T", "L1", func(error) {}) {
+		t.Error("a copy under the replaced lease L1 may start")
+	}
+	if lt.cancelled("T", "L1") {
+		t.Error("cancelled(L1) acted on the lease L2")
+	}
+	if lt.remove("T", "L1") {
+		t.Error("remove(L1) reported L1 as current")
+	}
+	if got := lt.leaseOf("T"); got != "L2" {
+		t.Fatalf("after remove(L1): lease %q, want L2 (the stale copy dropped the current lease)", got)
+	}
+	if !lt.start("T", "L2", func(error) {}) {
+		t.Error("start under the current lease L2 refused")
+	}
+	if !lt.remove("T", "L2") {
+		t.Error("remove(L2) did not find the current lease")
+	}
+	if got := lt.leaseOf("T"); got != "" {
+		t.Errorf("after remove(L2): lease %q, want none", got)
+	}
+}
+
+// TestLeaseTableExpire: the watchdog scan stops handlers whose last known
+// expiry has passed, keeps the others and tells the next expiry.
+func TestLeaseTableExpire(t *testing.T) {
+	lt := newLeaseTable()
+	now := time.Now()
+	lt.add("old", "L1", now.Add(-time.Millisecond))
+	lt.add("new", "L2", now.Add(time.Minute))
+	lt.add("waiting", "L3", now.Add(-time.Second)) // prefetched, not started
+	ctxOld, cancelOld := context.WithCancelCause(context.Background())
+	defer cancelOld(nil)
+	ctxNew, cancelNew := context.WithCancelCause(context.Background())
+	defer cancelNew(nil)
+	lt.start("old", "L1", cancelOld)
+	lt.start("new", "L2", cancelNew)
+
+	stopped, next := lt.expire(now)
+	if len(stopped) != 2 {
+		t.Errorf("stopped %v, want old and waiting", stopped)
+	}
+	if !errors.Is(context.Cause(ctxOld), errLeaseLost) {
+		t.Errorf("expired lease's handler: cause %v, want %v", context.Cause(ctxOld), errLeaseLost)
+	}
+	if ctxNew.Err() != nil {
+		t.Error("a lease that has not expired was stopped")
+	}
+	if !next.Equal(now.Add(time.Minute)) {
+		t.Errorf("next expiry %v, want %v", next, now.Add(time.Minute))
+	}
+	if lt.start("waiting", "L3", func(error) {}) {
+		t.Error("a task whose lease expired in the prefetch buffer may start")
+	}
+	if stopped, _ := lt.expire(now); len(stopped) != 0 {
+		t.Errorf("second scan stopped %v again", stopped)
+	}
+}
+
+// TestWorkerSkipsStaleCopyOfTask: a task prefetched under lease L1, then
+// cancelled, retried and prefetched again under L2 by the same worker,
+// runs once, under L2: the stale L1 copy does not start (it used to start,
+// under the new lease's entry, and then drop it), and it does not remove
+// the L2 copy from the worker's active set, so the shutdown still releases
+// L2 when its handler ignores the cancellation.
+func TestWorkerSkipsStaleCopyOfTask(t *testing.T) {
+	st := openWorkerStore(t)
+	e := startWorkerEngine(t, st, Config{LeaseDuration: 5 * time.Second, NoScheduler: true})
+	ctx := context.Background()
+	aStarted, releaseA := make(chan struct{}), make(chan struct{})
+	runs := make(chan string, 8) // lease ids the task T ran under
+	releaseT := make(chan struct{})
+	freeT := sync.OnceFunc(func() { close(releaseT) })
+	t.Cleanup(freeT)
+	w := runWorker(t, e, WorkerConfig{Types: []string{"x"}, Concurrency: 1, ShutdownGrace: 20 * time.Millisecond,
+		Handle: func(_ context.Context, tk *store.Task) error {
+			if string(tk.Payload) == `"A"` {
+				close(aStarted)
+				<-releaseA
+				return nil
+			}
+			runs <- tk.LeaseID
+			<-releaseT // ignores its cancellation at shutdown
+			return errors.New("stopped late")
+		}})
+	mustEnqueue(t, e, "x", `"A"`)
+	recvWithin(t, aStarted, 10*time.Second, "A to start")
+	// A holds the only handler: T waits in the prefetch buffer.
+	id := mustEnqueue(t, e, "x", `"T"`)
+	l1 := waitTask(t, e, id, "T prefetched", func(tk store.Task) bool { return tk.State == store.StateRunning }).LeaseID
+	if _, err := e.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Retry(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	l2 := waitTask(t, e, id, "T prefetched again", func(tk store.Task) bool {
+		return tk.State == store.StateRunning && tk.LeaseID != l1
+	}).LeaseID
+	close(releaseA)
+	if got := recvWithin(t, runs, 10*time.Second, "T to start"); got != l2 {
+		t.Fatalf("T ran under lease %s, its cancelled lease (current: %s)", got, l2)
+	}
+	if got := e.leases.leaseOf(id); got != l2 {
+		t.Fatalf("lease table holds %q for T, want %s", got, l2)
+	}
+
+	// Stop: the handler ignores its cancellation, so its lease is released
+	// for it (after a second) while it still runs.
+	stopped := make(chan struct{})
+	go func() { w.stop(); close(stopped) }()
+	tk := waitTask(t, e, id, "T released at shutdown", func(tk store.Task) bool { return tk.State != store.StateRunning })
+	if tk.State != store.StatePending {
+		t.Errorf("T at shutdown: state %s, want pending (released)", tk.State)
+	}
+	freeT() // the handler returns now; its result is dropped
+	<-stopped
+	select {
+	case l := <-runs:
+		t.Errorf("T ran again, under %s", l)
+	default:
+	}
+}
+
+// TestWorkerStaleHandlerKeepsNewLease: a handler that returns late, after
+// its task was cancelled, retried and leased again in the same process,
+// leaves the new lease alone: it is still heartbeated (it used to be dropped
+// from the lease table, expire and be reaped under its running handler),
+// and the new run's outcome is recorded.
+func TestWorkerStaleHandlerKeepsNewLease(t *testing.T) {
+	const lease = 600 * time.Millisecond
+	st := openWorkerStore(t)
+	e := startWorkerEngine(t, st, Config{LeaseDuration: lease, NoScheduler: true})
+	ctx := context.Background()
+	started := make(chan *store.Task, 4)
+	releaseFirst, finishSecond := make(chan struct{}), make(chan struct{})
+	var secondCancelled atomic.Bool
+	var n atomic.Int32
+	runWorker(t, e, WorkerConfig{Types: []string{"x"}, Concurrency: 2, Prefetch: -1, ShutdownGrace: 50 * time.Millisecond,
+		Handle: func(hctx context.Context, tk *store.Task) error {
+			c := *tk
+			started <- &c
+			if n.Add(1) == 1 {
+				<-releaseFirst // ignores the cancellation for a while
+				return errors.New("first run returns late")
+			}
+			select {
+			case <-hctx.Done():
+				secondCancelled.Store(true)
+				return hctx.Err()
+			case <-finishSecond:
+				return nil
+			}
+		}})
+	id := mustEnqueue(t, e, "x", `1`)
+	first := recvWithin(t, started, 10*time.Second, "the first run")
+	if _, err := e.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Retry(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	second := recvWithin(t, started, 10*time.Second, "the second run")
+	if second.LeaseID == first.LeaseID {
+		t.Fatal("the second run has the first run's lease")
+	}
+	close(releaseFirst)
+	returned := time.Now()
+	// The second lease must stay in the table and keep being extended well
+	// past the first handler's return.
+	waitTask(t, e, id, "the second lease extended after the first handler returned", func(tk store.Task) bool {
+		if got := e.leases.leaseOf(id); got != second.LeaseID {
+			t.Fatalf("lease table holds %q for the task, want the running lease %s", got, second.LeaseID)
+		}
+		if tk.State != store.StateRunning || tk.LeaseID != second.LeaseID {
+			t.Fatalf("task: state %s lease %s, want running under %s", tk.State, tk.LeaseID, second.LeaseID)
+		}
+		return tk.LeaseExpiresAt.After(returned.Add(2 * lease))
+	})
+	if secondCancelled.Load() {
+		t.Fatal("the second run was cancelled")
+	}
+	close(finishSecond)
+	tk := waitTask(t, e, id, "the task to succeed", func(tk store.Task) bool { return tk.State != store.StateRunning })
+	if tk.State != store.StateSucceeded {
+		t.Fatalf("task: state %s, want succeeded (the second run's outcome)", tk.State)
+	}
+	select {
+	case r := <-started:
+		t.Errorf("a third run started, under %s", r.LeaseID)
+	default:
+	}
+}
