@@ -2,10 +2,13 @@ package retryq_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/store"
 )
 
 // TestRegistryShowsLeadershipAtOnce: a node's registry row changes role when
@@ -57,4 +60,24 @@ func TestRegistryShowsLeadershipAtOnce(t *testing.T) {
 		t.Errorf("a's role after Close = %q; want stopped", r)
 	}
 	waitFor(t, 2*time.Second, "b to show as leader", func() bool { return role("b") == "leader" })
+}
+
+// TestWorkerTypesBounded: a worker naming more types than a fetch may
+// (store.MaxFetchTypes) is refused when it starts, with the field named.
+func TestWorkerTypesBounded(t *testing.T) {
+	e := newEnv(t, retryq.Options{})
+	types := make([]string, store.MaxFetchTypes+1)
+	for i := range types {
+		types[i] = fmt.Sprintf("t%03d", i)
+	}
+	w, err := retryq.NewWorker(e.client, retryq.WorkerConfig{Types: types,
+		Handler: retryq.HandlerFunc(func(context.Context, *retryq.Task) error { return nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Run(ctx); err == nil || !strings.Contains(err.Error(), "Types") {
+		t.Fatalf("Run with %d types = %v, want an error naming Types", len(types), err)
+	}
 }

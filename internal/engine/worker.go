@@ -54,8 +54,8 @@ func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.Handle == nil {
 		return errors.New("run worker: Handle: required")
 	}
-	if len(cfg.Types) == 0 {
-		return errors.New("run worker: Types: at least one type is required")
+	if len(cfg.Types) == 0 || len(cfg.Types) > store.MaxFetchTypes {
+		return fmt.Errorf("run worker: Types: between 1 and %d types are required (got %d)", store.MaxFetchTypes, len(cfg.Types))
 	}
 	for _, t := range cfg.Types {
 		if err := ValidateType("Types", t); err != nil {
