@@ -406,10 +406,24 @@ func (f *pushFetcher) run(ctx context.Context) {
 			continue
 		}
 		limit := int(min(free, pushMaxFetch))
-		tasks, err := e.st.FetchTasks(ctx, store.FetchParams{
+		// The fetch is not cut short by shutdown: one cancelled after the
+		// store committed would lose its leases to the reaper (an attempt
+		// counted). It is bounded, and what it got is released if the
+		// pusher stopped meanwhile.
+		lease := pt.timeout + pushLeaseMargin
+		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), lease)
+		tasks, err := e.st.FetchTasks(fctx, store.FetchParams{
 			Types: []string{f.typ}, Limit: limit, WorkerID: f.p.workerID,
-			LeaseDuration: pt.timeout + pushLeaseMargin, Now: e.now(),
+			LeaseDuration: lease, Now: e.now(),
 		})
+		fcancel()
+		if err == nil && ctx.Err() != nil {
+			for i := range tasks {
+				t := &tasks[i]
+				_ = e.record(context.WithoutCancel(ctx), t, store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending})
+			}
+			return
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return
