@@ -105,6 +105,7 @@ func TestEnqueueValidation(t *testing.T) {
 		{`{"type":"a","priority":2000000}`, CodeInvalidField, "priority"},
 		{`{"type":"a","max_attempts":-1}`, CodeInvalidField, "max_attempts"},
 		{`{"type":"a","delay_seconds":-1}`, CodeInvalidField, "delay_seconds"},
+		{`{"type":"a","idempotency_key":"x\u0000y"}`, CodeInvalidField, "idempotency_key"},
 		{`{"type":"a","delay_seconds":1e300}`, CodeInvalidField, "delay_seconds"},
 		{`{"type":"a","run_at":"tomorrow"}`, CodeInvalidField, "run_at"},
 		{`{"type":"a","run_at":"2030-01-01T00:00:00Z","delay_seconds":1}`, CodeInvalidField, "run_at"},

@@ -81,6 +81,9 @@ func (e *Engine) prepare(ctx context.Context, prefix string, r EnqueueRequest, n
 	if len(r.IdempotencyKey) > MaxIdempotencyLen {
 		return store.NewTask{}, fieldErr(prefix+"idempotency_key", "is longer than %d bytes", MaxIdempotencyLen)
 	}
+	if !store.ValidText(r.IdempotencyKey) {
+		return store.NewTask{}, fieldErr(prefix+"idempotency_key", "must be valid UTF-8 text without NUL bytes")
+	}
 	if r.Delay < 0 {
 		return store.NewTask{}, fieldErr(prefix+"delay_seconds", "must not be negative")
 	}
@@ -161,6 +164,11 @@ func (e *Engine) commitInserts(ctx context.Context, nts []store.NewTask) ([]stor
 	picks := e.pickLocal(nts, now)
 	res, err := e.st.InsertTasks(ctx, store.InsertParams{Tasks: nts, Now: now})
 	e.handOver(picks, nts, res, err)
+	if err != nil && len(nts) > 1 && errors.Is(err, store.ErrInvalid) {
+		// The enqueues of different callers share this insert: one
+		// caller's bad task must not fail the others.
+		return e.insertEachAlone(ctx, nts, now)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -168,6 +176,27 @@ func (e *Engine) commitInserts(ctx context.Context, nts []store.NewTask) ([]stor
 	e.ctr.inserted.Add(int64(len(nts)))
 	e.afterInsert(res, now)
 	return res, nil, nil
+}
+
+// insertEachAlone inserts the tasks of a refused group one by one (not
+// leased at insert: the group's reservations were given back), so that
+// only the invalid ones fail.
+func (e *Engine) insertEachAlone(ctx context.Context, nts []store.NewTask, now time.Time) ([]store.InsertResult, []error, error) {
+	res, errs := make([]store.InsertResult, len(nts)), make([]error, len(nts))
+	for i := range nts {
+		nt := nts[i]
+		nt.Lease = nil
+		r, err := e.st.InsertTasks(ctx, store.InsertParams{Tasks: []store.NewTask{nt}, Now: now})
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		res[i] = r[0]
+		e.ctr.insertCommits.Add(1)
+		e.ctr.inserted.Add(1)
+		e.afterInsert(r, now)
+	}
+	return res, errs, nil
 }
 
 // afterInsert wakes fetchers for ready tasks and the scheduler for future ones.
