@@ -69,6 +69,11 @@ func TestTypes(t *testing.T) {
 		{`{"target":{"url":"http://x","nope":1}}`, "target.nope"},
 		{`{"target":{"url":"http://x","timeout_seconds":-1}}`, "target.timeout_seconds"},
 		{`{"target":{"url":"http://x","concurrency":"many"}}`, "target.concurrency"},
+		{`{"target":{"url":"http://x","headers":{"X-A":"v\r\nX-Injected: 1"}}}`, `target.headers["X-A"]`},
+		{`{"target":{"url":"http://x","headers":{"Bad Name":"v"}}}`, `target.headers["Bad Name"]`},
+		{`{"target":{"url":"http://x","headers":{"retryq-task-id":"spoofed"}}}`, `target.headers["retryq-task-id"]`},
+		{`{"target":{"url":"http://x","headers":{"Idempotency-Key":"k"}}}`, `target.headers["Idempotency-Key"]`},
+		{`{"target":{"url":"http://x","headers":{"Content-Length":"3"}}}`, `target.headers["Content-Length"]`},
 		{`{"type":"x"}`, "type"},
 	} {
 		e.mustErr(http.StatusBadRequest, CodeInvalidField, c.field, "PUT", "/v1/types/t1", c.body)

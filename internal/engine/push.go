@@ -158,6 +158,10 @@ type pusher struct {
 	started  bool
 	stopped  bool
 	fetchers map[string]*pushFetcher
+	// slots count each type's deliveries in flight, across the fetchers
+	// the type has had: a target removed and put back gets a new fetcher,
+	// while the old one's deliveries may still run.
+	slots map[string]*pushSlots
 
 	ctx              context.Context // fetchers' context; cancelled first at stop
 	cancel           context.CancelFunc
@@ -176,6 +180,7 @@ func newPusher(e *Engine) *pusher {
 		grace:    pushShutdownGrace,
 		refresh:  make(chan struct{}, 1),
 		fetchers: make(map[string]*pushFetcher),
+		slots:    make(map[string]*pushSlots),
 	}
 }
 
@@ -356,7 +361,12 @@ func (p *pusher) sync(ctx context.Context) error {
 			continue
 		}
 		fctx, cancel := context.WithCancel(ctx)
-		f := &pushFetcher{p: p, typ: typ, cancel: cancel, freed: make(chan struct{}, 1), changed: make(chan struct{}, 1)}
+		slots := p.slots[typ]
+		if slots == nil {
+			slots = &pushSlots{freed: make(chan struct{}, 1)}
+			p.slots[typ] = slots
+		}
+		f := &pushFetcher{p: p, typ: typ, cancel: cancel, slots: slots, changed: make(chan struct{}, 1)}
 		f.target.Store(pt)
 		p.fetchers[typ] = f
 		p.loops.Add(1)
@@ -377,14 +387,20 @@ func signal(ch chan struct{}) {
 }
 
 // pushFetcher leases and delivers the tasks of one push type.
-type pushFetcher struct {
-	p        *pusher
-	typ      string
-	target   atomic.Pointer[pushTarget]
-	inFlight atomic.Int64  // leased and not yet recorded or released
+// pushSlots are a type's deliveries in flight: leased and not yet recorded
+// or released.
+type pushSlots struct {
+	inFlight atomic.Int64
 	freed    chan struct{} // one slot: a delivery finished
-	changed  chan struct{} // one slot: the target changed
-	cancel   context.CancelFunc
+}
+
+type pushFetcher struct {
+	p       *pusher
+	typ     string
+	target  atomic.Pointer[pushTarget]
+	slots   *pushSlots
+	changed chan struct{} // one slot: the target changed
+	cancel  context.CancelFunc
 }
 
 func (f *pushFetcher) run(ctx context.Context) {
@@ -396,10 +412,10 @@ func (f *pushFetcher) run(ctx context.Context) {
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
 		pt := f.target.Load()
-		free := int64(pt.concurrency) - f.inFlight.Load()
+		free := int64(pt.concurrency) - f.slots.inFlight.Load()
 		if free <= 0 {
 			select {
-			case <-f.freed:
+			case <-f.slots.freed:
 			case <-f.changed:
 			case <-ctx.Done():
 			}
@@ -436,7 +452,7 @@ func (f *pushFetcher) run(ctx context.Context) {
 		backoff = 10 * time.Millisecond
 		for i := range tasks {
 			t := &tasks[i]
-			f.inFlight.Add(1)
+			f.slots.inFlight.Add(1)
 			e.leases.add(t.ID, t.LeaseID, t.LeaseExpiresAt)
 			f.p.deliveries.Add(1)
 			go f.p.deliver(f, pt, t)
@@ -455,6 +471,6 @@ func (f *pushFetcher) run(ctx context.Context) {
 }
 
 func (f *pushFetcher) finish() {
-	f.inFlight.Add(-1)
-	signal(f.freed)
+	f.slots.inFlight.Add(-1)
+	signal(f.slots.freed)
 }

@@ -85,6 +85,11 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 	if err != nil {
 		return pushResult{err: err}
 	}
+	// Without GetBody net/http never sends the request again by itself
+	// (it would for a GET, or a request carrying an Idempotency-Key, on a
+	// reused connection the target closed): every send is an attempt that
+	// Decide sees and the history counts.
+	req.GetBody = nil
 	req.Header = pt.header.Clone()
 	if pt.host != "" {
 		req.Host = pt.host
@@ -170,6 +175,11 @@ func (r *pushResult) failure(pt *pushTarget) Failure {
 	switch code {
 	case retry.CodeDeadlineExceeded:
 		class, code = retry.ClassTransient, retry.CodeTimeout
+	case retry.CodeDNSNotFound:
+		// A target's name that does not resolve is usually a service
+		// being recreated or a DNS hiccup, not a property of the task:
+		// retried by the policy (no_retry_on can still make it final).
+		class = retry.ClassTransient
 	case "", retry.CodeCanceled:
 		class, code = retry.ClassUnknown, CodeDeliveryError
 	}

@@ -21,7 +21,7 @@ func TestPushSuccess(t *testing.T) {
 		io.WriteString(w, `{"ok":true}`)
 	})
 	p := newPushEnv(t, 0)
-	p.putType("push.ok", fastPolicy(3), Target{URL: srv.URL + "/hook", Headers: map[string]string{"X-Custom": "v1", "Retryq-Task-Id": "spoofed"}})
+	p.putType("push.ok", fastPolicy(3), Target{URL: srv.URL + "/hook", Headers: map[string]string{"X-Custom": "v1"}})
 	payload := `{"order":42,"items":["a","b"]}`
 	id := p.enqueue("push.ok", payload)
 	tk := p.wait(id, store.StateSucceeded)

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,6 +48,42 @@ func (t *Target) Validate() error {
 	}
 	if t.Concurrency < 0 || t.Concurrency > 1000 {
 		return fieldErr("target.concurrency", "must be between 0 and 1000 (got %d)", t.Concurrency)
+	}
+	for name, value := range t.Headers {
+		if err := checkTargetHeader(name, value); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTargetHeader refuses a header that no request could carry (a name
+// that is not an HTTP token, a value with control characters: every
+// delivery would fail) or that retryq sets itself or must not let a target
+// set (the Retryq-* protocol headers, framing headers, and the idempotency
+// headers that would let net/http resend a delivery on its own).
+func checkTargetHeader(name, value string) error {
+	field := fmt.Sprintf("target.headers[%q]", name)
+	if name == "" {
+		return fieldErr("target.headers", "has an empty header name")
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return fieldErr(field, "is not a valid header name")
+		}
+	}
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return fieldErr(field, "has a control character in its value")
+		}
+	}
+	switch canon := http.CanonicalHeaderKey(name); {
+	case strings.HasPrefix(canon, "Retryq-"):
+		return fieldErr(field, "is set by retryq itself")
+	case canon == "Content-Length" || canon == "Transfer-Encoding" || canon == "Connection",
+		canon == "Idempotency-Key" || canon == "X-Idempotency-Key":
+		return fieldErr(field, "cannot be set on a push target")
 	}
 	return nil
 }
