@@ -193,6 +193,7 @@ func TestLeaseValidation(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	for _, c := range []struct{ body, code, field string }{
 		{`{"types":["a"]}`, CodeInvalidField, "worker_id"},
+		{`{"worker_id":"w\u0000","types":["a"]}`, CodeInvalidField, "worker_id"},
 		{`{"worker_id":"w"}`, CodeInvalidField, "types"},
 		{`{"worker_id":"w","types":["bad type"]}`, CodeInvalidField, "types[0]"},
 		{`{"worker_id":"w","types":["a"],"max":101}`, CodeInvalidField, "max"},

@@ -70,7 +70,7 @@ func (q query) time(name string) (time.Time, error) {
 // cursor reads "cursor": an opaque token from a previous page.
 func (q query) cursor() (string, error) {
 	v := q["cursor"]
-	if len(v) > 64 || !safeID(v) {
+	if v != "" && !isTaskID(v) {
 		return "", fieldError("cursor", "is not a cursor returned by this server")
 	}
 	return v, nil
@@ -148,4 +148,18 @@ func pathID(r *http.Request) (string, error) {
 // notFound turns a store.ErrNotFound for a task into a 404 naming it.
 func taskNotFound(id string) *apiError {
 	return &apiError{Status: http.StatusNotFound, Code: CodeNotFound, Message: fmt.Sprintf("task %s not found", id)}
+}
+
+// isTaskID reports whether v has the form of the ids this server makes
+// (engine.NewID: 26 characters of Crockford base32); every cursor is one.
+func isTaskID(v string) bool {
+	if len(v) != 26 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if !strings.ContainsRune("0123456789ABCDEFGHJKMNPQRSTVWXYZ", rune(v[i])) {
+			return false
+		}
+	}
+	return true
 }

@@ -75,11 +75,13 @@ func TestEnqueueGetList(t *testing.T) {
 	for _, c := range []struct{ q, field string }{
 		{"limit=0", "limit"}, {"limit=1001", "limit"}, {"limit=x", "limit"}, {"state=bogus", "state"},
 		{"state=pending,nope", "state"}, {"cursor=%27%3B--", "cursor"}, {"type=bad%20type", "type"},
-		{"foo=1", "foo"}, {"limit=1&limit=2", "limit"},
+		{"foo=1", "foo"}, {"limit=1&limit=2", "limit"}, {"cursor=zzzz", "cursor"},
+		{"cursor=01M8M402V5M1K3F32VPSJM7WHU", "cursor"}, // U is not in the alphabet
 	} {
 		e.mustErr(http.StatusBadRequest, CodeInvalidField, c.field, "GET", "/v1/tasks?"+c.q, nil)
 	}
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "", "GET", "/v1/tasks?%zz", nil)
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "id", "GET", "/v1/tasks/a%00b", nil)
 }
 
 func TestEnqueueValidation(t *testing.T) {

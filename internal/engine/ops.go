@@ -20,6 +20,9 @@ func ValidateID(id string) error {
 	if len(id) > 64 {
 		return fieldErr("id", "is longer than 64 bytes")
 	}
+	if !store.ValidText(id) {
+		return fieldErr("id", "must be valid UTF-8 text without NUL bytes")
+	}
 	return nil
 }
 

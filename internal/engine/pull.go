@@ -41,8 +41,8 @@ func ParseLeaseToken(tok string) (taskID, leaseID string, err error) {
 
 // Lease leases tasks to a remote worker, long-polling up to r.Wait.
 func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error) {
-	if r.WorkerID == "" || len(r.WorkerID) > 200 {
-		return nil, fieldErr("worker_id", "is required (at most 200 bytes)")
+	if r.WorkerID == "" || len(r.WorkerID) > 200 || !store.ValidText(r.WorkerID) {
+		return nil, fieldErr("worker_id", "is required: UTF-8 text without NUL bytes, at most 200 bytes")
 	}
 	if len(r.Types) == 0 || len(r.Types) > store.MaxFetchTypes {
 		return nil, fieldErr("types", "must name between 1 and %d types (got %d)", store.MaxFetchTypes, len(r.Types))
