@@ -156,6 +156,36 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 	return exitOK
 }
 
+// Server is a running `retryq server`, started in-process by StartServer.
+type Server struct{ rs *runningServer }
+
+// StartServer starts in this process exactly what `retryq server ARGS`
+// runs (the same flags, database opening, schema check, engine, scheduler
+// election and HTTP API), for programs that need that code path with an
+// in-process worker attached to its engine, such as the multi-node tests.
+// Usage errors are written to env.Stderr and returned. Call Shutdown to
+// stop it as the command does on SIGTERM.
+func StartServer(ctx context.Context, env *Env, args []string, log *slog.Logger) (*Server, error) {
+	o, _ := parseServer(env, args)
+	if o == nil {
+		return nil, fmt.Errorf("start server: invalid arguments %q", args)
+	}
+	rs, err := startServer(ctx, o, log)
+	if err != nil {
+		return nil, fmt.Errorf("start server: %w", err)
+	}
+	return &Server{rs: rs}, nil
+}
+
+// Engine returns the server's engine.
+func (s *Server) Engine() *engine.Engine { return s.rs.eng }
+
+// Addr returns the address the HTTP API listens on.
+func (s *Server) Addr() string { return s.rs.addr }
+
+// Shutdown stops the HTTP API, then the engine, and closes the database.
+func (s *Server) Shutdown() { s.rs.shutdown() }
+
 // runningServer is a started engine plus its HTTP listener.
 type runningServer struct {
 	eng  *engine.Engine

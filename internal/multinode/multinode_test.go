@@ -8,8 +8,11 @@ import (
 
 const workloadSize = 10_000
 
-// TestLeaderKilled runs three node processes on one database, SIGKILLs the
-// elected leader mid-run and checks that:
+// TestLeaderKilled runs three node processes on one database, each a
+// `retryq server` (the command's own code: flags, database, schema check,
+// engine, election, HTTP API, started in-process by cli.StartServer) with
+// an in-process worker on its engine. It SIGKILLs the elected leader mid-run
+// and checks that:
 //
 //   - another node takes the scheduler lease within takeoverWait;
 //   - every task the dead node held is reaped (a lease_expired attempt held
@@ -48,6 +51,10 @@ func TestLeaderKilled(t *testing.T) {
 		n, err := c.runningOn(victim.id)
 		return n > 0, err
 	})
+	// Still the leader, and alive, right before the kill.
+	if id, live, err := c.leader(); err != nil || id != victim.id || !live {
+		t.Fatalf("just before the kill the leader is %q (live %v, err %v), want %s", id, live, err, victim.id)
+	}
 	c.kill(victim)
 	killedAt := victim.killed
 	t.Logf("SIGKILLed leader %s at %s", victim.id, killedAt.Format(time.StampMilli))
@@ -159,14 +166,20 @@ func TestDatabaseRestart(t *testing.T) {
 		n, err := c.finished()
 		return n >= workloadSize*3/10, err
 	})
-	before, _ := c.finished()
+	before, err := c.finished()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before >= workloadSize {
+		t.Fatalf("all %d tasks finished before the restart: nothing was in flight", before)
+	}
 	r0 := time.Now()
 	if err := c.pg.Restart(); err != nil {
 		t.Fatalf("restart PostgreSQL: %v", err)
 	}
 	t.Logf("restarted PostgreSQL in %s with %d of %d tasks finished", time.Since(r0).Round(time.Millisecond), before, workloadSize)
 
-	waitFor(t, 30*time.Second, "a live leader after the restart", func() (bool, error) {
+	waitFor(t, takeoverWait, "a live leader after the restart", func() (bool, error) {
 		id, live, err := c.leader()
 		return live && c.nodes[id] != nil, err
 	})
@@ -175,7 +188,7 @@ func TestDatabaseRestart(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	var running int
-	err := c.st.Pool().QueryRow(ctx, "SELECT count(*) FROM tasks WHERE state NOT IN ('succeeded', 'dead')").Scan(&running)
+	err = c.st.Pool().QueryRow(ctx, "SELECT count(*) FROM tasks WHERE state NOT IN ('succeeded', 'dead')").Scan(&running)
 	cancel()
 	if err != nil || running != 0 {
 		t.Errorf("%d tasks not finished (err %v)", running, err)

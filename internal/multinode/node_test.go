@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -15,7 +16,9 @@ import (
 	"time"
 
 	"github.com/retryq/retryq"
-	"github.com/retryq/retryq/store/postgres"
+	"github.com/retryq/retryq/internal/cli"
+	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/store"
 )
 
 // The environment of a node process. When envNode is "1" the test binary
@@ -130,56 +133,43 @@ func runNode(id string, log *slog.Logger) error {
 	defer f.Close()
 	runs := &runLog{f: f}
 
+	// The node is `retryq server` itself (the code the binary runs, started
+	// in-process so that a worker can attach to its engine), plus an
+	// in-process worker running the workload's handler.
+	env := &cli.Env{Stdin: strings.NewReader(""), Stdout: io.Discard, Stderr: os.Stderr, Getenv: os.Getenv}
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	st, err := postgres.Open(octx, postgres.Config{URL: os.Getenv(envURL), Logger: log})
+	srv, err := cli.StartServer(octx, env, []string{
+		"--db", os.Getenv(envURL), "--listen", "127.0.0.1:0", "--node-id", id,
+		"--lease", envDuration(envLease, 5*time.Second).String(), "--poll-interval", "500ms",
+		"--leader-ttl", envDuration(envLeaderTTL, 3*time.Second).String(),
+	}, log)
 	cancel()
 	if err != nil {
 		return err
 	}
-	defer st.Close()
+	defer srv.Shutdown() // after the worker's graceful shutdown: flushes the engine, closes the database
 
-	client, err := retryq.NewClient(st, retryq.Options{
-		Logger:        log,
-		NodeID:        id,
-		Version:       "multinode-test",
-		LeaseDuration: envDuration(envLease, 5*time.Second),
-		PollInterval:  500 * time.Millisecond,
-		LeaderTTL:     envDuration(envLeaderTTL, 3*time.Second),
-	})
-	if err != nil {
-		return err
-	}
-	if err := client.Start(context.Background()); err != nil {
-		return err
-	}
-	defer client.Close()
-
-	mux := retryq.NewMux()
-	mux.HandleFunc(taskType, func(hctx context.Context, t *retryq.Task) error {
-		return handle(hctx, runs, t)
-	})
 	conc, _ := strconv.Atoi(os.Getenv(envConcurrent))
 	if conc <= 0 {
 		conc = 16
 	}
-	w, err := retryq.NewWorker(client, retryq.WorkerConfig{Handler: mux, Concurrency: conc, ID: id + "/w", ShutdownGrace: 5 * time.Second})
-	if err != nil {
-		return err
-	}
-	log.Info("node ready", "pid", os.Getpid())
-	return w.Run(ctx) // returns after the graceful shutdown; the deferred Close calls flush the engine
+	log.Info("node ready", "pid", os.Getpid(), "api", srv.Addr())
+	return srv.Engine().RunWorker(ctx, engine.WorkerConfig{ID: id + "/w", Types: []string{taskType}, Concurrency: conc,
+		ShutdownGrace: 5 * time.Second, Handle: func(hctx context.Context, t *store.Task) error {
+			return handle(hctx, runs, t)
+		}})
 }
 
 // handle is the workload's handler: it logs the run's start and end and
 // fails as the payload dictates for this attempt number.
-func handle(ctx context.Context, runs *runLog, t *retryq.Task) error {
+func handle(ctx context.Context, runs *runLog, t *store.Task) error {
 	runs.write("S %s %d %d\n", t.ID, t.Attempt, time.Now().UnixNano())
 	res, err := decideRun(ctx, t)
 	runs.write("E %s %d %d %s\n", t.ID, t.Attempt, time.Now().UnixNano(), res)
 	return err
 }
 
-func decideRun(ctx context.Context, t *retryq.Task) (string, error) {
+func decideRun(ctx context.Context, t *store.Task) (string, error) {
 	var p payload
 	if err := json.Unmarshal(t.Payload, &p); err != nil {
 		return resPermanent, retryq.Permanent(fmt.Errorf("bad payload: %w", err))
