@@ -103,10 +103,11 @@ type taskRow struct {
 }
 
 type histRow struct {
-	number  int
-	worker  string
-	outcome string
-	class   string
+	number   int
+	worker   string
+	outcome  string
+	class    string
+	finished time.Time // for a lease_expired attempt: when the reaper decided it
 }
 
 // readTasks loads every task and its history in two queries.
@@ -138,10 +139,10 @@ func (c *cluster) readTasks() map[string]*taskRow {
 	// The history: the attempts rows, then the successful attempt, which
 	// the task row itself records (store/postgres ListAttempts).
 	rows, err = c.st.Pool().Query(ctx, `
-SELECT task_id, number, worker_id, outcome, coalesce(error_class, ''), 0 AS last, seq FROM attempts
+SELECT task_id, number, worker_id, outcome, coalesce(error_class, ''), finished_at, 0 AS last, seq FROM attempts
 UNION ALL
-SELECT id, attempt, worker_id, 'succeeded', '', 1, 0 FROM tasks WHERE state = 'succeeded'
-ORDER BY 1, 6, 7`)
+SELECT id, attempt, worker_id, 'succeeded', '', updated_at, 1, 0 FROM tasks WHERE state = 'succeeded'
+ORDER BY 1, 7, 8`)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ ORDER BY 1, 6, 7`)
 		var id string
 		var h histRow
 		var last, seq int64
-		if err := rows.Scan(&id, &h.number, &h.worker, &h.outcome, &h.class, &last, &seq); err != nil {
+		if err := rows.Scan(&id, &h.number, &h.worker, &h.outcome, &h.class, &h.finished, &last, &seq); err != nil {
 			c.t.Fatal(err)
 		}
 		if r := out[id]; r != nil {
@@ -324,6 +325,16 @@ func (c *cluster) checkRuns(tr *taskRow, rs []*run, fail func(string, ...any), a
 			rep.runsNoHistory++
 			fail("task %s: run of attempt %d on %s has no history row (%d rows)", tr.id, r.attempt, r.node, len(tr.hist))
 			continue
+		}
+		if r.attempt >= 2 && r.attempt-2 < len(tr.hist) {
+			// A run after a reaped attempt starts only once the reaper
+			// took that lease back (it reaps only expired leases): no
+			// handler ran while the previous holder's lease was valid,
+			// even if that holder's handler had ended or its node died.
+			if prev := tr.hist[r.attempt-2]; prev.outcome == store.OutcomeLeaseExpired && r.start.Before(prev.finished) {
+				fail("task %s: attempt %d on %s started at %s, before attempt %d's lease was reaped at %s",
+					tr.id, r.attempt, r.node, r.start.Format(time.StampMicro), prev.number, prev.finished.Format(time.StampMicro))
+			}
 		}
 		h := tr.hist[r.attempt-1]
 		if nodeOf(h.worker) != r.node {
