@@ -68,6 +68,7 @@ func TestTypes(t *testing.T) {
 		{`{"target":{"url":"http://x","method":"BREW"}}`, "target.method"},
 		{`{"target":{"url":"http://x","nope":1}}`, "target.nope"},
 		{`{"target":{"url":"http://x","timeout_seconds":-1}}`, "target.timeout_seconds"},
+		{`{"target":{"url":"http://x","timeout_seconds":1e-10}}`, "target.timeout_seconds"},
 		{`{"target":{"url":"http://x","concurrency":"many"}}`, "target.concurrency"},
 		{`{"target":{"url":"http://x","headers":{"X-A":"v\r\nX-Injected: 1"}}}`, `target.headers["X-A"]`},
 		{`{"target":{"url":"http://x","headers":{"Bad Name":"v"}}}`, `target.headers["Bad Name"]`},

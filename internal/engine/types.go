@@ -43,8 +43,8 @@ func (t *Target) Validate() error {
 	default:
 		return fieldErr("target.method", "must be one of POST, PUT, PATCH, GET, DELETE (got %q)", t.Method)
 	}
-	if t.TimeoutSeconds < 0 || t.TimeoutSeconds > 3600 {
-		return fieldErr("target.timeout_seconds", "must be between 0 and 3600 (got %g)", t.TimeoutSeconds)
+	if t.TimeoutSeconds < 0 || t.TimeoutSeconds > 3600 || (t.TimeoutSeconds > 0 && t.TimeoutSeconds < 0.001) {
+		return fieldErr("target.timeout_seconds", "must be 0 (the type's timeout, else the default) or between 0.001 and 3600 (got %g)", t.TimeoutSeconds)
 	}
 	if t.Concurrency < 0 || t.Concurrency > 1000 {
 		return fieldErr("target.concurrency", "must be between 0 and 1000 (got %d)", t.Concurrency)
