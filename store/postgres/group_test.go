@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +50,30 @@ func connect(t *testing.T, url string) *pgx.Conn {
 	return c
 }
 
+// leased inserts n tasks and leases them all, in task id order.
+func leased(t *testing.T, s *Store, prefix string, n int, now time.Time) []store.Task {
+	t.Helper()
+	if _, err := s.InsertTasks(t.Context(), store.InsertParams{Tasks: newTasks(prefix, n), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.FetchTasks(t.Context(), store.FetchParams{Limit: n, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
+	if err != nil || len(got) != n {
+		t.Fatalf("fetch: %v %v", got, err)
+	}
+	slices.SortFunc(got, func(a, b store.Task) int { return strings.Compare(a.ID, b.ID) })
+	return got
+}
+
+// waitQueued polls until n writes wait in the writer's queue.
+func waitQueued(t *testing.T, s *Store, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); s.wq.len() < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d writes never queued", n)
+		}
+	}
+}
+
 // waitUntil polls query (one boolean) on c until it is true.
 func waitUntil(t *testing.T, c *pgx.Conn, what, query string, args ...any) {
 	t.Helper()
@@ -83,14 +109,7 @@ func TestGroupRetryDoesNotKeepRolledBackOutcomes(t *testing.T) {
 	s := openURL(t, url, nil)
 	ctx := t.Context()
 	now := time.Now()
-	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("g", 1), Now: now}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.FetchTasks(ctx, store.FetchParams{Limit: 1, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
-	if err != nil || len(got) != 1 {
-		t.Fatalf("fetch: %v %v", got, err)
-	}
-	task := got[0]
+	task := leased(t, s, "g", 1, now)[0]
 
 	x := connect(t, url) // holds the locks that steer the writer
 	if _, err := x.Exec(ctx, "SELECT pg_advisory_lock(1), pg_advisory_lock(2)"); err != nil {
@@ -113,11 +132,7 @@ func TestGroupRetryDoesNotKeepRolledBackOutcomes(t *testing.T) {
 			TaskID: task.ID, LeaseID: task.LeaseID, State: store.StateSucceeded, OutcomeKind: store.OutcomeSucceeded}}})
 		res <- result{errs, err}
 	}()
-	for deadline := time.Now().Add(30 * time.Second); s.wq.len() < 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the outcome never queued")
-		}
-	}
+	waitQueued(t, s, 1)
 	bad := lockWrite(ctx, 2, "SELECT 1/0")
 	s.wq.push(bad)
 
@@ -190,17 +205,8 @@ func TestGroupLocksRowsInIDOrder(t *testing.T) {
 	s := openURL(t, url, nil)
 	ctx := t.Context()
 	now := time.Now()
-	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("d", 2), Now: now}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.FetchTasks(ctx, store.FetchParams{Limit: 2, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
-	if err != nil || len(got) != 2 {
-		t.Fatalf("fetch: %v %v", got, err)
-	}
-	lo, hi := got[0], got[1]
-	if lo.ID > hi.ID {
-		lo, hi = hi, lo
-	}
+	tasks := leased(t, s, "d", 2, now)
+	lo, hi := tasks[0], tasks[1]
 	x := connect(t, url)
 	if _, err := x.Exec(ctx, "SELECT pg_advisory_lock(1), pg_advisory_lock(2)"); err != nil {
 		t.Fatal(err)
@@ -222,19 +228,12 @@ func TestGroupLocksRowsInIDOrder(t *testing.T) {
 		}()
 		return ch
 	}
-	waitQueued := func(n int) {
-		for deadline := time.Now().Add(30 * time.Second); s.wq.len() < n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%d writes never queued", n)
-			}
-		}
-	}
 	hiDone := record(hi)
-	waitQueued(1)
+	waitQueued(t, s, 1)
 	pause := lockWrite(ctx, 2)
 	s.wq.push(pause)
 	loDone := record(lo)
-	waitQueued(3)
+	waitQueued(t, s, 3)
 
 	// The group goes out: it updates hi, then waits for lock 2.
 	if _, err := x.Exec(ctx, "SELECT pg_advisory_unlock(1)"); err != nil {

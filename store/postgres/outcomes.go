@@ -202,6 +202,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 	var (
 		queued []func(b *pgx.Batch)
 		read   func(pgx.BatchResults) error
+		locks  []string // the task rows the write updates (an invalid entry's "" matches none)
 	)
 	if distinct {
 		var (
@@ -229,6 +230,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			reaps[k], hists[k], retries[k], failures[k] = o.ReapExpired, r.hist, r.retry, r.failure
 			runAts[k], prios[k], delays[k] = us(o.RunAt), int32(o.EffectivePrio), int64(o.LastDelay)
 		}
+		locks = ids
 		queued = append(queued, func(b *pgx.Batch) {
 			b.Queue(outcomePlanSettings)
 			if plain {
@@ -271,6 +273,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			if r.invalid != nil {
 				o.TaskID = "" // matches no task
 			}
+			locks = append(locks, o.TaskID)
 			queued = append(queued, func(b *pgx.Batch) {
 				b.Queue(recordOutcomeSQL, o.TaskID, o.LeaseID, o.ReapExpired, now,
 					r.state, us(o.RunAt), o.EffectivePrio, r.code, r.msg, r.class,
@@ -286,12 +289,6 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 				applied[i] = k > 0
 			}
 			return nil
-		}
-	}
-	locks := make([]string, 0, n)
-	for i, o := range p.Outcomes {
-		if rowsIn[i].invalid == nil {
-			locks = append(locks, o.TaskID)
 		}
 	}
 	err := s.groupWrite(ctx, op, &groupWrite{
