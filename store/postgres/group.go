@@ -36,6 +36,9 @@ import (
 // they would split into two halves that alternate, each waiting for two
 // commits. An idle store, a lone caller or a group without inserts never
 // lingers.
+//
+// A group with inserts leaves outcome batches out for a while (hold.go):
+// the producers wait for their commit, the handlers do not wait for theirs.
 
 // maxGroupWrites bounds the writes sent as one batch.
 const maxGroupWrites = 64
@@ -152,21 +155,32 @@ func (s *Store) groupWrite(ctx context.Context, op string, w *groupWrite) error 
 // writer is the goroutine that sends the queued writes in groups.
 func (s *Store) writer() {
 	defer s.bgWG.Done()
+	var hold holder
 	want := 0 // writes expected back: queued during the last commit plus the inserters it answered
 	for {
-		select {
-		case <-s.wq.signal:
-		case <-s.bgCtx.Done():
-			for _, w := range s.wq.stop() {
-				w.done <- store.ErrClosed
+		if hold.held() && s.bgCtx.Err() == nil {
+			// Never wait while holding writes: take what is queued (if
+			// anything) and send the held writes with it.
+			select {
+			case <-s.wq.signal:
+			default:
 			}
-			return
+		} else {
+			select {
+			case <-s.wq.signal:
+			case <-s.bgCtx.Done():
+				for _, w := range append(hold.release(nil), s.wq.stop()...) {
+					w.done <- store.ErrClosed
+				}
+				return
+			}
 		}
 		if want > 1 {
 			store.YieldUntil(func() bool { return s.wq.len() >= want }, groupLinger)
 		}
-		group := s.wq.take(maxGroupWrites)
+		group := hold.split(s.wq.take(maxGroupWrites), time.Now())
 		if len(group) == 0 {
+			want = 0
 			continue
 		}
 		queued := s.runGroup(group)
