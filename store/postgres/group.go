@@ -29,9 +29,9 @@ import (
 // when the commit may or may not have happened) is returned to every write
 // of the group, as it would have been to each alone.
 //
-// After a group of k writes, inserts among them, while q more writes queued
-// up, the writer yields the processor (timers are far coarser than this
-// wait) until q+k writes are queued or groupLinger has passed: callers that
+// After a group holding k inserts, while q more writes queued up, the
+// writer yields the processor (timers are far coarser than this wait) until
+// q+k writes are queued or groupLinger has passed: callers that
 // each wait for their own commit come straight back, and without the wait
 // they would split into two halves that alternate, each waiting for two
 // commits. An idle store, a lone caller or a group without inserts never
@@ -183,26 +183,33 @@ func (s *Store) writer() {
 			want = 0
 			continue
 		}
-		queued := s.runGroup(group)
-		want = 0
-		if hasInserts(group) {
-			want = queued + len(group)
-		}
+		want = lingerTarget(group, s.runGroup(group))
 	}
 }
 
-// hasInserts reports whether a group holds inserts: lingering pays for
-// producers enqueueing one task at a time (and then also catches the
-// outcome batches of their tasks), not after a group of outcome batches
-// alone, which come back on their own schedule.
-func hasInserts(group []*groupWrite) bool {
+// lingerTarget returns how many writes the writer waits to see queued
+// after committing group, while queued more writes queued up: those plus
+// the inserts of group, whose callers come straight back when each waits
+// for its own commit; 0 (no wait) for a group without inserts. Lingering
+// pays for producers enqueueing one task at a time, not for outcome
+// batches, which come back on their own schedule (and are held, see
+// hold.go): counting them would make the writer wait out groupLinger
+// after every group that carried held outcomes.
+func lingerTarget(group []*groupWrite, queued int) int {
+	n := 0
 	for _, w := range group {
 		if w.ins != nil {
-			return true
+			n++
 		}
 	}
-	return false
+	if n == 0 {
+		return 0
+	}
+	return queued + n
 }
+
+// hasInserts reports whether a group holds inserts.
+func hasInserts(group []*groupWrite) bool { return lingerTarget(group, 0) > 0 }
 
 // runGroup commits group and answers its writes. It returns how many
 // writes were queued when the commit came back.

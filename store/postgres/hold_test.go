@@ -128,3 +128,22 @@ func TestOutcomeHeldFromInsertGroup(t *testing.T) {
 		t.Fatalf("task after the outcome: %v %v", got.State, err)
 	}
 }
+
+func TestLingerTargetCountsInserts(t *testing.T) {
+	ins := &groupWrite{ins: &insertRows{}}
+	out := &groupWrite{}
+	for _, c := range []struct {
+		group  []*groupWrite
+		queued int
+		want   int
+	}{
+		{nil, 3, 0},
+		{[]*groupWrite{out, out}, 3, 0},                // outcomes alone: no wait
+		{[]*groupWrite{ins}, 0, 1},                     // a lone producer: YieldUntil skips want 1
+		{[]*groupWrite{out, out, ins, ins, ins}, 2, 5}, // released outcomes do not count
+	} {
+		if got := lingerTarget(c.group, c.queued); got != c.want {
+			t.Errorf("lingerTarget(%d writes, %d queued) = %d, want %d", len(c.group), c.queued, got, c.want)
+		}
+	}
+}
