@@ -30,3 +30,21 @@ func TestYieldUntil(t *testing.T) {
 		t.Errorf("never true: %d calls, want the 10,000-yield bound", calls)
 	}
 }
+
+func TestLingerTargetCountsInserts(t *testing.T) {
+	ins, out, fetch := &w{"i", 'i'}, &w{"o", 'o'}, &w{"f", 'f'}
+	for _, c := range []struct {
+		group  []*w
+		queued int
+		want   int
+	}{
+		{nil, 3, 0},
+		{[]*w{out, fetch}, 3, 0},              // no inserts: no wait
+		{[]*w{ins}, 0, 1},                     // a lone producer: YieldUntil is skipped for 1
+		{[]*w{out, out, ins, ins, ins}, 2, 5}, // released outcomes do not count
+	} {
+		if got := LingerTarget(c.group, c.queued, isInsert); got != c.want {
+			t.Errorf("LingerTarget(%s, %d queued) = %d, want %d", names(c.group), c.queued, got, c.want)
+		}
+	}
+}

@@ -37,8 +37,9 @@ import (
 // commits. An idle store, a lone caller or a group without inserts never
 // lingers.
 //
-// A group with inserts leaves outcome batches out for a while (hold.go):
-// the producers wait for their commit, the handlers do not wait for theirs.
+// A group with inserts leaves outcome batches out for a while
+// (store.Holder): the producers wait for their commit, the handlers do not
+// wait for theirs.
 
 // maxGroupWrites bounds the writes sent as one batch.
 const maxGroupWrites = 64
@@ -57,6 +58,9 @@ type groupWrite struct {
 	queue  func(b *pgx.Batch)
 	read   func(br pgx.BatchResults) error
 	notify bool // wake fetchers when the write commits
+	// outcome marks an outcome batch, which may be held back from groups
+	// with inserts (store.Holder).
+	outcome bool
 	// locks are the ids of the existing task rows the write updates;
 	// sorted reports that its statements lock them in id order.
 	locks  []string
@@ -155,10 +159,10 @@ func (s *Store) groupWrite(ctx context.Context, op string, w *groupWrite) error 
 // writer is the goroutine that sends the queued writes in groups.
 func (s *Store) writer() {
 	defer s.bgWG.Done()
-	var hold holder
+	var hold store.Holder[*groupWrite]
 	want := 0 // writes expected back: queued during the last commit plus the inserters it answered
 	for {
-		if hold.held() && s.bgCtx.Err() == nil {
+		if hold.Held() && s.bgCtx.Err() == nil {
 			// Never wait while holding writes: take what is queued (if
 			// anything) and send the held writes with it.
 			select {
@@ -169,7 +173,7 @@ func (s *Store) writer() {
 			select {
 			case <-s.wq.signal:
 			case <-s.bgCtx.Done():
-				for _, w := range append(hold.release(nil), s.wq.stop()...) {
+				for _, w := range append(hold.Release(nil), s.wq.stop()...) {
 					w.done <- store.ErrClosed
 				}
 				return
@@ -178,38 +182,17 @@ func (s *Store) writer() {
 		if want > 1 {
 			store.YieldUntil(func() bool { return s.wq.len() >= want }, groupLinger)
 		}
-		group := hold.split(s.wq.take(maxGroupWrites), time.Now())
+		group := hold.Split(s.wq.take(maxGroupWrites), time.Now(), isInsert, isOutcome)
 		if len(group) == 0 {
 			want = 0
 			continue
 		}
-		want = lingerTarget(group, s.runGroup(group))
+		want = store.LingerTarget(group, s.runGroup(group), isInsert)
 	}
 }
 
-// lingerTarget returns how many writes the writer waits to see queued
-// after committing group, while queued more writes queued up: those plus
-// the inserts of group, whose callers come straight back when each waits
-// for its own commit; 0 (no wait) for a group without inserts. Lingering
-// pays for producers enqueueing one task at a time, not for outcome
-// batches, which come back on their own schedule (and are held, see
-// hold.go): counting them would make the writer wait out groupLinger
-// after every group that carried held outcomes.
-func lingerTarget(group []*groupWrite, queued int) int {
-	n := 0
-	for _, w := range group {
-		if w.ins != nil {
-			n++
-		}
-	}
-	if n == 0 {
-		return 0
-	}
-	return queued + n
-}
-
-// hasInserts reports whether a group holds inserts.
-func hasInserts(group []*groupWrite) bool { return lingerTarget(group, 0) > 0 }
+func isInsert(w *groupWrite) bool  { return w.ins != nil }
+func isOutcome(w *groupWrite) bool { return w.outcome }
 
 // runGroup commits group and answers its writes. It returns how many
 // writes were queued when the commit came back.

@@ -297,10 +297,11 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 				q(b)
 			}
 		},
-		read:   read,
-		notify: released, // wake fetchers for the released tasks
-		locks:  locks,
-		sorted: distinct, // one statement over rows sorted by id
+		read:    read,
+		notify:  released, // wake fetchers for the released tasks
+		outcome: true,
+		locks:   locks,
+		sorted:  distinct, // one statement over rows sorted by id
 	})
 	if err != nil {
 		return nil, err

@@ -25,11 +25,14 @@ import (
 //     with their next write, but not before the writer has started the next
 //     group with whoever was already queued: the callers then split into
 //     two alternating halves and each waits for two commits. So after a
-//     group of k writes, inserts among them, while q more writes queued up,
-//     the writer yields the processor (it does not sleep: timers are far
-//     coarser than the wait) until q+k writes are queued or lingerMax has
-//     passed. An idle store, a lone caller or a group without inserts never
-//     lingers.
+//     group holding k inserts, while q more writes queued up, the writer
+//     yields the processor (it does not sleep: timers are far coarser than
+//     the wait) until q+k writes are queued or lingerMax has passed
+//     (store.LingerTarget). An idle store, a lone caller or a group without
+//     inserts never lingers.
+//   - Outcomes held. A group with inserts leaves outcome batches out for a
+//     while (store.Holder): the producers wait for their commit, the
+//     handlers do not wait for theirs.
 //   - Merged inserts. The InsertTasks writes of a group run as one
 //     multi-row INSERT (and one idempotency-key lookup) in one savepoint;
 //     should that fail, the savepoint is rolled back and each runs alone, so
@@ -43,11 +46,17 @@ const lingerMax = 50 * time.Microsecond
 
 // writeReq is one queued write.
 type writeReq struct {
-	ctx  context.Context
-	fn   func(ctx context.Context, tx *sql.Tx) error
-	ins  *insertJob // set for InsertTasks writes, which can be merged
-	done chan error
+	ctx context.Context
+	fn  func(ctx context.Context, tx *sql.Tx) error
+	ins *insertJob // set for InsertTasks writes, which can be merged
+	// outcome marks an outcome batch, which may be held back from groups
+	// with inserts (store.Holder).
+	outcome bool
+	done    chan error
 }
+
+func isInsert(r *writeReq) bool  { return r.ins != nil }
+func isOutcome(r *writeReq) bool { return r.outcome }
 
 // GroupCommit reports that concurrent writes share transactions.
 func (s *Store) GroupCommit() bool { return true }
@@ -93,31 +102,33 @@ func (s *Store) submit(ctx context.Context, op string, req *writeReq) error {
 // writer is the single goroutine that owns the write connection.
 func (s *Store) writer() {
 	defer close(s.writerDone)
+	var hold store.Holder[*writeReq]
 	batch := make([]*writeReq, 0, maxGroup)
 	want := 0 // writes expected back: queued during the last commit plus the inserters it answered
 	for {
 		batch = batch[:0]
-		select {
-		case r := <-s.writeCh:
-			batch = append(batch, r)
-		case <-s.stopWriter:
-			// Answer everything queued, until no submit is in flight: a
-			// submit that had not yet seen the store closed counted itself
-			// in submitting first, so it is either drained here or sees
-			// the closed flag.
-			for i := 0; i < 1<<24; i++ { // bound: in-flight submits end within microseconds
-				select {
-				case r := <-s.writeCh:
+		if hold.Held() {
+			// Never wait while holding writes: take what is queued (if
+			// anything) and send the held writes with it.
+			select {
+			case r := <-s.writeCh:
+				batch = append(batch, r)
+			case <-s.stopWriter:
+				for _, r := range hold.Release(nil) {
 					r.done <- store.ErrClosed
-					continue
-				default:
 				}
-				if s.submitting.Load() == 0 && len(s.writeCh) == 0 {
-					return
-				}
-				runtime.Gosched()
+				s.drainClosed()
+				return
+			default:
 			}
-			return
+		} else {
+			select {
+			case r := <-s.writeCh:
+				batch = append(batch, r)
+			case <-s.stopWriter:
+				s.drainClosed()
+				return
+			}
 		}
 		if want > 1 {
 			store.YieldUntil(func() bool { return len(s.writeCh) >= want-len(batch) }, lingerMax)
@@ -131,11 +142,13 @@ func (s *Store) writer() {
 				break drain
 			}
 		}
-		s.commitGroup(batch)
-		want = 0
-		if hasInserts(batch) {
-			want = s.queuedAtReply + len(batch)
+		group := hold.Split(batch, time.Now(), isInsert, isOutcome)
+		if len(group) == 0 {
+			want = 0
+			continue
 		}
+		s.commitGroup(group)
+		want = store.LingerTarget(group, s.queuedAtReply, isInsert)
 		s.stmtMu.Lock()
 		queued := len(s.toPrepare) > 0
 		s.stmtMu.Unlock()
@@ -145,18 +158,23 @@ func (s *Store) writer() {
 	}
 }
 
-// hasInserts reports whether a group holds InsertTasks writes: lingering
-// pays for producers enqueueing one task at a time (and then also catches
-// the outcome batches of their tasks), while after a group of fetches and
-// outcome batches alone, which come back on their own schedule, it cost
-// the retry workload 5 %.
-func hasInserts(batch []*writeReq) bool {
-	for _, r := range batch {
-		if r.ins != nil {
-			return true
+// drainClosed answers everything queued with ErrClosed, until no submit is
+// in flight: a submit that had not yet seen the store closed counted
+// itself in submitting first, so it is either drained here or sees the
+// closed flag.
+func (s *Store) drainClosed() {
+	for i := 0; i < 1<<24; i++ { // bound: in-flight submits end within microseconds
+		select {
+		case r := <-s.writeCh:
+			r.done <- store.ErrClosed
+			continue
+		default:
 		}
+		if s.submitting.Load() == 0 && len(s.writeCh) == 0 {
+			return
+		}
+		runtime.Gosched()
 	}
-	return false
 }
 
 // commitGroup runs a group of writes in one transaction and replies to each.

@@ -128,7 +128,9 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		seen[o.TaskID] = true
 		rows = append(rows, r)
 	}
-	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+	// An outcome batch may be held back from groups with inserts
+	// (store.Holder).
+	err := s.submit(ctx, op, &writeReq{outcome: true, fn: func(ctx context.Context, tx *sql.Tx) error {
 		applied := make([]bool, len(p.Outcomes))
 		type result struct {
 			typ, worker string
@@ -209,7 +211,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			hist = append(hist, o.TaskID, r.typ, r.number, r.worker, started, now, kind, code, msg, class, int64(o.LastDelay), o.Detail)
 		}
 		return s.insertRows(ctx, tx, attemptInsertHead, attemptCols, hist)
-	})
+	}})
 	if err != nil {
 		return nil, err
 	}
