@@ -71,9 +71,9 @@ func (h *Holder[W]) Release(group []W) []W {
 	if len(h.writes) == 0 {
 		return group
 	}
-	out := append(h.writes, group...)
+	held := h.writes
 	h.writes = nil
-	return out
+	return append(held, group...)
 }
 
 // Held reports whether any write is held.
