@@ -77,13 +77,21 @@ func (g *procGroup) exited() {
 	g.pgid = 0
 }
 
-// stop records sig as the reason to stop and forwards it to the attempt.
-func (g *procGroup) stop(sig os.Signal) {
+// note records sig as the reason to stop (the first one counts) without
+// forwarding it yet.
+func (g *procGroup) note(sig os.Signal) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.stopSig == nil {
 		g.stopSig = sig
 	}
+}
+
+// stop records sig as the reason to stop and forwards it to the attempt.
+func (g *procGroup) stop(sig os.Signal) {
+	g.note(sig)
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if g.pgid != 0 {
 		signalGroup(g.pgid, sig)
 	}

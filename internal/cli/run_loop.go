@@ -49,13 +49,18 @@ func (r *runner) run(parent context.Context) int {
 	go func() {
 		parentDone := parent.Done()
 		for {
+			// The reason is recorded and the context cancelled before the
+			// signal reaches the attempt: an attempt that exits at once on
+			// it must find the run interrupted, not schedule a retry.
 			select {
 			case s := <-sigs:
+				r.group.note(s)
+				cancel()
 				r.group.stop(s)
-				cancel()
 			case <-parentDone:
-				r.group.stop(sigTERM)
+				r.group.note(sigTERM)
 				cancel()
+				r.group.stop(sigTERM)
 				parentDone = nil
 			case <-done:
 				return
