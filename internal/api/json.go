@@ -31,7 +31,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // readBody reads and decodes the JSON request body into dst, rejecting
 // oversized bodies (413), bodies that are not application/json (415),
-// malformed JSON, unknown fields and trailing data (400). When optional is
+// malformed JSON, unknown fields, trailing data and member names given
+// twice in one object outside task payloads (400; see strict.go). When optional is
 // true an empty body is accepted and leaves dst unchanged; otherwise it is
 // a 400.
 func (s *server) readBody(w http.ResponseWriter, r *http.Request, dst any, optional bool) error {
@@ -57,7 +58,17 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, dst any, optio
 	if err := checkContentType(r); err != nil {
 		return err
 	}
-	return decodeJSON(body, dst, "")
+	if err := decodeJSON(body, dst, ""); err != nil {
+		return err
+	}
+	if where, name, dup := duplicateMember(body); dup {
+		field := name
+		if where != "" {
+			field = where + "." + name
+		}
+		return fieldError(field, "is given more than once (member names are compared without regard to case, as the decoder matches them)")
+	}
+	return nil
 }
 
 // checkContentType requires application/json (parameters such as charset
@@ -128,6 +139,9 @@ func jsonError(err error, prefix string) error {
 func kindName(te *json.UnmarshalTypeError) string {
 	if te.Type == nil {
 		return "a valid value"
+	}
+	if te.Type == textType {
+		return "a string of valid Unicode text"
 	}
 	switch s := te.Type.String(); {
 	case s == "string":

@@ -11,7 +11,7 @@ import (
 
 // leaseBody is the body of POST /v1/leases.
 type leaseBody struct {
-	WorkerID     string   `json:"worker_id"`
+	WorkerID     text     `json:"worker_id"`
 	Types        []string `json:"types"`
 	Max          int      `json:"max"`
 	WaitSeconds  *float64 `json:"wait_seconds"`
@@ -49,7 +49,7 @@ func (s *server) lease(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readBody(w, r, &b, false); err != nil {
 		return err
 	}
-	req := engine.LeaseRequest{WorkerID: b.WorkerID, Types: b.Types, Max: b.Max}
+	req := engine.LeaseRequest{WorkerID: string(b.WorkerID), Types: b.Types, Max: b.Max}
 	var err error
 	if req.Wait, err = optSeconds("wait_seconds", b.WaitSeconds, engine.MaxLeaseWait); err != nil {
 		return err
@@ -99,7 +99,7 @@ func (s *server) heartbeat(w http.ResponseWriter, r *http.Request) error {
 
 // completeBody is the body of POST /v1/tasks/{id}/complete.
 type completeBody struct {
-	LeaseID string `json:"lease_id"`
+	LeaseID text `json:"lease_id"`
 }
 
 // completeTask handles POST /v1/tasks/{id}/complete.
@@ -118,7 +118,7 @@ func (s *server) completeTask(w http.ResponseWriter, r *http.Request) error {
 	if b.LeaseID == "" {
 		return fieldError("lease_id", "is required")
 	}
-	if err := s.e.Complete(r.Context(), id, b.LeaseID); err != nil {
+	if err := s.e.Complete(r.Context(), id, string(b.LeaseID)); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return taskNotFound(id)
 		}
@@ -130,7 +130,7 @@ func (s *server) completeTask(w http.ResponseWriter, r *http.Request) error {
 
 // failBody is the body of POST /v1/tasks/{id}/fail.
 type failBody struct {
-	LeaseID string          `json:"lease_id"`
+	LeaseID text            `json:"lease_id"`
 	Error   json.RawMessage `json:"error"` // a reportedError, decoded apart so errors name "error.<field>"
 }
 
@@ -178,7 +178,7 @@ func (s *server) failTask(w http.ResponseWriter, r *http.Request) error {
 	if rep.RetryAfter, err = optSeconds("error.retry_after_seconds", re.RetryAfterSeconds, maxDelay); err != nil {
 		return err
 	}
-	out, err := s.e.Fail(r.Context(), id, b.LeaseID, rep)
+	out, err := s.e.Fail(r.Context(), id, string(b.LeaseID), rep)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return taskNotFound(id)

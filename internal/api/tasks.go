@@ -108,7 +108,7 @@ func attemptsJSON(as []store.Attempt) []attemptJSON {
 type enqueueBody struct {
 	Type           string          `json:"type"`
 	Payload        json.RawMessage `json:"payload"`
-	IdempotencyKey string          `json:"idempotency_key"`
+	IdempotencyKey text            `json:"idempotency_key"`
 	Priority       *int            `json:"priority"`
 	DelaySeconds   *float64        `json:"delay_seconds"`
 	RunAt          *string         `json:"run_at"`
@@ -118,7 +118,7 @@ type enqueueBody struct {
 // request converts the body into an engine request; prefix names the
 // element in a batch ("tasks[3].").
 func (b *enqueueBody) request(prefix string) (engine.EnqueueRequest, error) {
-	r := engine.EnqueueRequest{Type: b.Type, Priority: b.Priority, MaxAttempts: b.MaxAttempts, IdempotencyKey: b.IdempotencyKey}
+	r := engine.EnqueueRequest{Type: b.Type, Priority: b.Priority, MaxAttempts: b.MaxAttempts, IdempotencyKey: string(b.IdempotencyKey)}
 	if len(b.Payload) > 0 {
 		var buf bytes.Buffer
 		if err := json.Compact(&buf, b.Payload); err != nil {
