@@ -1,10 +1,12 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -95,7 +97,7 @@ func (s *dupScanner) value(at *jsonPath) *jsonPath {
 			start := s.i
 			s.skipString()
 			name := unquote(s.data[start:s.i])
-			folded := strings.ToLower(name)
+			folded := foldKey(name)
 			member := &jsonPath{parent: at, name: name}
 			if set != nil {
 				if _, dup := set[folded]; dup {
@@ -200,9 +202,36 @@ func (s *dupScanner) skipValue() {
 	}
 }
 
+// foldKey maps names that strings.EqualFold (and encoding/json's field
+// matching) treats as equal to the same key: each rune becomes the
+// smallest rune of its case-folding orbit.
+func foldKey(name string) string {
+	ascii := true
+	for i := 0; i < len(name); i++ {
+		if name[i] >= utf8.RuneSelf {
+			ascii = false
+			break
+		}
+	}
+	if ascii { // the smallest rune of an ASCII letter's orbit is its upper case
+		return strings.ToUpper(name)
+	}
+	var b strings.Builder
+	for _, r := range name {
+		min := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			if f < min {
+				min = f
+			}
+		}
+		b.WriteRune(min)
+	}
+	return b.String()
+}
+
 // unquote decodes a JSON string literal.
 func unquote(raw []byte) string {
-	if len(raw) >= 2 && !strings.ContainsRune(string(raw), '\\') {
+	if len(raw) >= 2 && bytes.IndexByte(raw, '\\') < 0 {
 		return string(raw[1 : len(raw)-1])
 	}
 	var s string
