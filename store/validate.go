@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -59,4 +60,15 @@ func CheckNewTasks(tasks []NewTask) error {
 // ValidText reports whether s is valid UTF-8 without NUL bytes.
 func ValidText(s string) bool {
 	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// CheckNow refuses a zero now, the same way for every backend: each method
+// that takes the caller's clock needs it (taken as year 1, it would date
+// rows, leases and heartbeats two thousand years back). The error wraps
+// ErrInvalid.
+func CheckNow(now time.Time) error {
+	if now.IsZero() {
+		return fmt.Errorf("now is the zero time (the caller's clock is required): %w", ErrInvalid)
+	}
+	return nil
 }

@@ -41,3 +41,13 @@ func TestCheckNewTasks(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckNow(t *testing.T) {
+	err := CheckNow(time.Time{})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "now is the zero time") {
+		t.Errorf("CheckNow(zero) = %v, want ErrInvalid naming Now", err)
+	}
+	if err := CheckNow(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)); err != nil {
+		t.Errorf("CheckNow(a real time) = %v, want nil", err)
+	}
+}

@@ -115,8 +115,8 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	if f.Limit < 0 {
 		return 0, fmt.Errorf("%s: limit must not be negative (got %d): %w", op, f.Limit, store.ErrInvalid)
 	}
-	if f.Now.IsZero() {
-		return 0, fmt.Errorf("%s: Now is required: %w", op, store.ErrInvalid)
+	if err := store.CheckNow(f.Now); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(f, []any{us(f.Now)})
 	limit, args := limitClause(f.Limit, args)

@@ -44,6 +44,9 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if p.LeaseDuration <= 0 {
 		return nil, fmt.Errorf("%s: lease duration must be positive (got %s): %w", op, p.LeaseDuration, store.ErrInvalid)
 	}
@@ -90,6 +93,9 @@ func (s *Store) PromoteDue(ctx context.Context, p store.PromoteParams) (int, err
 	const op = "promote due tasks"
 	if p.Limit <= 0 {
 		return 0, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	var n int64
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {

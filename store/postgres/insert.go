@@ -74,6 +74,9 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if len(p.Tasks) == 0 {
 		return []store.InsertResult{}, nil
 	}

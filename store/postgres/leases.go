@@ -29,6 +29,9 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	errs := make([]error, len(p.Leases))
 	if len(p.Leases) == 0 {
 		return errs, nil
@@ -77,6 +80,9 @@ func (s *Store) ExpiredLeases(ctx context.Context, p store.ExpiredParams) ([]sto
 	}
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+taskCols+` FROM tasks t
 WHERE t.state = 'running' AND t.lease_expires_at < $1

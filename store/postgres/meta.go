@@ -47,6 +47,9 @@ func (s *Store) PutType(ctx context.Context, t store.TypeConfig, now time.Time) 
 	if t.Type == "" {
 		return store.TypeConfig{}, fmt.Errorf("put type: empty type: %w", store.ErrInvalid)
 	}
+	if err := store.CheckNow(now); err != nil {
+		return store.TypeConfig{}, fmt.Errorf("%s: %w", op, err)
+	}
 	out, err := scanType(s.pool.QueryRow(ctx, `
 INSERT INTO task_types (`+typeCols+`) VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (type) DO UPDATE SET policy = EXCLUDED.policy, timeout_ns = EXCLUDED.timeout_ns,
@@ -109,6 +112,9 @@ func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.
 	if p.Name == "" || p.NodeID == "" || p.TTL <= 0 {
 		return store.Lease{}, fmt.Errorf("%s: name, node id and a positive TTL are required: %w", op, store.ErrInvalid)
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
+	}
 	var l store.Lease
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `
@@ -146,6 +152,9 @@ func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) 
 	}
 	if n.ID == "" {
 		return fmt.Errorf("heartbeat node: empty id: %w", store.ErrInvalid)
+	}
+	if err := store.CheckNow(now); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	_, err := s.pool.Exec(ctx, `
 INSERT INTO nodes (id, host, version, role, started_at, last_seen) VALUES ($1, $2, $3, $4, $5, $6)

@@ -137,6 +137,9 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	p.Outcomes = store.CleanOutcomes(p.Outcomes) // one odd message must not fail the batch
 	now := us(p.Now)
 	n := len(p.Outcomes)

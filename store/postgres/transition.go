@@ -16,6 +16,9 @@ func (s *Store) CancelTask(ctx context.Context, p store.CancelParams) (store.Tas
 	if p.ID == "" {
 		return store.Task{}, fmt.Errorf("cancel task: empty id: %w", store.ErrInvalid)
 	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", op, err)
+	}
 	var t store.Task
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
 		// The lease of a running task, read under the row lock the update
@@ -49,6 +52,9 @@ func (s *Store) RetryTask(ctx context.Context, p store.RetryParams) (store.Task,
 	op := "retry task " + p.ID
 	if p.ID == "" {
 		return store.Task{}, fmt.Errorf("retry task: empty id: %w", store.ErrInvalid)
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.Task{}, fmt.Errorf("%s: %w", op, err)
 	}
 	return s.transition(ctx, op, "retry", p.ID, `
 UPDATE tasks AS t SET `+retrySet+`

@@ -133,8 +133,11 @@ func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) ([]store
 // RedriveDead implements store.Store.
 func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "redrive dead tasks"
-	if f.Now.IsZero() || len(f.IDs) > maxVars {
-		return 0, fmt.Errorf("%s: %w: zero Now or too many ids", op, store.ErrInvalid)
+	if err := store.CheckNow(f.Now); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	if len(f.IDs) > maxVars {
+		return 0, fmt.Errorf("%s: at most %d ids (got %d): %w", op, maxVars, len(f.IDs), store.ErrInvalid)
 	}
 	where, args := deadWhere(f)
 	args = append([]any{f.Now.UnixMicro()}, args...)

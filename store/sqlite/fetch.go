@@ -40,8 +40,14 @@ func fetchQuery(ntypes int) string {
 // FetchTasks implements store.Store.
 func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Task, error) {
 	const op = "fetch tasks"
-	if p.Limit <= 0 || p.LeaseDuration <= 0 || p.Now.IsZero() {
-		return nil, fmt.Errorf("%s: %w: Limit and LeaseDuration must be positive, Now set", op, store.ErrInvalid)
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if p.LeaseDuration <= 0 {
+		return nil, fmt.Errorf("%s: lease duration must be positive (got %s): %w", op, p.LeaseDuration, store.ErrInvalid)
 	}
 	types := slices.Clone(p.Types)
 	slices.Sort(types)
@@ -85,8 +91,11 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 // PromoteDue implements store.Store.
 func (s *Store) PromoteDue(ctx context.Context, p store.PromoteParams) (int, error) {
 	const op = "promote due tasks"
-	if p.Limit <= 0 || p.Now.IsZero() {
-		return 0, fmt.Errorf("%s: %w: Limit must be positive, Now set", op, store.ErrInvalid)
+	if p.Limit <= 0 {
+		return 0, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	var n int64
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {

@@ -24,8 +24,8 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 	if len(p.Tasks) == 0 {
 		return nil, s.check(op)
 	}
-	if p.Now.IsZero() {
-		return nil, fmt.Errorf("%s: %w: zero Now", op, store.ErrInvalid)
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if err := store.CheckNewTasks(p.Tasks); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)

@@ -11,8 +11,8 @@ import (
 // ExtendLeases implements store.Store.
 func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error, error) {
 	const op = "extend leases"
-	if p.Now.IsZero() {
-		return nil, fmt.Errorf("%s: %w: zero Now", op, store.ErrInvalid)
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if len(p.Leases) == 0 {
 		return nil, s.check(op)
@@ -52,8 +52,11 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 // ExpiredLeases implements store.Store.
 func (s *Store) ExpiredLeases(ctx context.Context, p store.ExpiredParams) ([]store.Task, error) {
 	const op = "list expired leases"
-	if p.Limit <= 0 || p.Now.IsZero() {
-		return nil, fmt.Errorf("%s: %w: Limit must be positive, Now set", op, store.ErrInvalid)
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return s.queryTasks(ctx, op, `SELECT `+taskCols+` FROM tasks
 		WHERE state = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at, id LIMIT ?`,

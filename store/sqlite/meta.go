@@ -12,8 +12,11 @@ import (
 // PutType implements store.Store.
 func (s *Store) PutType(ctx context.Context, t store.TypeConfig, now time.Time) (store.TypeConfig, error) {
 	op := "put type " + t.Type
-	if t.Type == "" || now.IsZero() {
-		return store.TypeConfig{}, fmt.Errorf("put type: %w: empty type or zero now", store.ErrInvalid)
+	if t.Type == "" {
+		return store.TypeConfig{}, fmt.Errorf("put type: empty type: %w", store.ErrInvalid)
+	}
+	if err := store.CheckNow(now); err != nil {
+		return store.TypeConfig{}, fmt.Errorf("%s: %w", op, err)
 	}
 	t.UpdatedAt = fromMicros(now.UnixMicro())
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
@@ -90,8 +93,11 @@ func (s *Store) ListTypes(ctx context.Context) ([]store.TypeConfig, error) {
 // before its expiry; after that anyone may take it.
 func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.Lease, error) {
 	op := "acquire leader lease " + p.Name
-	if p.Name == "" || p.NodeID == "" || p.TTL <= 0 || p.Now.IsZero() {
-		return store.Lease{}, fmt.Errorf("acquire leader lease: %w: empty name or node, non-positive TTL or zero Now", store.ErrInvalid)
+	if p.Name == "" || p.NodeID == "" || p.TTL <= 0 {
+		return store.Lease{}, fmt.Errorf("%s: name, node id and a positive TTL are required: %w", op, store.ErrInvalid)
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
 	}
 	var l store.Lease
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
@@ -125,8 +131,11 @@ func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
 
 // HeartbeatNode implements store.Store.
 func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) error {
-	if n.ID == "" || now.IsZero() {
-		return fmt.Errorf("heartbeat node: %w: empty id or zero now", store.ErrInvalid)
+	if n.ID == "" {
+		return fmt.Errorf("heartbeat node: empty id: %w", store.ErrInvalid)
+	}
+	if err := store.CheckNow(now); err != nil {
+		return fmt.Errorf("heartbeat node %s: %w", n.ID, err)
 	}
 	return s.write(ctx, "heartbeat node "+n.ID, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmt(ctx, tx, `INSERT INTO nodes (id, host, version, role, started_at, last_seen)

@@ -78,8 +78,8 @@ const attemptCols = 12
 // effect of the first.
 func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]error, error) {
 	const op = "record outcomes"
-	if p.Now.IsZero() {
-		return nil, fmt.Errorf("%s: %w: zero Now", op, store.ErrInvalid)
+	if err := store.CheckNow(p.Now); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if len(p.Outcomes) == 0 {
 		return nil, s.check(op)

@@ -34,8 +34,11 @@ func (s *Store) transition(ctx context.Context, op, verb, id, q string, args ...
 
 // CancelTask implements store.Store.
 func (s *Store) CancelTask(ctx context.Context, p store.CancelParams) (store.Task, error) {
-	if p.ID == "" || p.Now.IsZero() {
-		return store.Task{}, fmt.Errorf("cancel task: %w: empty id or zero Now", store.ErrInvalid)
+	if p.ID == "" {
+		return store.Task{}, fmt.Errorf("cancel task: empty id: %w", store.ErrInvalid)
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.Task{}, fmt.Errorf("cancel task %s: %w", p.ID, err)
 	}
 	return s.transition(ctx, "cancel task "+p.ID, "cancel", p.ID, `UPDATE tasks SET state = 'cancelled',
 		lease_id = NULL, lease_expires_at = NULL, updated_at = ?
@@ -51,8 +54,11 @@ const retrySet = `state = 'pending', attempt = 0, effective_prio = priority, run
 
 // RetryTask implements store.Store.
 func (s *Store) RetryTask(ctx context.Context, p store.RetryParams) (store.Task, error) {
-	if p.ID == "" || p.Now.IsZero() {
-		return store.Task{}, fmt.Errorf("retry task: %w: empty id or zero Now", store.ErrInvalid)
+	if p.ID == "" {
+		return store.Task{}, fmt.Errorf("retry task: empty id: %w", store.ErrInvalid)
+	}
+	if err := store.CheckNow(p.Now); err != nil {
+		return store.Task{}, fmt.Errorf("retry task %s: %w", p.ID, err)
 	}
 	return s.transition(ctx, "retry task "+p.ID, "retry", p.ID, `UPDATE tasks SET `+retrySet+`
 		WHERE id = ?2 AND state IN ('dead', 'cancelled')
