@@ -108,7 +108,7 @@ func limitClause(limit int, args []any) (string, []any) {
 	return " LIMIT $" + strconv.Itoa(len(args)), args
 }
 
-// RedriveDead retries up to Limit matching dead tasks (oldest id first) in
+// RedriveDead retries up to Limit matching dead tasks (oldest death first) in
 // one transaction.
 func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "redrive dead tasks"
@@ -124,7 +124,7 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 WITH d AS MATERIALIZED (
-	SELECT t.id FROM tasks t WHERE `+where+` ORDER BY t.id`+limit+` FOR UPDATE SKIP LOCKED
+	SELECT t.id FROM tasks t WHERE `+where+` ORDER BY t.updated_at, t.id`+limit+` FOR UPDATE SKIP LOCKED
 )
 UPDATE tasks AS t SET `+retrySet+`
 FROM d
@@ -154,7 +154,7 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	limit, args := limitClause(f.Limit, args)
 	tag, err := s.pool.Exec(ctx, `
 WITH d AS MATERIALIZED (
-	SELECT t.id FROM tasks t WHERE `+where+` ORDER BY t.id`+limit+` FOR UPDATE SKIP LOCKED
+	SELECT t.id FROM tasks t WHERE `+where+` ORDER BY t.updated_at, t.id`+limit+` FOR UPDATE SKIP LOCKED
 ), da AS (
 	DELETE FROM attempts AS a USING d WHERE a.task_id = d.id
 )

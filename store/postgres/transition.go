@@ -45,7 +45,8 @@ RETURNING `+taskCols, p.ID, us(p.Now))
 // pending ($1 = now).
 const retrySet = `state = 'pending', attempt = 0, last_error_code = NULL, last_error_message = NULL,
 	last_error_class = NULL, first_failure_at = NULL, dead_reason = '', last_delay_ns = 0,
-	effective_prio = t.priority, run_at = $1, lease_id = NULL, lease_expires_at = NULL, updated_at = $1`
+	effective_prio = t.priority, run_at = $1, lease_id = NULL, lease_expires_at = NULL, worker_id = '',
+	started_at = NULL, updated_at = $1`
 
 // RetryTask puts a dead or cancelled task back to pending.
 func (s *Store) RetryTask(ctx context.Context, p store.RetryParams) (store.Task, error) {

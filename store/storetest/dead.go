@@ -14,6 +14,7 @@ var deadTests = []testCase{
 	{"Dead/Summary", testDeadSummary},
 	{"Dead/Redrive", testRedrive},
 	{"Dead/Purge", testPurge},
+	{"Dead/LimitTakesOldestDeath", testDeadLimitOrder},
 }
 
 var retentionTests = []testCase{
@@ -286,4 +287,31 @@ func testRetentionCountedOnce(e *env) {
 		}
 	}
 	e.eq("counted", counted, n)
+}
+
+// testDeadLimitOrder: with a Limit, RedriveDead and PurgeDead take the
+// tasks that died first (UpdatedAt, then id), whatever their ids: an
+// operator redriving or purging the DLQ a batch at a time works through it
+// in the order it filled.
+func testDeadLimitOrder(e *env) {
+	// Ids run against the order of death: o_3 died first.
+	for i, id := range []string{"o_3", "o_2", "o_1"} {
+		e.makeState(base.Add(time.Duration(i)*time.Minute), nt(id, "ord"), store.StateDead)
+	}
+	e.makeState(base.Add(time.Minute), nt("o_0", "ord"), store.StateDead) // died with o_2: the id breaks the tie
+	now := base.Add(time.Hour)
+	n, err := e.s.RedriveDead(e.ctx, store.DeadFilter{Type: "ord", Limit: 1, Now: now})
+	e.noErr("RedriveDead(Limit 1)", err)
+	e.eq("redriven", n, 1)
+	e.get("o_3", store.StatePending)
+	n, err = e.s.RedriveDead(e.ctx, store.DeadFilter{Type: "ord", Limit: 1, Now: now})
+	e.noErr("RedriveDead(Limit 1) again", err)
+	e.eq("redriven", n, 1)
+	e.get("o_0", store.StatePending)
+	e.get("o_2", store.StateDead)
+	n, err = e.s.PurgeDead(e.ctx, store.DeadFilter{Type: "ord", Limit: 1, Now: now})
+	e.noErr("PurgeDead(Limit 1)", err)
+	e.eq("purged", n, 1)
+	e.notFound("o_2")
+	e.get("o_1", store.StateDead)
 }

@@ -249,6 +249,8 @@ func testRetry(e *env) {
 	e.eq("Priority", got.Priority, 7)
 	e.eq("MaxAttempts", got.MaxAttempts, 2)
 	e.eq("LeaseID", got.LeaseID, "")
+	e.eq("WorkerID (cleared by a manual retry)", got.WorkerID, "")
+	e.eqTime("StartedAt (cleared by a manual retry)", got.StartedAt, time.Time{})
 	e.eqTime("UpdatedAt", got.UpdatedAt, now)
 	e.sameTask("GetTask after retry", e.get("t_dead", ""), got)
 	e.eq("history kept", len(e.attempts("t_dead")), 2)
