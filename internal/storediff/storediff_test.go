@@ -324,12 +324,28 @@ func (d *diff) outcomes() {
 			o.Error.Class = "permanent"
 		case 4:
 			o = store.Outcome{TaskID: id, State: store.StatePending} // release
+			if d.rng.IntN(2) == 0 { // which keeps the last error and delay
+				o.Error, o.LastDelay = &store.ErrorInfo{Code: "E_REL", Message: "shutdown", Class: "unknown"}, time.Second
+			}
 		case 5: // the reaper's own outcome
 			o.ReapExpired, o.OutcomeKind = true, store.OutcomeLeaseExpired
 			o.Error = &store.ErrorInfo{Code: "lease_expired", Message: "lease expired", Class: "lease_expired"}
 			o.State, o.RunAt, o.EffectivePrio = store.StateRetryWaiting, d.now, -1
 		}
+		switch d.rng.IntN(30) {
+		case 0:
+			o.State = "finished" // not an outcome state: a per-item ErrInvalid
+		case 1:
+			o.Error = &store.ErrorInfo{Code: "E\x00", Message: "bad \xff text", Class: "transient"}
+			o.Detail = "nul \x00 byte"
+		}
 		plans = append(plans, plan{id, k, o})
+	}
+	if d.rng.IntN(6) == 0 { // the same task twice: applied in order
+		p := plans[0]
+		p.k = d.rng.IntN(2)
+		p.o.State, p.o.OutcomeKind, p.o.ReapExpired = store.StateSucceeded, store.OutcomeSucceeded, false
+		plans = append(plans, p)
 	}
 	d.call(fmt.Sprintf("outcomes %v", tasks), func(b int, s store.Store) any {
 		var os []store.Outcome

@@ -194,7 +194,9 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			// A release is not an attempt; a success is recorded in the
 			// task row itself (see ListAttempts).
 			hist: o.State != store.StatePending && o.State != store.StateSucceeded}
-		r.code, r.msg, r.class = errorCols(o.Error)
+		if o.State != store.StatePending { // a release keeps the last error
+			r.code, r.msg, r.class = errorCols(o.Error)
+		}
 		rowsIn[i] = r
 	}
 	errs := make([]error, n)

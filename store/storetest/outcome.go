@@ -14,6 +14,7 @@ var outcomeTests = []testCase{
 	{"Outcome/RetryDueNowIsPending", testOutcomeRetryDueNow},
 	{"Outcome/Dead", testOutcomeDead},
 	{"Outcome/Release", testOutcomeRelease},
+	{"Outcome/ReleaseKeepsLastError", testReleaseKeepsLastError},
 	{"Outcome/StaleLease", testOutcomeStaleLease},
 	{"Outcome/ExpiredLease", testOutcomeExpiredLease},
 	{"Outcome/CancelledMeanwhile", testOutcomeCancelled},
@@ -156,6 +157,25 @@ func testOutcomeRelease(e *env) {
 	if again.LeaseID == tk.LeaseID {
 		e.t.Fatal("lease id reused after release")
 	}
+}
+
+// testReleaseKeepsLastError: a release changes nothing but the lease and
+// the attempt count, even when it carries an error and a delay.
+func testReleaseKeepsLastError(e *env) {
+	tk := e.start(base, nt("t_1", "a"))
+	now := base.Add(time.Second)
+	e.mustRecord(now, failRetry(tk, now, "E1")) // due at once: pending
+	tk = e.lease(now, "t_1", "a")
+	later := now.Add(time.Second)
+	e.mustRecord(later, store.Outcome{TaskID: tk.ID, LeaseID: tk.LeaseID, State: store.StatePending,
+		Error: &store.ErrorInfo{Code: "E_RELEASE", Message: "shutting down", Class: "unknown"}, LastDelay: time.Minute})
+	got := e.get("t_1", store.StatePending)
+	e.eq("Attempt after release", got.Attempt, 1)
+	e.eq("LastError after release", got.LastError, &store.ErrorInfo{Code: "E1", Message: "failed: E1", Class: "transient"})
+	e.eq("LastDelay after release", got.LastDelay, 10*time.Second)
+	e.eqTime("FirstFailureAt after release", got.FirstFailureAt, now)
+	e.eqTime("UpdatedAt", got.UpdatedAt, later)
+	e.eq("history (the failure only)", len(e.attempts("t_1")), 1)
 }
 
 func testOutcomeStaleLease(e *env) {
