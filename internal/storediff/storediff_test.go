@@ -225,8 +225,15 @@ func (d *diff) insert() {
 		if d.rng.IntN(5) == 0 {
 			nt.Lease = &store.NewLease{LeaseID: "ins-" + id, WorkerID: "w-ins", Duration: time.Second + d.ms(9000)}
 		}
-		if d.rng.IntN(40) == 0 {
+		switch d.rng.IntN(60) {
+		case 0:
 			nt.Type = "" // invalid: the whole batch is refused
+		case 1:
+			nt.IdempotencyKey = "nul\x00key" // invalid too
+		case 2:
+			if len(d.ids) > 0 {
+				nt.ID = d.ids[d.rng.IntN(len(d.ids))] // an id that is (or was) taken
+			}
 		}
 		tasks = append(tasks, nt)
 		d.ids = append(d.ids, id)
@@ -492,12 +499,16 @@ func (d *diff) compareTables(i int) {
 	if i%20 != 19 {
 		return
 	}
+	since := base
+	if d.rng.IntN(2) == 0 {
+		since = d.now.Add(-d.ms(10_000))
+	}
 	d.call("stats", func(b int, s store.Store) any {
-		st, err := s.Stats(d.ctx, store.StatsParams{Since: base})
+		st, err := s.Stats(d.ctx, store.StatsParams{Since: since})
 		return []any{errClass(err), st}
 	})
 	d.call("dead summary", func(b int, s store.Store) any {
-		g, err := s.DeadSummary(d.ctx, store.SummaryParams{})
+		g, err := s.DeadSummary(d.ctx, store.SummaryParams{Since: since})
 		for i := range g {
 			g[i].Oldest, g[i].Newest = g[i].Oldest.UTC(), g[i].Newest.UTC()
 		}

@@ -224,9 +224,7 @@ func testInsertInvalid(e *env) {
 func testInsertAtomic(e *env) {
 	e.insert(base, nt("t_1", "a"))
 	_, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: []store.NewTask{nt("t_2", "a"), nt("t_1", "a")}})
-	if err == nil {
-		e.t.Fatal("InsertTasks with an existing id succeeded")
-	}
+	e.isErr("InsertTasks with an existing id", err, store.ErrConflict)
 	e.notFound("t_2") // the whole batch was rolled back
 	e.eq("pending", e.counts()[store.StatePending], 1)
 }
