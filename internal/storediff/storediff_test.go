@@ -331,7 +331,7 @@ func (d *diff) outcomes() {
 			o.Error.Class = "permanent"
 		case 4:
 			o = store.Outcome{TaskID: id, State: store.StatePending} // release
-			if d.rng.IntN(2) == 0 { // which keeps the last error and delay
+			if d.rng.IntN(2) == 0 {                                  // which keeps the last error and delay
 				o.Error, o.LastDelay = &store.ErrorInfo{Code: "E_REL", Message: "shutdown", Class: "unknown"}, time.Second
 			}
 		case 5: // the reaper's own outcome
