@@ -330,8 +330,9 @@ func (d *diff) outcomes() {
 			o.State, o.DeadReason = store.StateDead, d.pick(store.DeadMaxAttempts, store.DeadNonRetryable, store.DeadRetryWindow)
 			o.Error.Class = "permanent"
 		case 4:
-			o = store.Outcome{TaskID: id, State: store.StatePending} // release
-			if d.rng.IntN(2) == 0 {                                  // which keeps the last error and delay
+			// A release, now and then with an error and a delay, which it must not store.
+			o = store.Outcome{TaskID: id, State: store.StatePending}
+			if d.rng.IntN(2) == 0 {
 				o.Error, o.LastDelay = &store.ErrorInfo{Code: "E_REL", Message: "shutdown", Class: "unknown"}, time.Second
 			}
 		case 5: // the reaper's own outcome
