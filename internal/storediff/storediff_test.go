@@ -115,6 +115,8 @@ func (d *diff) step(i int) {
 		d.purge()
 	case r < 89:
 		d.retention()
+	case r < 93:
+		d.meta()
 	default:
 		d.tick()
 	}
@@ -469,6 +471,45 @@ func (d *diff) retention() {
 		r, err := s.DeleteFinished(d.ctx, p)
 		return []any{errClass(err), r}
 	})
+}
+
+// meta exercises types, leadership leases and the node registry.
+func (d *diff) meta() {
+	node := d.pick("n1", "n2", "n3")
+	switch d.rng.IntN(4) {
+	case 0:
+		tc := store.TypeConfig{Type: d.pick("a", "b", "c"), Priority: d.rng.IntN(5), Timeout: d.ms(3000),
+			Policy: json.RawMessage(d.pick("", `{"max_attempts":3}`))}
+		d.call(fmt.Sprintf("put type %+v", tc), func(b int, s store.Store) any {
+			got, err := s.PutType(d.ctx, tc, d.now)
+			all, lerr := s.ListTypes(d.ctx)
+			return []any{errClass(err), got.Type, got.Priority, got.Timeout, string(got.Policy), stamp(got.UpdatedAt), errClass(lerr), len(all)}
+		})
+	case 1:
+		ttl := time.Second + d.ms(4000)
+		d.call(fmt.Sprintf("acquire leader %s %v", node, ttl), func(b int, s store.Store) any {
+			l, err := s.AcquireLeader(d.ctx, store.LeaderParams{Name: "sched", NodeID: node, TTL: ttl, Now: d.now})
+			return []any{errClass(err), l.Name, l.NodeID, stamp(l.ExpiresAt)}
+		})
+	case 2:
+		d.call("release leader "+node, func(b int, s store.Store) any {
+			err := s.ReleaseLeader(d.ctx, store.LeaderParams{Name: "sched", NodeID: node, Now: d.now})
+			l, aerr := s.AcquireLeader(d.ctx, store.LeaderParams{Name: "sched", NodeID: "probe", TTL: time.Millisecond, Now: d.now})
+			return []any{errClass(err), errClass(aerr), l.NodeID, stamp(l.ExpiresAt)}
+		})
+	case 3:
+		n := store.Node{ID: node, Host: "h-" + node, Version: "v1", Role: d.pick("leader", "standby", "worker"), StartedAt: base}
+		since := d.now.Add(-d.ms(5000))
+		d.call(fmt.Sprintf("heartbeat %s, nodes since %v", node, since.Sub(base)), func(b int, s store.Store) any {
+			err := s.HeartbeatNode(d.ctx, n, d.now)
+			ns, lerr := s.ListNodes(d.ctx, since)
+			out := []any{errClass(err), errClass(lerr)}
+			for _, x := range ns {
+				out = append(out, x.ID, x.Host, x.Version, x.Role, stamp(x.StartedAt), stamp(x.LastSeen))
+			}
+			return out
+		})
+	}
 }
 
 // compareTables compares every task, the next wake-up and, every 20
