@@ -64,8 +64,10 @@ func waitStarted(t *testing.T, started chan string, id string) {
 	}
 }
 
-func TestCancelStopsRunningHandler(t *testing.T) {
-	e := newEnv(t, retryq.Options{LeaseDuration: cancelLease})
+func TestCancelStopsRunningHandler(t *testing.T) { onBackends(t, testCancelStopsRunningHandler) }
+
+func testCancelStopsRunningHandler(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{LeaseDuration: cancelLease})
 	started, stopped := blockingHandler(e.mux, "slow")
 	e.startWorker(retryq.WorkerConfig{Concurrency: 2})
 	res, err := e.client.Enqueue(context.Background(), "slow", nil)

@@ -99,7 +99,11 @@ func TestWorkerKilledMidTask(t *testing.T) {
 }
 
 func TestGracefulShutdownReleasesLeases(t *testing.T) {
-	e := newEnv(t, retryq.Options{DefaultPolicy: fastPolicy(3)})
+	onBackends(t, testGracefulShutdownReleasesLeases)
+}
+
+func testGracefulShutdownReleasesLeases(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(3)})
 	started := make(chan string, 1)
 	e.mux.HandleFunc("slow", func(ctx context.Context, task *retryq.Task) error {
 		started <- task.ID
@@ -147,7 +151,11 @@ func TestGracefulShutdownReleasesLeases(t *testing.T) {
 }
 
 func TestIdempotentEnqueueCancelAndManualRetry(t *testing.T) {
-	e := newEnv(t, retryq.Options{DefaultPolicy: fastPolicy(1)})
+	onBackends(t, testIdempotentEnqueueCancelAndManualRetry)
+}
+
+func testIdempotentEnqueueCancelAndManualRetry(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(1)})
 	ctx := context.Background()
 	a, err := e.client.Enqueue(ctx, "ocr", map[string]int{"page": 1}, retryq.WithIdempotencyKey("doc-7"), retryq.WithDelay(time.Hour))
 	if err != nil {
@@ -199,8 +207,10 @@ func TestIdempotentEnqueueCancelAndManualRetry(t *testing.T) {
 	}
 }
 
-func TestDelayedTaskStartsOnTime(t *testing.T) {
-	e := newEnv(t, retryq.Options{PollInterval: 5 * time.Second}) // polling would be far too slow
+func TestDelayedTaskStartsOnTime(t *testing.T) { onBackends(t, testDelayedTaskStartsOnTime) }
+
+func testDelayedTaskStartsOnTime(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{PollInterval: 5 * time.Second}) // polling would be far too slow
 	startedAt := make(chan time.Time, 1)
 	e.mux.HandleFunc("later", func(ctx context.Context, task *retryq.Task) error {
 		startedAt <- time.Now()
@@ -224,8 +234,10 @@ func TestDelayedTaskStartsOnTime(t *testing.T) {
 	}
 }
 
-func TestRetentionDeletesAndCounts(t *testing.T) {
-	e := newEnv(t, retryq.Options{
+func TestRetentionDeletesAndCounts(t *testing.T) { onBackends(t, testRetentionDeletesAndCounts) }
+
+func testRetentionDeletesAndCounts(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{
 		DefaultPolicy:      fastPolicy(1),
 		SucceededRetention: 50 * time.Millisecond,
 		CancelledRetention: time.Hour,

@@ -15,7 +15,11 @@ import (
 // the node gains the leadership, not at its next heartbeat (every 5 s), so
 // operators see who leads right after a takeover.
 func TestRegistryShowsLeadershipAtOnce(t *testing.T) {
-	st := openStore(t, "")
+	onBackends(t, testRegistryShowsLeadershipAtOnce)
+}
+
+func testRegistryShowsLeadershipAtOnce(t *testing.T, bk backend) {
+	st := bk.open(t)
 	defer st.Close()
 	ctx := context.Background()
 	start := func(id string) *retryq.Client {
@@ -64,8 +68,10 @@ func TestRegistryShowsLeadershipAtOnce(t *testing.T) {
 
 // TestWorkerTypesBounded: a worker naming more types than a fetch may
 // (store.MaxFetchTypes) is refused when it starts, with the field named.
-func TestWorkerTypesBounded(t *testing.T) {
-	e := newEnv(t, retryq.Options{})
+func TestWorkerTypesBounded(t *testing.T) { onBackends(t, testWorkerTypesBounded) }
+
+func testWorkerTypesBounded(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{})
 	types := make([]string, store.MaxFetchTypes+1)
 	for i := range types {
 		types[i] = fmt.Sprintf("t%03d", i)

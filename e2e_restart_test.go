@@ -3,7 +3,6 @@ package retryq_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,10 +13,12 @@ import (
 // TestRestartLosesNothing puts tasks in every state, stops everything
 // (including a worker that never reports back), reopens the database and
 // checks every task is still there, then lets the work finish.
-func TestRestartLosesNothing(t *testing.T) {
-	db := filepath.Join(t.TempDir(), "retryq.db")
+func TestRestartLosesNothing(t *testing.T) { onBackends(t, testRestartLosesNothing) }
+
+func testRestartLosesNothing(t *testing.T, bk backend) {
+	open := bk.database(t)
 	ctx := context.Background()
-	st := openStore(t, db)
+	st := open()
 	e := newEnvOn(t, st, retryq.Options{NodeID: "node-a", DefaultPolicy: fastPolicy(2), LeaseDuration: 500 * time.Millisecond})
 	ids := map[store.State]string{}
 	enq := func(typ string, opts ...retryq.EnqueueOption) string {
@@ -71,8 +72,8 @@ func TestRestartLosesNothing(t *testing.T) {
 	_ = st.Close()
 	e.stop()
 
-	// Restart on the same file.
-	st2 := openStore(t, db)
+	// Restart on the same database.
+	st2 := open()
 	e2 := newEnvOn(t, st2, retryq.Options{NodeID: "node-a", DefaultPolicy: fastPolicy(2), LeaseDuration: 500 * time.Millisecond})
 	for state, id := range ids {
 		ti, err := e2.client.Get(ctx, id)

@@ -13,10 +13,12 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-func TestFailsTwiceThenSucceeds(t *testing.T) {
+func TestFailsTwiceThenSucceeds(t *testing.T) { onBackends(t, testFailsTwiceThenSucceeds) }
+
+func testFailsTwiceThenSucceeds(t *testing.T, bk backend) {
 	p := fastPolicy(5)
 	p.RetryOn = []string{"ETIMEDOUT"} // the allow list makes the code transient
-	e := newEnv(t, retryq.Options{DefaultPolicy: p})
+	e := bk.env(t, retryq.Options{DefaultPolicy: p})
 	var calls atomic.Int32
 	e.mux.HandleFunc("flaky", func(ctx context.Context, task *retryq.Task) error {
 		if n := calls.Add(1); n <= 2 {
@@ -54,7 +56,11 @@ func TestFailsTwiceThenSucceeds(t *testing.T) {
 }
 
 func TestPermanentErrorGoesStraightToDLQ(t *testing.T) {
-	e := newEnv(t, retryq.Options{DefaultPolicy: fastPolicy(5)})
+	onBackends(t, testPermanentErrorGoesStraightToDLQ)
+}
+
+func testPermanentErrorGoesStraightToDLQ(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(5)})
 	var calls atomic.Int32
 	e.mux.HandleFunc("bad", func(ctx context.Context, task *retryq.Task) error {
 		calls.Add(1)
@@ -78,7 +84,11 @@ func TestPermanentErrorGoesStraightToDLQ(t *testing.T) {
 }
 
 func TestAlwaysFailingExhaustsMaxAttempts(t *testing.T) {
-	e := newEnv(t, retryq.Options{DefaultPolicy: fastPolicy(4)})
+	onBackends(t, testAlwaysFailingExhaustsMaxAttempts)
+}
+
+func testAlwaysFailingExhaustsMaxAttempts(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(4)})
 	var calls atomic.Int32
 	e.mux.HandleFunc("down", func(ctx context.Context, task *retryq.Task) error {
 		calls.Add(1)
@@ -107,11 +117,13 @@ func TestAlwaysFailingExhaustsMaxAttempts(t *testing.T) {
 	}
 }
 
-func TestRetryWindowEndsRetrying(t *testing.T) {
+func TestRetryWindowEndsRetrying(t *testing.T) { onBackends(t, testRetryWindowEndsRetrying) }
+
+func testRetryWindowEndsRetrying(t *testing.T, bk backend) {
 	p := fastPolicy(1000)
 	p.InitialDelay = 40 * time.Millisecond
 	p.RetryWindow = 300 * time.Millisecond
-	e := newEnv(t, retryq.Options{DefaultPolicy: p})
+	e := bk.env(t, retryq.Options{DefaultPolicy: p})
 	var calls atomic.Int32
 	e.mux.HandleFunc("slowdown", func(ctx context.Context, task *retryq.Task) error {
 		calls.Add(1)
@@ -136,8 +148,10 @@ func TestRetryWindowEndsRetrying(t *testing.T) {
 	}
 }
 
-func TestRetryAfterIsRespected(t *testing.T) {
-	e := newEnv(t, retryq.Options{DefaultPolicy: fastPolicy(3)})
+func TestRetryAfterIsRespected(t *testing.T) { onBackends(t, testRetryAfterIsRespected) }
+
+func testRetryAfterIsRespected(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(3)})
 	var mu sync.Mutex
 	var starts []time.Time
 	e.mux.HandleFunc("ratelimited", func(ctx context.Context, task *retryq.Task) error {
@@ -170,8 +184,10 @@ func TestRetryAfterIsRespected(t *testing.T) {
 	}
 }
 
-func TestPanicIsRecordedWithStack(t *testing.T) {
-	e := newEnv(t, retryq.Options{DefaultPolicy: fastPolicy(2)})
+func TestPanicIsRecordedWithStack(t *testing.T) { onBackends(t, testPanicIsRecordedWithStack) }
+
+func testPanicIsRecordedWithStack(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(2)})
 	e.mux.HandleFunc("boom", func(ctx context.Context, task *retryq.Task) error {
 		m := nilMap()
 		m["x"] = 1 // the handler panics on purpose: a nil map write, a runtime error
@@ -192,8 +208,10 @@ func TestPanicIsRecordedWithStack(t *testing.T) {
 	}
 }
 
-func TestAttemptTimeoutCancelsHandler(t *testing.T) {
-	e := newEnv(t, retryq.Options{DefaultPolicy: fastPolicy(2)})
+func TestAttemptTimeoutCancelsHandler(t *testing.T) { onBackends(t, testAttemptTimeoutCancelsHandler) }
+
+func testAttemptTimeoutCancelsHandler(t *testing.T, bk backend) {
+	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(2)})
 	if err := e.client.SetType(context.Background(), retryq.TypeConfig{Type: "hang", Policy: fastPolicy(2), Timeout: 100 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
