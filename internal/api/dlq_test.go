@@ -20,8 +20,10 @@ func (e *env) kill(typ, code string) string {
 	return l["id"].(string)
 }
 
-func TestDLQ(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestDLQ(t *testing.T) { onBackends(t, testDLQ) }
+
+func testDLQ(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	start := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
 	for range 3 {
 		e.enqueue(map[string]any{"type": "a"})

@@ -15,9 +15,27 @@ import (
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/postgres"
 	"github.com/retryq/retryq/store/sqlite"
 )
+
+// TestMain stops the throwaway PostgreSQL cluster (if a test started one)
+// when the tests end.
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// onBackends runs test once per storage backend, as parallel subtests
+// named after it. The PostgreSQL one skips (fails in CI) when no server is
+// available.
+func onBackends(t *testing.T, test func(t *testing.T, backend string)) {
+	for _, b := range []string{"sqlite", "postgres"} {
+		t.Run(b, func(t *testing.T) {
+			t.Parallel()
+			test(t, b)
+		})
+	}
+}
 
 // offsetClock is real time shifted by an adjustable offset, so tests can
 // expire leases without sleeping.
@@ -32,14 +50,16 @@ type envOpts struct {
 	ready                 func(context.Context) error
 	poll                  time.Duration
 	sync                  string
+	backend               string // "" or "sqlite", "postgres"
 }
 
-// env is an API server over a real SQLite store and a started engine.
+// env is an API server over a real store (SQLite unless envOpts.backend
+// says postgres) and a started engine.
 type env struct {
 	t     testing.TB
 	url   string
 	eng   *engine.Engine
-	st    *sqlite.Store
+	st    store.Store
 	srv   *server
 	clock *offsetClock
 	token string // sent by default when non-empty
@@ -52,7 +72,13 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.sync == "" {
 		o.sync = "NORMAL"
 	}
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "retryq.db"), Synchronous: o.sync})
+	var st store.Store
+	var err error
+	if o.backend == "postgres" {
+		st, err = postgres.Open(ctx, postgres.Config{URL: pgtest.URL(t), AutoMigrate: true, MaxConns: 6})
+	} else {
+		st, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "retryq.db"), Synchronous: o.sync})
+	}
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

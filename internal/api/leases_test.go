@@ -10,8 +10,10 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-func TestPullProtocol(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestPullProtocol(t *testing.T) { onBackends(t, testPullProtocol) }
+
+func testPullProtocol(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	id := e.enqueue(map[string]any{"type": "img.resize", "payload": map[string]any{"w": 10}})["id"].(string)
 
 	l := e.leaseOne("img.resize", map[string]any{"lease_seconds": 60})
@@ -62,8 +64,10 @@ func TestPullProtocol(t *testing.T) {
 	}
 }
 
-func TestFailRetryDecision(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestFailRetryDecision(t *testing.T) { onBackends(t, testFailRetryDecision) }
+
+func testFailRetryDecision(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	e.must(http.StatusOK, "PUT", "/v1/types/flaky", map[string]any{
 		"retry": map[string]any{"backoff": "fixed", "initial_delay_seconds": 0.05, "jitter": "none", "max_attempts": 2},
 	})
@@ -114,8 +118,10 @@ func TestFailRetryDecision(t *testing.T) {
 	}
 }
 
-func TestExpiredAndSupersededLease(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestExpiredAndSupersededLease(t *testing.T) { onBackends(t, testExpiredAndSupersededLease) }
+
+func testExpiredAndSupersededLease(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	e.must(http.StatusOK, "PUT", "/v1/types/slow", map[string]any{
 		"retry": map[string]any{"backoff": "fixed", "initial_delay_seconds": 0.01, "jitter": "none"},
 	})
@@ -147,9 +153,11 @@ func TestExpiredAndSupersededLease(t *testing.T) {
 	}
 }
 
-func TestLongPollWakesPromptly(t *testing.T) {
+func TestLongPollWakesPromptly(t *testing.T) { onBackends(t, testLongPollWakesPromptly) }
+
+func testLongPollWakesPromptly(t *testing.T, backend string) {
 	// A 5s poll interval: only the enqueue wake-up can answer within 2s.
-	e := newEnv(t, envOpts{poll: 5 * time.Second})
+	e := newEnv(t, envOpts{backend: backend, poll: 5 * time.Second})
 	entered := make(chan struct{})
 	inner := e.srv.mux
 	wrapped := http.NewServeMux()
@@ -189,8 +197,10 @@ func TestLongPollWakesPromptly(t *testing.T) {
 	}
 }
 
-func TestLeaseValidation(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestLeaseValidation(t *testing.T) { onBackends(t, testLeaseValidation) }
+
+func testLeaseValidation(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	for _, c := range []struct{ body, code, field string }{
 		{`{"types":["a"]}`, CodeInvalidField, "worker_id"},
 		{`{"worker_id":"w\u0000","types":["a"]}`, CodeInvalidField, "worker_id"},

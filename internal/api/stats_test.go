@@ -10,8 +10,10 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-func TestStatsAndNodes(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestStatsAndNodes(t *testing.T) { onBackends(t, testStatsAndNodes) }
+
+func testStatsAndNodes(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	e.must(http.StatusOK, "PUT", "/v1/types/s", map[string]any{"retry": map[string]any{"backoff": "fixed", "initial_delay_seconds": 0.01, "jitter": "none"}})
 	e.enqueue(map[string]any{"type": "s"})
 	e.enqueue(map[string]any{"type": "s"})
@@ -89,8 +91,10 @@ func TestStatsAndNodes(t *testing.T) {
 // TestNodesStoppedNotAlive: a node that closed cleanly has just written its
 // registry row (role "stopped"), and GET /v1/nodes reports it not alive,
 // while the running node stays alive.
-func TestNodesStoppedNotAlive(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestNodesStoppedNotAlive(t *testing.T) { onBackends(t, testNodesStoppedNotAlive) }
+
+func testNodesStoppedNotAlive(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	other, err := engine.New(engine.Config{Store: e.st, NodeID: "gone", Version: "test", PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,10 @@ import (
 	"time"
 )
 
-func TestEnqueueGetList(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestEnqueueGetList(t *testing.T) { onBackends(t, testEnqueueGetList) }
+
+func testEnqueueGetList(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	before := time.Now().Add(-time.Second)
 	r := e.must(http.StatusCreated, "POST", "/v1/tasks", map[string]any{
 		"type": "email.send", "payload": map[string]any{"to": "a@example.com"}, "priority": 5, "max_attempts": 3,
@@ -84,8 +86,10 @@ func TestEnqueueGetList(t *testing.T) {
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "id", "GET", "/v1/tasks/a%00b", nil)
 }
 
-func TestEnqueueValidation(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestEnqueueValidation(t *testing.T) { onBackends(t, testEnqueueValidation) }
+
+func testEnqueueValidation(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	for _, c := range []struct {
 		body, code, field string
 	}{
@@ -128,8 +132,10 @@ func TestEnqueueValidation(t *testing.T) {
 	}
 }
 
-func TestEnqueueSchedule(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestEnqueueSchedule(t *testing.T) { onBackends(t, testEnqueueSchedule) }
+
+func testEnqueueSchedule(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	now := time.Now()
 	d := e.enqueue(map[string]any{"type": "a", "delay_seconds": 3600.5})
 	if d["state"] != "scheduled" {
@@ -149,8 +155,10 @@ func TestEnqueueSchedule(t *testing.T) {
 	}
 }
 
-func TestBatch(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestBatch(t *testing.T) { onBackends(t, testBatch) }
+
+func testBatch(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	existing := e.enqueue(map[string]any{"type": "a", "idempotency_key": "dup"})
 	r := e.must(http.StatusCreated, "POST", "/v1/tasks/batch", map[string]any{"tasks": []any{
 		map[string]any{"type": "a", "payload": 1},
@@ -188,8 +196,10 @@ func TestBatch(t *testing.T) {
 	}
 }
 
-func TestCancelAndRetry(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestCancelAndRetry(t *testing.T) { onBackends(t, testCancelAndRetry) }
+
+func testCancelAndRetry(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	id := e.enqueue(map[string]any{"type": "a"})["id"].(string)
 
 	c := e.must(http.StatusOK, "POST", "/v1/tasks/"+id+"/cancel", nil).m

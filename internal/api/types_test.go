@@ -5,8 +5,10 @@ import (
 	"testing"
 )
 
-func TestTypes(t *testing.T) {
-	e := newEnv(t, envOpts{})
+func TestTypes(t *testing.T) { onBackends(t, testTypes) }
+
+func testTypes(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
 	// An unconfigured type: the defaults, stored=false.
 	d := e.must(http.StatusOK, "GET", "/v1/types/never.set", nil).m
 	pol := d["retry"].(map[string]any)
