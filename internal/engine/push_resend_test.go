@@ -17,7 +17,9 @@ import (
 // must not: every send is an attempt that Decide sees and the history
 // counts. The target answers the first task, then closes the connection on
 // the second task's first request.
-func TestPushNeverResendsOnItsOwn(t *testing.T) {
+func TestPushNeverResendsOnItsOwn(t *testing.T) { onBackends(t, testPushNeverResendsOnItsOwn) }
+
+func testPushNeverResendsOnItsOwn(t *testing.T, backend string) {
 	var (
 		mu       sync.Mutex
 		attempts = map[string][]string{} // task id -> Retryq-Attempt of each request
@@ -38,7 +40,7 @@ func TestPushNeverResendsOnItsOwn(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusOK)
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.get", fastPolicy(5), Target{URL: srv.URL, Method: "GET", Concurrency: 1})
 	a := p.enqueue("push.get", `{}`)
 	p.wait(a, store.StateSucceeded) // leaves an idle connection to reuse

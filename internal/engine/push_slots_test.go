@@ -14,6 +14,10 @@ import (
 // the old fetcher's delivery against the type's concurrency, not start
 // from zero.
 func TestPushConcurrencyHoldsWhenTargetReturns(t *testing.T) {
+	onBackends(t, testPushConcurrencyHoldsWhenTargetReturns)
+}
+
+func testPushConcurrencyHoldsWhenTargetReturns(t *testing.T, backend string) {
 	var cur, peak atomic.Int32
 	release := make(chan struct{})
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
@@ -26,7 +30,7 @@ func TestPushConcurrencyHoldsWhenTargetReturns(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	tg := Target{URL: srv.URL, Concurrency: 1}
 	p.putType("push.cc", fastPolicy(3), tg)
 	ids := []string{p.enqueue("push.cc", `1`), p.enqueue("push.cc", `2`), p.enqueue("push.cc", `3`)}

@@ -14,13 +14,15 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-func TestPushSuccess(t *testing.T) {
+func TestPushSuccess(t *testing.T) { onBackends(t, testPushSuccess) }
+
+func testPushSuccess(t *testing.T, backend string) {
 	var h hits
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
 		h.add(r)
 		io.WriteString(w, `{"ok":true}`)
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.ok", fastPolicy(3), Target{URL: srv.URL + "/hook", Headers: map[string]string{"X-Custom": "v1"}})
 	payload := `{"order":42,"items":["a","b"]}`
 	id := p.enqueue("push.ok", payload)
@@ -59,7 +61,9 @@ func TestPushSuccess(t *testing.T) {
 	}
 }
 
-func TestPushPermanent400(t *testing.T) {
+func TestPushPermanent400(t *testing.T) { onBackends(t, testPushPermanent400) }
+
+func testPushPermanent400(t *testing.T, backend string) {
 	var n atomic.Int32
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
 		n.Add(1)
@@ -70,7 +74,7 @@ func TestPushPermanent400(t *testing.T) {
 		}
 		http.Error(w, "invalid field: name", http.StatusBadRequest)
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.bad", fastPolicy(5), Target{URL: srv.URL})
 	id := p.enqueue("push.bad", `{}`)
 	tk := p.wait(id, store.StateDead)
@@ -103,7 +107,9 @@ func TestPushPermanent400(t *testing.T) {
 	}
 }
 
-func TestPushRetryAfter(t *testing.T) {
+func TestPushRetryAfter(t *testing.T) { onBackends(t, testPushRetryAfter) }
+
+func testPushRetryAfter(t *testing.T, backend string) {
 	var h hits
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
 		n := h.add(r)
@@ -114,7 +120,7 @@ func TestPushRetryAfter(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.429", fastPolicy(3), Target{URL: srv.URL + "?ra=2"})
 	id := p.enqueue("push.429", `{}`)
 	tk := p.wait(id, store.StateSucceeded)
@@ -137,6 +143,10 @@ func TestPushRetryAfter(t *testing.T) {
 }
 
 func TestPushRetryAfterCappedByMaxDelay(t *testing.T) {
+	onBackends(t, testPushRetryAfterCappedByMaxDelay)
+}
+
+func testPushRetryAfterCappedByMaxDelay(t *testing.T, backend string) {
 	var h hits
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
 		if h.add(r) == 1 {
@@ -145,7 +155,7 @@ func TestPushRetryAfterCappedByMaxDelay(t *testing.T) {
 			return
 		}
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	pol := fastPolicy(3)
 	pol.MaxDelay = 300 * time.Millisecond
 	p.putType("push.cap", pol, Target{URL: srv.URL})
@@ -160,14 +170,16 @@ func TestPushRetryAfterCappedByMaxDelay(t *testing.T) {
 	}
 }
 
-func TestPush503Then200(t *testing.T) {
+func TestPush503Then200(t *testing.T) { onBackends(t, testPush503Then200) }
+
+func testPush503Then200(t *testing.T, backend string) {
 	var n atomic.Int32
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) == 1 {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 		}
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.503", fastPolicy(3), Target{URL: srv.URL})
 	id := p.enqueue("push.503", `{}`)
 	tk := p.wait(id, store.StateSucceeded)
@@ -186,7 +198,9 @@ func TestPush503Then200(t *testing.T) {
 	}
 }
 
-func TestPushTimeout(t *testing.T) {
+func TestPushTimeout(t *testing.T) { onBackends(t, testPushTimeout) }
+
+func testPushTimeout(t *testing.T, backend string) {
 	var n atomic.Int32
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) == 1 {
@@ -194,7 +208,7 @@ func TestPushTimeout(t *testing.T) {
 			return
 		}
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.hang", fastPolicy(3), Target{URL: srv.URL, TimeoutSeconds: 0.2})
 	id := p.enqueue("push.hang", `{}`)
 	tk := p.wait(id, store.StateSucceeded)
@@ -210,7 +224,9 @@ func TestPushTimeout(t *testing.T) {
 	}
 }
 
-func TestPushConnectionClosed(t *testing.T) {
+func TestPushConnectionClosed(t *testing.T) { onBackends(t, testPushConnectionClosed) }
+
+func testPushConnectionClosed(t *testing.T, backend string) {
 	var n atomic.Int32
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) == 1 {
@@ -221,7 +237,7 @@ func TestPushConnectionClosed(t *testing.T) {
 			return
 		}
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.close", fastPolicy(3), Target{URL: srv.URL})
 	id := p.enqueue("push.close", `{}`)
 	p.wait(id, store.StateSucceeded)
@@ -231,14 +247,16 @@ func TestPushConnectionClosed(t *testing.T) {
 	}
 }
 
-func TestPushConnectionRefused(t *testing.T) {
+func TestPushConnectionRefused(t *testing.T) { onBackends(t, testPushConnectionRefused) }
+
+func testPushConnectionRefused(t *testing.T, backend string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.refused", fastPolicy(2), Target{URL: "http://" + addr + "/"})
 	id := p.enqueue("push.refused", `{}`)
 	tk := p.wait(id, store.StateDead)
@@ -252,7 +270,9 @@ func TestPushConnectionRefused(t *testing.T) {
 	}
 }
 
-func TestPushRedirectNotFollowed(t *testing.T) {
+func TestPushRedirectNotFollowed(t *testing.T) { onBackends(t, testPushRedirectNotFollowed) }
+
+func testPushRedirectNotFollowed(t *testing.T, backend string) {
 	var followed atomic.Int32
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/moved" {
@@ -261,7 +281,7 @@ func TestPushRedirectNotFollowed(t *testing.T) {
 		}
 		http.Redirect(w, r, "/moved", http.StatusFound)
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.redirect", fastPolicy(3), Target{URL: srv.URL + "/old"})
 	id := p.enqueue("push.redirect", `{}`)
 	tk := p.wait(id, store.StateDead)
@@ -277,7 +297,9 @@ func TestPushRedirectNotFollowed(t *testing.T) {
 // A type whose target hangs fills its own slots only: another type's tasks
 // are delivered at once, and the hanging type never has more than its
 // concurrency in flight.
-func TestPushIsolationAndConcurrency(t *testing.T) {
+func TestPushIsolationAndConcurrency(t *testing.T) { onBackends(t, testPushIsolationAndConcurrency) }
+
+func testPushIsolationAndConcurrency(t *testing.T, backend string) {
 	release := make(chan struct{})
 	var slowNow, slowMax, slowDone atomic.Int32
 	slow := target(t, func(w http.ResponseWriter, r *http.Request) {
@@ -304,7 +326,7 @@ func TestPushIsolationAndConcurrency(t *testing.T) {
 			close(release)
 		}
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.slow", fastPolicy(3), Target{URL: slow.URL, TimeoutSeconds: 30, Concurrency: 2})
 	p.putType("push.fast", fastPolicy(3), Target{URL: fast.URL, Concurrency: 4})
 	var slowIDs []string
@@ -346,13 +368,15 @@ func TestPushIsolationAndConcurrency(t *testing.T) {
 
 // Close cancels deliveries still running after the grace and releases their
 // leases: the task is pending again with the attempt not counted.
-func TestPushShutdownReleases(t *testing.T) {
+func TestPushShutdownReleases(t *testing.T) { onBackends(t, testPushShutdownReleases) }
+
+func testPushShutdownReleases(t *testing.T, backend string) {
 	arrived := make(chan struct{}, 1)
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
 		arrived <- struct{}{}
 		hang(r)
 	})
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.e.push.grace = 50 * time.Millisecond
 	p.putType("push.shutdown", fastPolicy(3), Target{URL: srv.URL, TimeoutSeconds: 60})
 	id := p.enqueue("push.shutdown", `{}`)
@@ -380,7 +404,9 @@ func TestPushShutdownReleases(t *testing.T) {
 
 // Cancelling a task while it is being delivered cancels the request (the
 // heartbeat finds the lease gone).
-func TestPushLeaseLostCancelsDelivery(t *testing.T) {
+func TestPushLeaseLostCancelsDelivery(t *testing.T) { onBackends(t, testPushLeaseLostCancelsDelivery) }
+
+func testPushLeaseLostCancelsDelivery(t *testing.T, backend string) {
 	arrived := make(chan struct{}, 1)
 	aborted := make(chan struct{})
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
@@ -388,7 +414,7 @@ func TestPushLeaseLostCancelsDelivery(t *testing.T) {
 		<-r.Context().Done() // the test fails on its own deadline if this never comes
 		close(aborted)
 	})
-	p := newPushEnv(t, 600*time.Millisecond) // heartbeat every 200ms
+	p := newPushEnvOn(t, backend, 600*time.Millisecond) // heartbeat every 200ms
 	p.putType("push.cancel", fastPolicy(3), Target{URL: srv.URL, TimeoutSeconds: 60})
 	id := p.enqueue("push.cancel", `{}`)
 	select {
@@ -411,10 +437,12 @@ func TestPushLeaseLostCancelsDelivery(t *testing.T) {
 
 // A target added to a type with PutType is picked up at once (not on the
 // next periodic reload), and removing it stops deliveries.
-func TestPushTargetChanges(t *testing.T) {
+func TestPushTargetChanges(t *testing.T) { onBackends(t, testPushTargetChanges) }
+
+func testPushTargetChanges(t *testing.T, backend string) {
 	var n atomic.Int32
 	srv := target(t, func(w http.ResponseWriter, r *http.Request) { n.Add(1) })
-	p := newPushEnv(t, 0)
+	p := newPushEnvOn(t, backend, 0)
 	p.putType("push.change", fastPolicy(3), Target{URL: srv.URL})
 	start := time.Now()
 	id := p.enqueue("push.change", `{}`)
