@@ -240,8 +240,10 @@ func TestBatcherCallsRacingCloseAreAnswered(t *testing.T) {
 
 // TestEnqueueAfterCloseFails: Enqueue after Close returns ErrClosed at
 // once, even with a context that never ends.
-func TestEnqueueAfterCloseFails(t *testing.T) {
-	e := startWorkerEngine(t, openWorkerStore(t), Config{NoScheduler: true})
+func TestEnqueueAfterCloseFails(t *testing.T) { onBackends(t, testEnqueueAfterCloseFails) }
+
+func testEnqueueAfterCloseFails(t *testing.T, backend string) {
+	e := startWorkerEngine(t, openWorkerStoreOn(t, backend), Config{NoScheduler: true})
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}

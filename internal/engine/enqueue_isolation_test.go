@@ -44,7 +44,11 @@ func (s *poisonStore) InsertTasks(ctx context.Context, p store.InsertParams) ([]
 // share one insert are not failed by one caller's invalid task: the group
 // is inserted again task by task, and only the bad one fails.
 func TestEnqueueBadTaskDoesNotFailOthers(t *testing.T) {
-	st := &poisonStore{Store: openWorkerStore(t), gate: make(chan struct{})}
+	onBackends(t, testEnqueueBadTaskDoesNotFailOthers)
+}
+
+func testEnqueueBadTaskDoesNotFailOthers(t *testing.T, backend string) {
+	st := &poisonStore{Store: openWorkerStoreOn(t, backend), gate: make(chan struct{})}
 	e := startWorkerEngine(t, st, Config{NoScheduler: true})
 	first := make(chan error, 1)
 	go func() { // held at the gate: the callers below queue behind it

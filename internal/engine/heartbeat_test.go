@@ -20,7 +20,7 @@ type stuckExtends struct {
 }
 
 func newStuckExtends(t *testing.T, honourCtx bool) *stuckExtends {
-	s := &stuckExtends{outcomeLog: outcomeLog{Store: openWorkerStore(t)}, honourCtx: honourCtx,
+	s := &stuckExtends{outcomeLog: outcomeLog{Store: openWorkerStoreOn(t, "sqlite")}, honourCtx: honourCtx,
 		release: make(chan struct{}), returned: make(chan time.Duration, 64)}
 	return s
 }

@@ -94,8 +94,10 @@ func TestLeaseTableExpire(t *testing.T) {
 // under the new lease's entry, and then drop it), and it does not remove
 // the L2 copy from the worker's active set, so the shutdown still releases
 // L2 when its handler ignores the cancellation.
-func TestWorkerSkipsStaleCopyOfTask(t *testing.T) {
-	st := openWorkerStore(t)
+func TestWorkerSkipsStaleCopyOfTask(t *testing.T) { onBackends(t, testWorkerSkipsStaleCopyOfTask) }
+
+func testWorkerSkipsStaleCopyOfTask(t *testing.T, backend string) {
+	st := openWorkerStoreOn(t, backend)
 	e := startWorkerEngine(t, st, Config{LeaseDuration: 5 * time.Second, NoScheduler: true})
 	ctx := context.Background()
 	aStarted, releaseA := make(chan struct{}), make(chan struct{})
@@ -159,8 +161,12 @@ func TestWorkerSkipsStaleCopyOfTask(t *testing.T) {
 // from the lease table, expire and be reaped under its running handler),
 // and the new run's outcome is recorded.
 func TestWorkerStaleHandlerKeepsNewLease(t *testing.T) {
+	onBackends(t, testWorkerStaleHandlerKeepsNewLease)
+}
+
+func testWorkerStaleHandlerKeepsNewLease(t *testing.T, backend string) {
 	const lease = 600 * time.Millisecond
-	st := openWorkerStore(t)
+	st := openWorkerStoreOn(t, backend)
 	e := startWorkerEngine(t, st, Config{LeaseDuration: lease, NoScheduler: true})
 	ctx := context.Background()
 	started := make(chan *store.Task, 4)

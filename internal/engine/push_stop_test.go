@@ -16,10 +16,14 @@ import (
 // wait for the reaper, an attempt counted): the fetch ends regardless, and
 // the pusher gives the tasks back without delivering them.
 func TestPushStoppedDuringFetchReleasesLeases(t *testing.T) {
+	onBackends(t, testPushStoppedDuringFetchReleasesLeases)
+}
+
+func testPushStoppedDuringFetchReleasesLeases(t *testing.T, backend string) {
 	var hits atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
 	defer srv.Close()
-	st := &fetchHook{Store: openWorkerStore(t), fetched: make(chan struct{}), proceed: make(chan struct{})}
+	st := &fetchHook{Store: openWorkerStoreOn(t, backend), fetched: make(chan struct{}), proceed: make(chan struct{})}
 	e, err := New(Config{Store: st, NodeID: "push-stop", PollInterval: 20 * time.Millisecond, NoScheduler: true})
 	if err != nil {
 		t.Fatal(err)

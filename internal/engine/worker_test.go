@@ -9,15 +9,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/postgres"
 	"github.com/retryq/retryq/store/sqlite"
 )
 
-// openWorkerStore opens a SQLite store, closed when the test ends (after the
-// engine: cleanups run last-in first-out).
-func openWorkerStore(t *testing.T) store.Store {
+// openWorkerStoreOn opens a store of the backend ("sqlite" or "postgres"),
+// closed when the test ends (after the engine: cleanups run last-in
+// first-out).
+func openWorkerStoreOn(t *testing.T, backend string) store.Store {
 	t.Helper()
-	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "retryq.db"), Synchronous: "NORMAL"})
+	var st store.Store
+	var err error
+	if backend == "postgres" {
+		st, err = postgres.Open(context.Background(), postgres.Config{URL: pgtest.URL(t), AutoMigrate: true, MaxConns: 6})
+	} else {
+		st, err = sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "retryq.db"), Synchronous: "NORMAL"})
+	}
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -166,9 +175,13 @@ func (s *outcomeLog) of(taskID string) []store.Outcome {
 // once it returned, so the task is never handed to another worker while the
 // handler still runs here; the attempt is not counted.
 func TestWorkerShutdownCancelsBeforeRelease(t *testing.T) {
+	onBackends(t, testWorkerShutdownCancelsBeforeRelease)
+}
+
+func testWorkerShutdownCancelsBeforeRelease(t *testing.T, backend string) {
 	var returned atomic.Bool // the handler has returned
 	var releasedEarly atomic.Bool
-	st := &outcomeLog{Store: openWorkerStore(t)}
+	st := &outcomeLog{Store: openWorkerStoreOn(t, backend)}
 	st.seen = func(o store.Outcome) {
 		if o.State == store.StatePending && !returned.Load() {
 			releasedEarly.Store(true)
@@ -236,7 +249,11 @@ func (s *fetchHook) FetchTasks(ctx context.Context, p store.FetchParams) ([]stor
 // would wait for the reaper and count an attempt): the fetch ends
 // regardless, and the worker releases its tasks.
 func TestWorkerStoppedDuringFetchReleasesLeases(t *testing.T) {
-	st := &fetchHook{Store: openWorkerStore(t), fetched: make(chan struct{}), proceed: make(chan struct{})}
+	onBackends(t, testWorkerStoppedDuringFetchReleasesLeases)
+}
+
+func testWorkerStoppedDuringFetchReleasesLeases(t *testing.T, backend string) {
+	st := &fetchHook{Store: openWorkerStoreOn(t, backend), fetched: make(chan struct{}), proceed: make(chan struct{})}
 	st.armed.Store(true)
 	e := startWorkerEngine(t, st, Config{LeaseDuration: 5 * time.Second, NoScheduler: true})
 	// Enqueued before the worker runs, so it is fetched (not handed over
