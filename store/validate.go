@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -71,4 +72,28 @@ func CheckNow(now time.Time) error {
 		return fmt.Errorf("now is the zero time (the caller's clock is required): %w", ErrInvalid)
 	}
 	return nil
+}
+
+// CheckFetch validates FetchParams, the same way for every backend: a
+// positive Limit and LeaseDuration, a Now, and at most MaxFetchTypes
+// distinct types. It returns the distinct types, sorted (nil for any
+// type). Errors wrap ErrInvalid.
+func CheckFetch(p FetchParams) ([]string, error) {
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("limit must be positive (got %d): %w", p.Limit, ErrInvalid)
+	}
+	if err := CheckNow(p.Now); err != nil {
+		return nil, err
+	}
+	if p.LeaseDuration <= 0 {
+		return nil, fmt.Errorf("lease duration must be positive (got %s): %w", p.LeaseDuration, ErrInvalid)
+	}
+	if len(p.Types) == 0 {
+		return nil, nil
+	}
+	types := slices.Compact(slices.Sorted(slices.Values(p.Types)))
+	if len(types) > MaxFetchTypes {
+		return nil, fmt.Errorf("at most %d types per fetch (got %d): %w", MaxFetchTypes, len(types), ErrInvalid)
+	}
+	return types, nil
 }

@@ -2,6 +2,8 @@ package store
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +51,47 @@ func TestCheckNow(t *testing.T) {
 	}
 	if err := CheckNow(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)); err != nil {
 		t.Errorf("CheckNow(a real time) = %v, want nil", err)
+	}
+}
+
+func TestCheckFetch(t *testing.T) {
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	ok := FetchParams{Limit: 1, LeaseDuration: time.Second, Now: now}
+	for _, tc := range []struct {
+		what string
+		p    func(p *FetchParams)
+		want string // in the error; "" = valid
+	}{
+		{"valid", func(p *FetchParams) {}, ""},
+		{"zero limit", func(p *FetchParams) { p.Limit = 0 }, "limit must be positive"},
+		{"zero now", func(p *FetchParams) { p.Now = time.Time{} }, "now is the zero time"},
+		{"no lease", func(p *FetchParams) { p.LeaseDuration = 0 }, "lease duration must be positive"},
+		{"too many types", func(p *FetchParams) {
+			for i := range MaxFetchTypes + 1 {
+				p.Types = append(p.Types, fmt.Sprint(i))
+			}
+		}, "at most 256 types"},
+		{"one type many times", func(p *FetchParams) {
+			for range MaxFetchTypes + 1 {
+				p.Types = append(p.Types, "a")
+			}
+		}, ""},
+	} {
+		p := ok
+		tc.p(&p)
+		_, err := CheckFetch(p)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.what, err)
+			}
+			continue
+		}
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want ErrInvalid with %q", tc.what, err, tc.want)
+		}
+	}
+	types, _ := CheckFetch(FetchParams{Limit: 1, LeaseDuration: time.Second, Now: now, Types: []string{"b", "a", "b"}})
+	if !slices.Equal(types, []string{"a", "b"}) {
+		t.Errorf("types = %q, want the distinct types sorted", types)
 	}
 }

@@ -41,21 +41,9 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
-	if p.Limit <= 0 {
-		return nil, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
-	}
-	if err := store.CheckNow(p.Now); err != nil {
+	types, err := store.CheckFetch(p) // nil: any type
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	if p.LeaseDuration <= 0 {
-		return nil, fmt.Errorf("%s: lease duration must be positive (got %s): %w", op, p.LeaseDuration, store.ErrInvalid)
-	}
-	var types []string
-	if len(p.Types) > 0 {
-		types = p.Types
-	}
-	if len(types) > store.MaxFetchTypes { // as on SQLite, which builds a branch per type
-		return nil, fmt.Errorf("%s: at most %d types per fetch (got %d): %w", op, store.MaxFetchTypes, len(types), store.ErrInvalid)
 	}
 	now := us(p.Now)
 	var tasks []store.Task
@@ -67,7 +55,7 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 	b := &pgx.Batch{}
 	b.Queue(fetchPlanSettings)
 	b.Queue(fetchSQL, p.Limit, types, us(p.Now.Add(p.LeaseDuration)), p.WorkerID, now, store.NewLeasePrefix())
-	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
+	err = s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}

@@ -103,7 +103,9 @@ func waitAdvisoryWaiter(t *testing.T, c *pgx.Conn) {
 // group with a write that fails, so the group rolls back and the writer
 // runs each write again alone. Meanwhile another session cancelled the
 // task, so the outcome no longer applies: RecordOutcomes must report the
-// lease lost, not what the rolled-back first run had seen.
+// lease lost, not what the rolled-back first run had seen. (Should the
+// outcome's second run reach the row before the cancel, it applies and the
+// cancel does not: the report must then be a success.)
 func TestGroupRetryDoesNotKeepRolledBackOutcomes(t *testing.T) {
 	url := pgtest.URL(t)
 	s := openURL(t, url, nil)
@@ -157,7 +159,7 @@ func TestGroupRetryDoesNotKeepRolledBackOutcomes(t *testing.T) {
 	go func() {
 		defer close(ydone)
 		_, err := y.Exec(yctx,
-			"UPDATE tasks SET state = 'cancelled', lease_id = NULL, lease_expires_at = NULL WHERE id = $1", task.ID)
+			"UPDATE tasks SET state = 'cancelled', lease_id = NULL, lease_expires_at = NULL WHERE id = $1 AND state = 'running'", task.ID)
 		cancelled <- err
 	}()
 	t.Cleanup(func() { // before y closes, if the test stops early
@@ -189,8 +191,16 @@ func TestGroupRetryDoesNotKeepRolledBackOutcomes(t *testing.T) {
 	if err := x.QueryRow(ctx, "SELECT state FROM tasks WHERE id = $1", task.ID).Scan(&state); err != nil {
 		t.Fatal(err)
 	}
-	if state != "cancelled" || !errors.Is(r.errs[0], store.ErrLeaseLost) {
-		t.Fatalf("task is %s; the outcome reported %v, want %v", state, r.errs[0], store.ErrLeaseLost)
+	// Usually the cancel takes the row as soon as the group rolls back.
+	// PostgreSQL does not promise it, though: the outcome, run again at
+	// once, may lock the row first and apply; the cancel then finds the
+	// task no longer running. Either way the report must match the row.
+	switch {
+	case state == "cancelled" && errors.Is(r.errs[0], store.ErrLeaseLost):
+	case state == "succeeded" && r.errs[0] == nil:
+		t.Log("the outcome's second run took the row before the cancel did")
+	default:
+		t.Fatalf("task is %s; the outcome reported %v", state, r.errs[0])
 	}
 }
 

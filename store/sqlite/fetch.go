@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -40,20 +39,9 @@ func fetchQuery(ntypes int) string {
 // FetchTasks implements store.Store.
 func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Task, error) {
 	const op = "fetch tasks"
-	if p.Limit <= 0 {
-		return nil, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
-	}
-	if err := store.CheckNow(p.Now); err != nil {
+	types, err := store.CheckFetch(p)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
-	}
-	if p.LeaseDuration <= 0 {
-		return nil, fmt.Errorf("%s: lease duration must be positive (got %s): %w", op, p.LeaseDuration, store.ErrInvalid)
-	}
-	types := slices.Clone(p.Types)
-	slices.Sort(types)
-	types = slices.Compact(types)
-	if len(types) > store.MaxFetchTypes {
-		return nil, fmt.Errorf("%s: %w: at most %d types per fetch (got %d)", op, store.ErrInvalid, store.MaxFetchTypes, len(types))
 	}
 	now := p.Now.UnixMicro()
 	args := []any{store.NewLeasePrefix(), p.Now.Add(p.LeaseDuration).UnixMicro(), p.WorkerID, now, now}
@@ -69,7 +57,7 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 		}
 	}
 	var out []store.Task
-	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmtKey(ctx, tx, "fetch#"+strconv.Itoa(len(types)), func() string { return fetchQuery(len(types)) })
 		if err != nil {
 			return err

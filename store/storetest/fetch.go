@@ -14,6 +14,7 @@ var fetchTests = []testCase{
 	{"Fetch/TypeFilter", testFetchTypes},
 	{"Fetch/Lease", testFetchLease},
 	{"Fetch/Invalid", testFetchInvalid},
+	{"Fetch/TypesCountedOnce", testFetchTypesCountedOnce},
 	{"Fetch/Concurrent", testFetchConcurrent},
 }
 
@@ -154,4 +155,18 @@ func testFetchConcurrent(e *env) {
 		}
 	}
 	e.eq("running", e.counts()[store.StateRunning], n)
+}
+
+// testFetchTypesCountedOnce: the bound on the types of a fetch
+// (store.MaxFetchTypes) counts distinct types: one type named many times
+// is one type.
+func testFetchTypesCountedOnce(e *env) {
+	e.insert(base, nt("t_1", "a"), nt("t_2", "b"))
+	types := make([]string, store.MaxFetchTypes+1)
+	for i := range types {
+		types[i] = "b"
+	}
+	got, err := e.s.FetchTasks(e.ctx, store.FetchParams{Types: types, Limit: 5, WorkerID: worker, LeaseDuration: leaseDur, Now: base})
+	e.noErr("FetchTasks naming one type many times", err)
+	e.eq("fetched", ids(got), []string{"t_2"})
 }
