@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
 	"github.com/retryq/retryq/store/postgres"
@@ -64,10 +65,10 @@ func waitStarted(t *testing.T, started chan string, id string) {
 	}
 }
 
-func TestCancelStopsRunningHandler(t *testing.T) { onBackends(t, testCancelStopsRunningHandler) }
+func TestCancelStopsRunningHandler(t *testing.T) { backendtest.Run(t, testCancelStopsRunningHandler) }
 
-func testCancelStopsRunningHandler(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{LeaseDuration: cancelLease})
+func testCancelStopsRunningHandler(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{LeaseDuration: cancelLease})
 	started, stopped := blockingHandler(e.mux, "slow")
 	e.startWorker(retryq.WorkerConfig{Concurrency: 2})
 	res, err := e.client.Enqueue(context.Background(), "slow", nil)

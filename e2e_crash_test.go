@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
@@ -99,11 +100,11 @@ func TestWorkerKilledMidTask(t *testing.T) {
 }
 
 func TestGracefulShutdownReleasesLeases(t *testing.T) {
-	onBackends(t, testGracefulShutdownReleasesLeases)
+	backendtest.Run(t, testGracefulShutdownReleasesLeases)
 }
 
-func testGracefulShutdownReleasesLeases(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(3)})
+func testGracefulShutdownReleasesLeases(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: fastPolicy(3)})
 	started := make(chan string, 1)
 	e.mux.HandleFunc("slow", func(ctx context.Context, task *retryq.Task) error {
 		started <- task.ID
@@ -151,11 +152,11 @@ func testGracefulShutdownReleasesLeases(t *testing.T, bk backend) {
 }
 
 func TestIdempotentEnqueueCancelAndManualRetry(t *testing.T) {
-	onBackends(t, testIdempotentEnqueueCancelAndManualRetry)
+	backendtest.Run(t, testIdempotentEnqueueCancelAndManualRetry)
 }
 
-func testIdempotentEnqueueCancelAndManualRetry(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(1)})
+func testIdempotentEnqueueCancelAndManualRetry(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: fastPolicy(1)})
 	ctx := context.Background()
 	a, err := e.client.Enqueue(ctx, "ocr", map[string]int{"page": 1}, retryq.WithIdempotencyKey("doc-7"), retryq.WithDelay(time.Hour))
 	if err != nil {
@@ -207,10 +208,10 @@ func testIdempotentEnqueueCancelAndManualRetry(t *testing.T, bk backend) {
 	}
 }
 
-func TestDelayedTaskStartsOnTime(t *testing.T) { onBackends(t, testDelayedTaskStartsOnTime) }
+func TestDelayedTaskStartsOnTime(t *testing.T) { backendtest.Run(t, testDelayedTaskStartsOnTime) }
 
-func testDelayedTaskStartsOnTime(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{PollInterval: 5 * time.Second}) // polling would be far too slow
+func testDelayedTaskStartsOnTime(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{PollInterval: 5 * time.Second}) // polling would be far too slow
 	startedAt := make(chan time.Time, 1)
 	e.mux.HandleFunc("later", func(ctx context.Context, task *retryq.Task) error {
 		startedAt <- time.Now()
@@ -234,10 +235,10 @@ func testDelayedTaskStartsOnTime(t *testing.T, bk backend) {
 	}
 }
 
-func TestRetentionDeletesAndCounts(t *testing.T) { onBackends(t, testRetentionDeletesAndCounts) }
+func TestRetentionDeletesAndCounts(t *testing.T) { backendtest.Run(t, testRetentionDeletesAndCounts) }
 
-func testRetentionDeletesAndCounts(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{
+func testRetentionDeletesAndCounts(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{
 		DefaultPolicy:      fastPolicy(1),
 		SucceededRetention: 50 * time.Millisecond,
 		CancelledRetention: time.Hour,

@@ -7,16 +7,17 @@ import (
 	"time"
 
 	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
 // TestDirectDispatch: tasks enqueued in process while a local worker has
 // idle handlers are leased at insert and run exactly once each, without a
 // fetch; the history looks like any other attempt.
-func TestDirectDispatch(t *testing.T) { onBackends(t, testDirectDispatch) }
+func TestDirectDispatch(t *testing.T) { backendtest.Run(t, testDirectDispatch) }
 
-func testDirectDispatch(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(3)})
+func testDirectDispatch(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: fastPolicy(3)})
 	var mu sync.Mutex
 	calls := map[string]int{}
 	e.mux.HandleFunc("direct", func(ctx context.Context, task *retryq.Task) error {

@@ -11,7 +11,6 @@ import (
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
-	"github.com/retryq/retryq/store/postgres"
 	"github.com/retryq/retryq/store/sqlite"
 )
 
@@ -50,58 +49,6 @@ type env struct {
 	mux    *retryq.Mux
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-}
-
-// backend makes fresh, empty databases of one kind.
-type backend struct {
-	name string
-	// database makes a new database and returns a function that opens a
-	// store on it: called again, it reopens the same database, as a
-	// restarted process would.
-	database func(t *testing.T) func() store.Store
-}
-
-// open opens a store on a new database.
-func (b backend) open(t *testing.T) store.Store { return b.database(t)() }
-
-// backends are the stores the end-to-end tests run on: SQLite always,
-// PostgreSQL when a server is available (pgtest skips otherwise, and fails
-// in CI).
-var backends = []backend{
-	{"sqlite", func(t *testing.T) func() store.Store {
-		path := filepath.Join(t.TempDir(), "retryq.db")
-		return func() store.Store { return openStore(t, path) }
-	}},
-	{"postgres", func(t *testing.T) func() store.Store {
-		url := pgtest.URL(t)
-		return func() store.Store {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			st, err := postgres.Open(ctx, postgres.Config{URL: url, AutoMigrate: true, MaxConns: 6})
-			if err != nil {
-				t.Fatalf("open postgres: %v", err)
-			}
-			return st
-		}
-	}},
-}
-
-// onBackends runs test once per backend, as parallel subtests named after
-// the backend.
-func onBackends(t *testing.T, test func(t *testing.T, b backend)) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			t.Parallel()
-			test(t, b)
-		})
-	}
-}
-
-// env starts a client over a fresh store of the backend. Call startWorker
-// after registering handlers on e.mux.
-func (b backend) env(t *testing.T, opts retryq.Options) *env {
-	t.Helper()
-	return newEnvOn(t, b.open(t), opts)
 }
 
 func newEnvOn(t *testing.T, st store.Store, opts retryq.Options) *env {

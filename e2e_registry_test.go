@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
@@ -15,11 +16,11 @@ import (
 // the node gains the leadership, not at its next heartbeat (every 5 s), so
 // operators see who leads right after a takeover.
 func TestRegistryShowsLeadershipAtOnce(t *testing.T) {
-	onBackends(t, testRegistryShowsLeadershipAtOnce)
+	backendtest.Run(t, testRegistryShowsLeadershipAtOnce)
 }
 
-func testRegistryShowsLeadershipAtOnce(t *testing.T, bk backend) {
-	st := bk.open(t)
+func testRegistryShowsLeadershipAtOnce(t *testing.T, backend string) {
+	st := backendtest.Open(t, backend, "")
 	defer st.Close()
 	ctx := context.Background()
 	start := func(id string) *retryq.Client {
@@ -68,10 +69,10 @@ func testRegistryShowsLeadershipAtOnce(t *testing.T, bk backend) {
 
 // TestWorkerTypesBounded: a worker naming more types than a fetch may
 // (store.MaxFetchTypes) is refused when it starts, with the field named.
-func TestWorkerTypesBounded(t *testing.T) { onBackends(t, testWorkerTypesBounded) }
+func TestWorkerTypesBounded(t *testing.T) { backendtest.Run(t, testWorkerTypesBounded) }
 
-func testWorkerTypesBounded(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{})
+func testWorkerTypesBounded(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{})
 	types := make([]string, store.MaxFetchTypes+1)
 	for i := range types {
 		types[i] = fmt.Sprintf("t%03d", i)

@@ -7,16 +7,17 @@ import (
 	"time"
 
 	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
 // TestRestartLosesNothing puts tasks in every state, stops everything
 // (including a worker that never reports back), reopens the database and
 // checks every task is still there, then lets the work finish.
-func TestRestartLosesNothing(t *testing.T) { onBackends(t, testRestartLosesNothing) }
+func TestRestartLosesNothing(t *testing.T) { backendtest.Run(t, testRestartLosesNothing) }
 
-func testRestartLosesNothing(t *testing.T, bk backend) {
-	open := bk.database(t)
+func testRestartLosesNothing(t *testing.T, backend string) {
+	open := backendtest.Database(t, backend, "")
 	ctx := context.Background()
 	st := open()
 	e := newEnvOn(t, st, retryq.Options{NodeID: "node-a", DefaultPolicy: fastPolicy(2), LeaseDuration: 500 * time.Millisecond})

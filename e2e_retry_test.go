@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
-func TestFailsTwiceThenSucceeds(t *testing.T) { onBackends(t, testFailsTwiceThenSucceeds) }
+func TestFailsTwiceThenSucceeds(t *testing.T) { backendtest.Run(t, testFailsTwiceThenSucceeds) }
 
-func testFailsTwiceThenSucceeds(t *testing.T, bk backend) {
+func testFailsTwiceThenSucceeds(t *testing.T, backend string) {
 	p := fastPolicy(5)
 	p.RetryOn = []string{"ETIMEDOUT"} // the allow list makes the code transient
-	e := bk.env(t, retryq.Options{DefaultPolicy: p})
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: p})
 	var calls atomic.Int32
 	e.mux.HandleFunc("flaky", func(ctx context.Context, task *retryq.Task) error {
 		if n := calls.Add(1); n <= 2 {
@@ -56,11 +57,11 @@ func testFailsTwiceThenSucceeds(t *testing.T, bk backend) {
 }
 
 func TestPermanentErrorGoesStraightToDLQ(t *testing.T) {
-	onBackends(t, testPermanentErrorGoesStraightToDLQ)
+	backendtest.Run(t, testPermanentErrorGoesStraightToDLQ)
 }
 
-func testPermanentErrorGoesStraightToDLQ(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(5)})
+func testPermanentErrorGoesStraightToDLQ(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: fastPolicy(5)})
 	var calls atomic.Int32
 	e.mux.HandleFunc("bad", func(ctx context.Context, task *retryq.Task) error {
 		calls.Add(1)
@@ -84,11 +85,11 @@ func testPermanentErrorGoesStraightToDLQ(t *testing.T, bk backend) {
 }
 
 func TestAlwaysFailingExhaustsMaxAttempts(t *testing.T) {
-	onBackends(t, testAlwaysFailingExhaustsMaxAttempts)
+	backendtest.Run(t, testAlwaysFailingExhaustsMaxAttempts)
 }
 
-func testAlwaysFailingExhaustsMaxAttempts(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(4)})
+func testAlwaysFailingExhaustsMaxAttempts(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: fastPolicy(4)})
 	var calls atomic.Int32
 	e.mux.HandleFunc("down", func(ctx context.Context, task *retryq.Task) error {
 		calls.Add(1)
@@ -117,13 +118,13 @@ func testAlwaysFailingExhaustsMaxAttempts(t *testing.T, bk backend) {
 	}
 }
 
-func TestRetryWindowEndsRetrying(t *testing.T) { onBackends(t, testRetryWindowEndsRetrying) }
+func TestRetryWindowEndsRetrying(t *testing.T) { backendtest.Run(t, testRetryWindowEndsRetrying) }
 
-func testRetryWindowEndsRetrying(t *testing.T, bk backend) {
+func testRetryWindowEndsRetrying(t *testing.T, backend string) {
 	p := fastPolicy(1000)
 	p.InitialDelay = 40 * time.Millisecond
 	p.RetryWindow = 300 * time.Millisecond
-	e := bk.env(t, retryq.Options{DefaultPolicy: p})
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: p})
 	var calls atomic.Int32
 	e.mux.HandleFunc("slowdown", func(ctx context.Context, task *retryq.Task) error {
 		calls.Add(1)
@@ -148,10 +149,10 @@ func testRetryWindowEndsRetrying(t *testing.T, bk backend) {
 	}
 }
 
-func TestRetryAfterIsRespected(t *testing.T) { onBackends(t, testRetryAfterIsRespected) }
+func TestRetryAfterIsRespected(t *testing.T) { backendtest.Run(t, testRetryAfterIsRespected) }
 
-func testRetryAfterIsRespected(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(3)})
+func testRetryAfterIsRespected(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: fastPolicy(3)})
 	var mu sync.Mutex
 	var starts []time.Time
 	e.mux.HandleFunc("ratelimited", func(ctx context.Context, task *retryq.Task) error {
@@ -184,10 +185,10 @@ func testRetryAfterIsRespected(t *testing.T, bk backend) {
 	}
 }
 
-func TestPanicIsRecordedWithStack(t *testing.T) { onBackends(t, testPanicIsRecordedWithStack) }
+func TestPanicIsRecordedWithStack(t *testing.T) { backendtest.Run(t, testPanicIsRecordedWithStack) }
 
-func testPanicIsRecordedWithStack(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(2)})
+func testPanicIsRecordedWithStack(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: fastPolicy(2)})
 	e.mux.HandleFunc("boom", func(ctx context.Context, task *retryq.Task) error {
 		m := nilMap()
 		m["x"] = 1 // the handler panics on purpose: a nil map write, a runtime error
@@ -208,10 +209,12 @@ func testPanicIsRecordedWithStack(t *testing.T, bk backend) {
 	}
 }
 
-func TestAttemptTimeoutCancelsHandler(t *testing.T) { onBackends(t, testAttemptTimeoutCancelsHandler) }
+func TestAttemptTimeoutCancelsHandler(t *testing.T) {
+	backendtest.Run(t, testAttemptTimeoutCancelsHandler)
+}
 
-func testAttemptTimeoutCancelsHandler(t *testing.T, bk backend) {
-	e := bk.env(t, retryq.Options{DefaultPolicy: fastPolicy(2)})
+func testAttemptTimeoutCancelsHandler(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: fastPolicy(2)})
 	if err := e.client.SetType(context.Background(), retryq.TypeConfig{Type: "hang", Policy: fastPolicy(2), Timeout: 100 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}

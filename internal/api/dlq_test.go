@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/retryq/retryq/internal/backendtest"
 )
 
 // kill leases one task of typ and fails it permanently with code.
@@ -20,7 +22,7 @@ func (e *env) kill(typ, code string) string {
 	return l["id"].(string)
 }
 
-func TestDLQ(t *testing.T) { onBackends(t, testDLQ) }
+func TestDLQ(t *testing.T) { backendtest.Run(t, testDLQ) }
 
 func testDLQ(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})

@@ -8,34 +8,20 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
-	"github.com/retryq/retryq/store/postgres"
-	"github.com/retryq/retryq/store/sqlite"
 )
 
 // TestMain stops the throwaway PostgreSQL cluster (if a test started one)
 // when the tests end.
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// onBackends runs test once per storage backend, as parallel subtests
-// named after it. The PostgreSQL one skips (fails in CI) when no server is
-// available.
-func onBackends(t *testing.T, test func(t *testing.T, backend string)) {
-	for _, b := range []string{"sqlite", "postgres"} {
-		t.Run(b, func(t *testing.T) {
-			t.Parallel()
-			test(t, b)
-		})
-	}
-}
 
 // offsetClock is real time shifted by an adjustable offset, so tests can
 // expire leases without sleeping.
@@ -50,7 +36,7 @@ type envOpts struct {
 	ready                 func(context.Context) error
 	poll                  time.Duration
 	sync                  string
-	backend               string // "" or "sqlite", "postgres"
+	backend               string // backendtest.SQLite (also "") or backendtest.Postgres
 }
 
 // env is an API server over a real store (SQLite unless envOpts.backend
@@ -72,16 +58,10 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.sync == "" {
 		o.sync = "NORMAL"
 	}
-	var st store.Store
-	var err error
-	if o.backend == "postgres" {
-		st, err = postgres.Open(ctx, postgres.Config{URL: pgtest.URL(t), AutoMigrate: true, MaxConns: 6})
-	} else {
-		st, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "retryq.db"), Synchronous: o.sync})
+	if o.backend == "" {
+		o.backend = backendtest.SQLite
 	}
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
+	st := backendtest.Open(t, o.backend, o.sync)
 	if o.poll == 0 {
 		o.poll = 50 * time.Millisecond
 	}

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
-func TestPullProtocol(t *testing.T) { onBackends(t, testPullProtocol) }
+func TestPullProtocol(t *testing.T) { backendtest.Run(t, testPullProtocol) }
 
 func testPullProtocol(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})
@@ -64,7 +65,7 @@ func testPullProtocol(t *testing.T, backend string) {
 	}
 }
 
-func TestFailRetryDecision(t *testing.T) { onBackends(t, testFailRetryDecision) }
+func TestFailRetryDecision(t *testing.T) { backendtest.Run(t, testFailRetryDecision) }
 
 func testFailRetryDecision(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})
@@ -118,7 +119,7 @@ func testFailRetryDecision(t *testing.T, backend string) {
 	}
 }
 
-func TestExpiredAndSupersededLease(t *testing.T) { onBackends(t, testExpiredAndSupersededLease) }
+func TestExpiredAndSupersededLease(t *testing.T) { backendtest.Run(t, testExpiredAndSupersededLease) }
 
 func testExpiredAndSupersededLease(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})
@@ -153,7 +154,7 @@ func testExpiredAndSupersededLease(t *testing.T, backend string) {
 	}
 }
 
-func TestLongPollWakesPromptly(t *testing.T) { onBackends(t, testLongPollWakesPromptly) }
+func TestLongPollWakesPromptly(t *testing.T) { backendtest.Run(t, testLongPollWakesPromptly) }
 
 func testLongPollWakesPromptly(t *testing.T, backend string) {
 	// A 5s poll interval: only the enqueue wake-up can answer within 2s.
@@ -197,7 +198,7 @@ func testLongPollWakesPromptly(t *testing.T, backend string) {
 	}
 }
 
-func TestLeaseValidation(t *testing.T) { onBackends(t, testLeaseValidation) }
+func TestLeaseValidation(t *testing.T) { backendtest.Run(t, testLeaseValidation) }
 
 func testLeaseValidation(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/store"
 )
 
-func TestStatsAndNodes(t *testing.T) { onBackends(t, testStatsAndNodes) }
+func TestStatsAndNodes(t *testing.T) { backendtest.Run(t, testStatsAndNodes) }
 
 func testStatsAndNodes(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})
@@ -91,7 +92,7 @@ func testStatsAndNodes(t *testing.T, backend string) {
 // TestNodesStoppedNotAlive: a node that closed cleanly has just written its
 // registry row (role "stopped"), and GET /v1/nodes reports it not alive,
 // while the running node stays alive.
-func TestNodesStoppedNotAlive(t *testing.T) { onBackends(t, testNodesStoppedNotAlive) }
+func TestNodesStoppedNotAlive(t *testing.T) { backendtest.Run(t, testNodesStoppedNotAlive) }
 
 func testNodesStoppedNotAlive(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})

@@ -6,9 +6,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retryq/retryq/internal/backendtest"
 )
 
-func TestEnqueueGetList(t *testing.T) { onBackends(t, testEnqueueGetList) }
+func TestEnqueueGetList(t *testing.T) { backendtest.Run(t, testEnqueueGetList) }
 
 func testEnqueueGetList(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})
@@ -86,7 +88,7 @@ func testEnqueueGetList(t *testing.T, backend string) {
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "id", "GET", "/v1/tasks/a%00b", nil)
 }
 
-func TestEnqueueValidation(t *testing.T) { onBackends(t, testEnqueueValidation) }
+func TestEnqueueValidation(t *testing.T) { backendtest.Run(t, testEnqueueValidation) }
 
 func testEnqueueValidation(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})
@@ -132,7 +134,7 @@ func testEnqueueValidation(t *testing.T, backend string) {
 	}
 }
 
-func TestEnqueueSchedule(t *testing.T) { onBackends(t, testEnqueueSchedule) }
+func TestEnqueueSchedule(t *testing.T) { backendtest.Run(t, testEnqueueSchedule) }
 
 func testEnqueueSchedule(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})
@@ -155,7 +157,7 @@ func testEnqueueSchedule(t *testing.T, backend string) {
 	}
 }
 
-func TestBatch(t *testing.T) { onBackends(t, testBatch) }
+func TestBatch(t *testing.T) { backendtest.Run(t, testBatch) }
 
 func testBatch(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})
@@ -196,7 +198,7 @@ func testBatch(t *testing.T, backend string) {
 	}
 }
 
-func TestCancelAndRetry(t *testing.T) { onBackends(t, testCancelAndRetry) }
+func TestCancelAndRetry(t *testing.T) { backendtest.Run(t, testCancelAndRetry) }
 
 func testCancelAndRetry(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})

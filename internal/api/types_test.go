@@ -3,9 +3,11 @@ package api
 import (
 	"net/http"
 	"testing"
+
+	"github.com/retryq/retryq/internal/backendtest"
 )
 
-func TestTypes(t *testing.T) { onBackends(t, testTypes) }
+func TestTypes(t *testing.T) { backendtest.Run(t, testTypes) }
 
 func testTypes(t *testing.T, backend string) {
 	e := newEnv(t, envOpts{backend: backend})

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryq/retryq/internal/backendtest"
 )
 
 // recorder is a batch function that remembers batch sizes and answers each
@@ -240,7 +242,7 @@ func TestBatcherCallsRacingCloseAreAnswered(t *testing.T) {
 
 // TestEnqueueAfterCloseFails: Enqueue after Close returns ErrClosed at
 // once, even with a context that never ends.
-func TestEnqueueAfterCloseFails(t *testing.T) { onBackends(t, testEnqueueAfterCloseFails) }
+func TestEnqueueAfterCloseFails(t *testing.T) { backendtest.Run(t, testEnqueueAfterCloseFails) }
 
 func testEnqueueAfterCloseFails(t *testing.T, backend string) {
 	e := startWorkerEngine(t, openWorkerStoreOn(t, backend), Config{NoScheduler: true})

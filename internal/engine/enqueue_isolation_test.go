@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
@@ -44,7 +45,7 @@ func (s *poisonStore) InsertTasks(ctx context.Context, p store.InsertParams) ([]
 // share one insert are not failed by one caller's invalid task: the group
 // is inserted again task by task, and only the bad one fails.
 func TestEnqueueBadTaskDoesNotFailOthers(t *testing.T) {
-	onBackends(t, testEnqueueBadTaskDoesNotFailOthers)
+	backendtest.Run(t, testEnqueueBadTaskDoesNotFailOthers)
 }
 
 func testEnqueueBadTaskDoesNotFailOthers(t *testing.T, backend string) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
@@ -94,7 +95,7 @@ func TestLeaseTableExpire(t *testing.T) {
 // under the new lease's entry, and then drop it), and it does not remove
 // the L2 copy from the worker's active set, so the shutdown still releases
 // L2 when its handler ignores the cancellation.
-func TestWorkerSkipsStaleCopyOfTask(t *testing.T) { onBackends(t, testWorkerSkipsStaleCopyOfTask) }
+func TestWorkerSkipsStaleCopyOfTask(t *testing.T) { backendtest.Run(t, testWorkerSkipsStaleCopyOfTask) }
 
 func testWorkerSkipsStaleCopyOfTask(t *testing.T, backend string) {
 	st := openWorkerStoreOn(t, backend)
@@ -161,7 +162,7 @@ func testWorkerSkipsStaleCopyOfTask(t *testing.T, backend string) {
 // from the lease table, expire and be reaped under its running handler),
 // and the new run's outcome is recorded.
 func TestWorkerStaleHandlerKeepsNewLease(t *testing.T) {
-	onBackends(t, testWorkerStaleHandlerKeepsNewLease)
+	backendtest.Run(t, testWorkerStaleHandlerKeepsNewLease)
 }
 
 func testWorkerStaleHandlerKeepsNewLease(t *testing.T, backend string) {

@@ -7,16 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
-	"github.com/retryq/retryq/store/postgres"
-	"github.com/retryq/retryq/store/sqlite"
 )
 
 // pushEnv is a started engine over a real store (SQLite or PostgreSQL).
@@ -25,32 +22,11 @@ type pushEnv struct {
 	e *Engine
 }
 
-// onBackends runs test once per storage backend ("sqlite", "postgres"),
-// as parallel subtests named after it. The PostgreSQL one skips (fails in
-// CI) when no server is available.
-func onBackends(t *testing.T, test func(t *testing.T, backend string)) {
-	for _, b := range []string{"sqlite", "postgres"} {
-		t.Run(b, func(t *testing.T) {
-			t.Parallel()
-			test(t, b)
-		})
-	}
-}
-
 // newPushEnvOn starts an engine over a fresh store of the backend.
 func newPushEnvOn(t *testing.T, backend string, lease time.Duration) *pushEnv {
 	t.Helper()
 	ctx := context.Background()
-	var st store.Store
-	var err error
-	if backend == "postgres" {
-		st, err = postgres.Open(ctx, postgres.Config{URL: pgtest.URL(t), AutoMigrate: true, MaxConns: 6})
-	} else {
-		st, err = sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "retryq.db"), Synchronous: "NORMAL"})
-	}
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
+	st := backendtest.Open(t, backend, "NORMAL")
 	e, err := New(Config{Store: st, NodeID: "push-node", Version: "test", PollInterval: 50 * time.Millisecond, LeaseDuration: lease})
 	if err != nil {
 		t.Fatalf("engine: %v", err)

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
 )
@@ -17,7 +18,7 @@ import (
 // must not: every send is an attempt that Decide sees and the history
 // counts. The target answers the first task, then closes the connection on
 // the second task's first request.
-func TestPushNeverResendsOnItsOwn(t *testing.T) { onBackends(t, testPushNeverResendsOnItsOwn) }
+func TestPushNeverResendsOnItsOwn(t *testing.T) { backendtest.Run(t, testPushNeverResendsOnItsOwn) }
 
 func testPushNeverResendsOnItsOwn(t *testing.T, backend string) {
 	var (

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
@@ -14,7 +15,7 @@ import (
 // the old fetcher's delivery against the type's concurrency, not start
 // from zero.
 func TestPushConcurrencyHoldsWhenTargetReturns(t *testing.T) {
-	onBackends(t, testPushConcurrencyHoldsWhenTargetReturns)
+	backendtest.Run(t, testPushConcurrencyHoldsWhenTargetReturns)
 }
 
 func testPushConcurrencyHoldsWhenTargetReturns(t *testing.T, backend string) {

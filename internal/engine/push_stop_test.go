@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
@@ -16,7 +17,7 @@ import (
 // wait for the reaper, an attempt counted): the fetch ends regardless, and
 // the pusher gives the tasks back without delivering them.
 func TestPushStoppedDuringFetchReleasesLeases(t *testing.T) {
-	onBackends(t, testPushStoppedDuringFetchReleasesLeases)
+	backendtest.Run(t, testPushStoppedDuringFetchReleasesLeases)
 }
 
 func testPushStoppedDuringFetchReleasesLeases(t *testing.T, backend string) {

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
-func TestPushSuccess(t *testing.T) { onBackends(t, testPushSuccess) }
+func TestPushSuccess(t *testing.T) { backendtest.Run(t, testPushSuccess) }
 
 func testPushSuccess(t *testing.T, backend string) {
 	var h hits
@@ -61,7 +62,7 @@ func testPushSuccess(t *testing.T, backend string) {
 	}
 }
 
-func TestPushPermanent400(t *testing.T) { onBackends(t, testPushPermanent400) }
+func TestPushPermanent400(t *testing.T) { backendtest.Run(t, testPushPermanent400) }
 
 func testPushPermanent400(t *testing.T, backend string) {
 	var n atomic.Int32
@@ -107,7 +108,7 @@ func testPushPermanent400(t *testing.T, backend string) {
 	}
 }
 
-func TestPushRetryAfter(t *testing.T) { onBackends(t, testPushRetryAfter) }
+func TestPushRetryAfter(t *testing.T) { backendtest.Run(t, testPushRetryAfter) }
 
 func testPushRetryAfter(t *testing.T, backend string) {
 	var h hits
@@ -143,7 +144,7 @@ func testPushRetryAfter(t *testing.T, backend string) {
 }
 
 func TestPushRetryAfterCappedByMaxDelay(t *testing.T) {
-	onBackends(t, testPushRetryAfterCappedByMaxDelay)
+	backendtest.Run(t, testPushRetryAfterCappedByMaxDelay)
 }
 
 func testPushRetryAfterCappedByMaxDelay(t *testing.T, backend string) {
@@ -170,7 +171,7 @@ func testPushRetryAfterCappedByMaxDelay(t *testing.T, backend string) {
 	}
 }
 
-func TestPush503Then200(t *testing.T) { onBackends(t, testPush503Then200) }
+func TestPush503Then200(t *testing.T) { backendtest.Run(t, testPush503Then200) }
 
 func testPush503Then200(t *testing.T, backend string) {
 	var n atomic.Int32
@@ -198,7 +199,7 @@ func testPush503Then200(t *testing.T, backend string) {
 	}
 }
 
-func TestPushTimeout(t *testing.T) { onBackends(t, testPushTimeout) }
+func TestPushTimeout(t *testing.T) { backendtest.Run(t, testPushTimeout) }
 
 func testPushTimeout(t *testing.T, backend string) {
 	var n atomic.Int32
@@ -224,7 +225,7 @@ func testPushTimeout(t *testing.T, backend string) {
 	}
 }
 
-func TestPushConnectionClosed(t *testing.T) { onBackends(t, testPushConnectionClosed) }
+func TestPushConnectionClosed(t *testing.T) { backendtest.Run(t, testPushConnectionClosed) }
 
 func testPushConnectionClosed(t *testing.T, backend string) {
 	var n atomic.Int32
@@ -247,7 +248,7 @@ func testPushConnectionClosed(t *testing.T, backend string) {
 	}
 }
 
-func TestPushConnectionRefused(t *testing.T) { onBackends(t, testPushConnectionRefused) }
+func TestPushConnectionRefused(t *testing.T) { backendtest.Run(t, testPushConnectionRefused) }
 
 func testPushConnectionRefused(t *testing.T, backend string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -270,7 +271,7 @@ func testPushConnectionRefused(t *testing.T, backend string) {
 	}
 }
 
-func TestPushRedirectNotFollowed(t *testing.T) { onBackends(t, testPushRedirectNotFollowed) }
+func TestPushRedirectNotFollowed(t *testing.T) { backendtest.Run(t, testPushRedirectNotFollowed) }
 
 func testPushRedirectNotFollowed(t *testing.T, backend string) {
 	var followed atomic.Int32
@@ -297,7 +298,9 @@ func testPushRedirectNotFollowed(t *testing.T, backend string) {
 // A type whose target hangs fills its own slots only: another type's tasks
 // are delivered at once, and the hanging type never has more than its
 // concurrency in flight.
-func TestPushIsolationAndConcurrency(t *testing.T) { onBackends(t, testPushIsolationAndConcurrency) }
+func TestPushIsolationAndConcurrency(t *testing.T) {
+	backendtest.Run(t, testPushIsolationAndConcurrency)
+}
 
 func testPushIsolationAndConcurrency(t *testing.T, backend string) {
 	release := make(chan struct{})
@@ -368,7 +371,7 @@ func testPushIsolationAndConcurrency(t *testing.T, backend string) {
 
 // Close cancels deliveries still running after the grace and releases their
 // leases: the task is pending again with the attempt not counted.
-func TestPushShutdownReleases(t *testing.T) { onBackends(t, testPushShutdownReleases) }
+func TestPushShutdownReleases(t *testing.T) { backendtest.Run(t, testPushShutdownReleases) }
 
 func testPushShutdownReleases(t *testing.T, backend string) {
 	arrived := make(chan struct{}, 1)
@@ -404,7 +407,9 @@ func testPushShutdownReleases(t *testing.T, backend string) {
 
 // Cancelling a task while it is being delivered cancels the request (the
 // heartbeat finds the lease gone).
-func TestPushLeaseLostCancelsDelivery(t *testing.T) { onBackends(t, testPushLeaseLostCancelsDelivery) }
+func TestPushLeaseLostCancelsDelivery(t *testing.T) {
+	backendtest.Run(t, testPushLeaseLostCancelsDelivery)
+}
 
 func testPushLeaseLostCancelsDelivery(t *testing.T, backend string) {
 	arrived := make(chan struct{}, 1)
@@ -437,7 +442,7 @@ func testPushLeaseLostCancelsDelivery(t *testing.T, backend string) {
 
 // A target added to a type with PutType is picked up at once (not on the
 // next periodic reload), and removing it stops deliveries.
-func TestPushTargetChanges(t *testing.T) { onBackends(t, testPushTargetChanges) }
+func TestPushTargetChanges(t *testing.T) { backendtest.Run(t, testPushTargetChanges) }
 
 func testPushTargetChanges(t *testing.T, backend string) {
 	var n atomic.Int32

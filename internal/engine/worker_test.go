@@ -3,16 +3,13 @@ package engine
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
-	"github.com/retryq/retryq/store/postgres"
-	"github.com/retryq/retryq/store/sqlite"
 )
 
 // openWorkerStoreOn opens a store of the backend ("sqlite" or "postgres"),
@@ -20,16 +17,7 @@ import (
 // first-out).
 func openWorkerStoreOn(t *testing.T, backend string) store.Store {
 	t.Helper()
-	var st store.Store
-	var err error
-	if backend == "postgres" {
-		st, err = postgres.Open(context.Background(), postgres.Config{URL: pgtest.URL(t), AutoMigrate: true, MaxConns: 6})
-	} else {
-		st, err = sqlite.Open(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "retryq.db"), Synchronous: "NORMAL"})
-	}
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
+	st := backendtest.Open(t, backend, "NORMAL")
 	t.Cleanup(func() { _ = st.Close() })
 	return st
 }
@@ -175,7 +163,7 @@ func (s *outcomeLog) of(taskID string) []store.Outcome {
 // once it returned, so the task is never handed to another worker while the
 // handler still runs here; the attempt is not counted.
 func TestWorkerShutdownCancelsBeforeRelease(t *testing.T) {
-	onBackends(t, testWorkerShutdownCancelsBeforeRelease)
+	backendtest.Run(t, testWorkerShutdownCancelsBeforeRelease)
 }
 
 func testWorkerShutdownCancelsBeforeRelease(t *testing.T, backend string) {
@@ -249,7 +237,7 @@ func (s *fetchHook) FetchTasks(ctx context.Context, p store.FetchParams) ([]stor
 // would wait for the reaper and count an attempt): the fetch ends
 // regardless, and the worker releases its tasks.
 func TestWorkerStoppedDuringFetchReleasesLeases(t *testing.T) {
-	onBackends(t, testWorkerStoppedDuringFetchReleasesLeases)
+	backendtest.Run(t, testWorkerStoppedDuringFetchReleasesLeases)
 }
 
 func testWorkerStoppedDuringFetchReleasesLeases(t *testing.T, backend string) {

@@ -7,17 +7,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
-	"github.com/retryq/retryq/store/postgres"
-	"github.com/retryq/retryq/store/sqlite"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -71,18 +69,12 @@ type diff struct {
 
 func newDiff(t *testing.T, seed uint64) *diff {
 	ctx := t.Context()
-	lite, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "diff.db")})
-	if err != nil {
-		t.Fatalf("open sqlite: %v", err)
-	}
+	lite := backendtest.Open(t, backendtest.SQLite, "")
 	t.Cleanup(func() { lite.Close() })
-	pg, err := postgres.Open(ctx, postgres.Config{URL: pgtest.URL(t), AutoMigrate: true, MaxConns: 4})
-	if err != nil {
-		t.Fatalf("open postgres: %v", err)
-	}
+	pg := backendtest.Open(t, backendtest.Postgres, "")
 	t.Cleanup(func() { pg.Close() })
 	d := &diff{t: t, ctx: ctx, rng: rand.New(rand.NewPCG(seed, 0x5eed)), stores: [2]store.Store{lite, pg},
-		names: [2]string{"sqlite", "postgres"}, now: base}
+		names: [2]string{backendtest.SQLite, backendtest.Postgres}, now: base}
 	for b := range 2 {
 		d.leases[b] = map[string][]string{}
 		d.canon[b] = map[string]string{}
