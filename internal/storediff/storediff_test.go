@@ -179,6 +179,16 @@ func errClass(err error) string {
 	return "other: " + err.Error()
 }
 
+// errClasses reduces a batch call's answer (an error per item, and one for
+// the call) to what the contract specifies: the call's class first.
+func errClasses(errs []error, err error) []string {
+	out := []string{errClass(err)}
+	for _, e := range errs {
+		out = append(out, errClass(e))
+	}
+	return out
+}
+
 func (d *diff) ms(max int) time.Duration { return time.Duration(d.rng.IntN(max+1)) * time.Millisecond }
 
 func (d *diff) pick(xs ...string) string { return xs[d.rng.IntN(len(xs))] }
@@ -356,12 +366,7 @@ func (d *diff) outcomes() {
 			o.LeaseID = d.leaseOf(b, p.task, p.k)
 			os = append(os, o)
 		}
-		errs, err := s.RecordOutcomes(d.ctx, store.OutcomeParams{Outcomes: os, Now: d.now})
-		out := []string{errClass(err)}
-		for _, e := range errs {
-			out = append(out, errClass(e))
-		}
-		return out
+		return errClasses(s.RecordOutcomes(d.ctx, store.OutcomeParams{Outcomes: os, Now: d.now}))
 	})
 }
 
@@ -382,12 +387,7 @@ func (d *diff) extend() {
 		for i, id := range tasks {
 			refs = append(refs, store.LeaseRef{TaskID: id, LeaseID: d.leaseOf(b, id, ks[i]), ExpiresAt: exp})
 		}
-		errs, err := s.ExtendLeases(d.ctx, store.ExtendParams{Leases: refs, Now: d.now})
-		out := []string{errClass(err)}
-		for _, e := range errs {
-			out = append(out, errClass(e))
-		}
-		return out
+		return errClasses(s.ExtendLeases(d.ctx, store.ExtendParams{Leases: refs, Now: d.now}))
 	})
 }
 
