@@ -31,12 +31,18 @@ func TestBackendsAgree(t *testing.T) {
 	if testing.Short() {
 		seeds, steps = 2, 150
 	}
-	if v := os.Getenv("RETRYQ_DIFF_SEEDS"); v != "" { // a deeper search: RETRYQ_DIFF_SEEDS=200
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("RETRYQ_DIFF_SEEDS=%q: want a positive number of seeds", v)
+	// A deeper search: RETRYQ_DIFF_SEEDS=200, RETRYQ_DIFF_STEPS=2000.
+	for _, o := range []struct {
+		env string
+		n   *int
+	}{{"RETRYQ_DIFF_SEEDS", &seeds}, {"RETRYQ_DIFF_STEPS", &steps}} {
+		if v := os.Getenv(o.env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				t.Fatalf("%s=%q: want a positive number", o.env, v)
+			}
+			*o.n = n
 		}
-		seeds = n
 	}
 	for seed := range seeds {
 		t.Run(fmt.Sprintf("seed_%d", seed), func(t *testing.T) {
