@@ -1,7 +1,6 @@
 package storediff_test
 
 import (
-	"slices"
 	"time"
 
 	"github.com/retryq/retryq/store"
@@ -49,5 +48,3 @@ func stamp(t time.Time) string {
 	}
 	return t.UTC().Format(time.RFC3339Nano)
 }
-
-func slicesSort(s []string) { slices.Sort(s) }

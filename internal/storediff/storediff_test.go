@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -308,7 +309,7 @@ func (d *diff) leased(n int) []string {
 	if len(all) == 0 {
 		return nil
 	}
-	slicesSort(all)
+	slices.Sort(all)
 	d.rng.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
 	return all[:min(n, len(all))]
 }
