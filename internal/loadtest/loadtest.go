@@ -28,6 +28,8 @@ type Result struct {
 	// Store counts the store's shared write transactions during the run
 	// (zero when the store does not count them).
 	Store store.GroupStats
+	// CPU is what the process and the machine used during the run.
+	CPU CPUUse
 }
 
 // TasksPerSec is the whole-run throughput.
@@ -40,7 +42,8 @@ func (r Result) String() string {
 		fmt.Sprintf(" [commits: %d insert (%d tasks, %d dispatched at insert), %d fetch (%d tasks), %d outcome (%d)]",
 			r.Counters.InsertCommits, r.Counters.Inserted, r.Counters.Dispatched, r.Counters.Fetches, r.Counters.Fetched,
 			r.Counters.OutcomeCommits, r.Counters.Outcomes) +
-		fmt.Sprintf(" [store: %d writes in %d transactions]", r.Store.Writes, r.Store.Groups)
+		fmt.Sprintf(" [store: %d writes in %d transactions]", r.Store.Writes, r.Store.Groups) +
+		fmt.Sprintf(" [cpu: %s]", r.CPU.format(r.Tasks))
 }
 
 // Options tune a run.
@@ -65,6 +68,7 @@ type harness struct {
 	heap    peakHeap
 	st      store.Store
 	store0  store.GroupStats // the store's counters when the harness started
+	cpu0    cpuSample        // CPU counters when the measured part began
 }
 
 // storeStats returns the store's group-commit counters (zero if it keeps none).

@@ -26,7 +26,7 @@ func batched(st store.Store, n int, o Options, name string, failFirst int) (Resu
 		return Result{}, err
 	}
 	ctx := context.Background()
-	start := time.Now()
+	start := h.begin()
 	if err := h.enqueueBatches(ctx, n); err != nil {
 		return Result{}, fmt.Errorf("%s enqueue: %w", name, err)
 	}
@@ -50,7 +50,7 @@ func Stream(st store.Store, n, producers int, o Options) (Result, error) {
 	}
 	ctx := context.Background()
 	h.startWorker()
-	start := time.Now()
+	start := h.begin()
 	errs := make(chan error, producers)
 	var wg sync.WaitGroup
 	for p := 0; p < producers; p++ {
@@ -90,7 +90,7 @@ func Paced(st store.Store, n int, rate float64, o Options) (Result, error) {
 	}
 	ctx := context.Background()
 	h.startWorker()
-	start := time.Now()
+	start := h.begin()
 	interval := time.Duration(float64(time.Second) / rate)
 	for i := 0; i < n; i++ {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
@@ -133,7 +133,14 @@ func (h *harness) result(name string, n int, start time.Time) Result {
 	now := storeStats(h.st)
 	r.Store = store.GroupStats{Groups: now.Groups - h.store0.Groups, Writes: now.Writes - h.store0.Writes}
 	r.P50, r.P99 = h.percentiles()
+	r.CPU = h.cpu0.since()
 	return r
+}
+
+// begin marks the start of the measured part of a run and returns it.
+func (h *harness) begin() time.Time {
+	h.cpu0 = takeCPUSample()
+	return time.Now()
 }
 
 // FillWaiting inserts n tasks of type "waiting" due far in the future, so
