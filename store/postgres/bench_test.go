@@ -95,19 +95,19 @@ func BenchmarkStatementsCycle(b *testing.B) {
 	var prevLeases []string
 	for i := 0; b.Loop(); i++ {
 		now := time.Now()
-		r := newInsertRows(8)
+		r := make(insertRows, 0, 8)
 		ids, leases := make([]string, 8), make([]string, 8)
 		for k := range ids {
 			ids[k] = fmt.Sprintf("c%010d-%d", i, k)
 			leases[k] = store.NewLeasePrefix() + ids[k]
-			one := rowsOfTask(ids[k], "bench", []byte(`{"t":1780000000000000000}`), now)
-			one.states[0], one.attempts[0] = string(store.StateRunning), 1
-			one.leaseIDs[0], one.workers[0] = &leases[k], "bench-host-1234"
-			one.leaseExps[0] = nullTime(now.Add(30 * time.Second))
-			r.add(one)
+			row := rowOfTask(ids[k], "bench", []byte(`{"t":1780000000000000000}`), now)
+			row.state, row.attempt = string(store.StateRunning), 1
+			row.leaseID, row.worker = &leases[k], "bench-host-1234"
+			row.leaseExp = us(now.Add(30 * time.Second))
+			r = append(r, row)
 		}
 		batch := &pgx.Batch{}
-		sql, args := insertStatement([]*insertRows{r}, len(r.ids))
+		sql, args := insertStatement([]insertRows{r}, len(r))
 		batch.Queue(sql, args...)
 		if prev != nil {
 			batch.Queue(outcomePlanSettings)
@@ -127,13 +127,7 @@ func BenchmarkStatementsCycle(b *testing.B) {
 	b.ReportMetric(8*float64(b.N)/b.Elapsed().Seconds(), "tasks/s")
 }
 
-// rowsOfTask is the insertRows of one pending task created at now.
-func rowsOfTask(id, typ string, payload []byte, now time.Time) *insertRows {
-	r := newInsertRows(1)
-	r.ids, r.types, r.states = append(r.ids, id), append(r.types, typ), append(r.states, string(store.StatePending))
-	r.payloads, r.prios, r.maxes = append(r.payloads, payload), append(r.prios, 0), append(r.maxes, 3)
-	r.ords, r.keys = append(r.ords, 0), append(r.keys, nil)
-	r.runAts, r.nows, r.attempts = append(r.runAts, us(now)), append(r.nows, us(now)), append(r.attempts, 0)
-	r.leaseIDs, r.workers, r.leaseExps = append(r.leaseIDs, nil), append(r.workers, ""), append(r.leaseExps, nil)
-	return r
+// rowOfTask is the row of one pending task created at now.
+func rowOfTask(id, typ string, payload []byte, now time.Time) insertRow {
+	return insertRow{id: id, typ: typ, state: string(store.StatePending), payload: payload, max: 3, runAt: us(now), now: us(now)}
 }

@@ -53,7 +53,7 @@ const groupLinger = 200 * time.Microsecond
 // of their results, in order (read).
 type groupWrite struct {
 	ctx    context.Context
-	ins    *insertRows
+	ins    insertRows
 	got    func([]store.Task)
 	queue  func(b *pgx.Batch)
 	read   func(br pgx.BatchResults) error
@@ -191,7 +191,7 @@ func (s *Store) writer() {
 	}
 }
 
-func isInsert(w *groupWrite) bool  { return w.ins != nil }
+func isInsert(w *groupWrite) bool  { return len(w.ins) > 0 }
 func isOutcome(w *groupWrite) bool { return w.outcome }
 
 // runGroup commits group and answers its writes. It returns how many
@@ -245,14 +245,14 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 	b := &pgx.Batch{}
 	var (
 		inserters []*groupWrite
-		parts     []*insertRows
+		parts     []insertRows
 		rows      int
 	)
 	notify := false
 	for _, w := range ws {
-		if w.ins != nil {
+		if isInsert(w) {
 			inserters, parts = append(inserters, w), append(parts, w.ins)
-			rows += len(w.ins.ids)
+			rows += len(w.ins)
 			notify = notify || w.ins.wake()
 		}
 	}
@@ -265,7 +265,7 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 		b.Queue(lockTasksSQL, locks)
 	}
 	for _, w := range ws {
-		if w.ins == nil {
+		if !isInsert(w) {
 			w.queue(b)
 			notify = notify || w.notify
 		}
@@ -286,9 +286,9 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 				return fmt.Errorf("inserted %d of %d tasks: %w", n, rows, store.ErrConflict)
 			}
 			for _, w := range inserters {
-				ts := make([]store.Task, len(w.ins.ids))
+				ts := make([]store.Task, len(w.ins))
 				for i := range ts {
-					ts[i] = w.ins.task(i)
+					ts[i] = w.ins[i].task()
 				}
 				w.got(ts)
 			}
@@ -299,7 +299,7 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 			}
 		}
 		for _, w := range ws {
-			if w.ins == nil {
+			if !isInsert(w) {
 				if err := w.read(br); err != nil {
 					return err
 				}
