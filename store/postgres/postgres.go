@@ -432,10 +432,3 @@ func fromNull(t *time.Time) time.Time {
 	}
 	return t.UTC()
 }
-
-func nullString(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
