@@ -15,19 +15,21 @@ import (
 // On a machine that runs the database too, a stream run whose machine
 // share stays low was waiting (on commits and wake-ups), not computing.
 type CPUUse struct {
-	Process time.Duration
-	Machine float64 // 0..1 of all CPUs' time, or -1
+	Process      time.Duration // User + System
+	User, System time.Duration
+	Machine      float64 // 0..1 of all CPUs' time, or -1
 }
 
 // cpuSample is a point-in-time reading of both counters.
 type cpuSample struct {
-	process          time.Duration
+	user, system     time.Duration
 	busy, total      uint64 // clock ticks from /proc/stat, all CPUs
 	machineAvailable bool
 }
 
 func takeCPUSample() cpuSample {
-	s := cpuSample{process: processCPU()}
+	var s cpuSample
+	s.user, s.system = processCPU()
 	s.busy, s.total, s.machineAvailable = machineTicks()
 	return s
 }
@@ -35,19 +37,23 @@ func takeCPUSample() cpuSample {
 // since returns the CPU used between s and now.
 func (s cpuSample) since() CPUUse {
 	now := takeCPUSample()
-	u := CPUUse{Process: now.process - s.process, Machine: -1}
+	u := CPUUse{User: now.user - s.user, System: now.system - s.system, Machine: -1}
+	u.Process = u.User + u.System
 	if s.machineAvailable && now.machineAvailable && now.total > s.total {
 		u.Machine = float64(now.busy-s.busy) / float64(now.total-s.total)
 	}
 	return u
 }
 
-// format reads like "process 1.24s (62µs/task), machine 71% busy".
+// format reads like "process 1.24s (user 0.8s, system 0.44s; 62µs/task),
+// machine 71% busy".
 func (u CPUUse) format(tasks int) string {
-	out := fmt.Sprintf("process %s", u.Process.Round(10*time.Millisecond))
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
+	out := fmt.Sprintf("process %s (user %s, system %s", r(u.Process), r(u.User), r(u.System))
 	if tasks > 0 {
-		out += fmt.Sprintf(" (%s/task)", (u.Process / time.Duration(tasks)).Round(100*time.Nanosecond))
+		out += fmt.Sprintf("; %s/task", (u.Process / time.Duration(tasks)).Round(100*time.Nanosecond))
 	}
+	out += ")"
 	if u.Machine >= 0 {
 		out += fmt.Sprintf(", machine %.0f%% busy", 100*u.Machine)
 	}

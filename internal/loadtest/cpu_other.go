@@ -5,4 +5,4 @@ package loadtest
 import "time"
 
 // processCPU is not reported on this platform.
-func processCPU() time.Duration { return 0 }
+func processCPU() (user, system time.Duration) { return 0, 0 }

@@ -34,7 +34,8 @@ func TestCPUUseCountsWork(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	x := uint64(1)
 	// Spin until the process has used at least 100 ms of CPU (bounded).
-	for processCPU()-s.process < 100*time.Millisecond && time.Now().Before(deadline) {
+	used := func() time.Duration { u, sys := processCPU(); return u + sys - s.user - s.system }
+	for used() < 100*time.Millisecond && time.Now().Before(deadline) {
 		for i := 0; i < 1_000_000; i++ {
 			x ^= x << 13
 			x ^= x >> 7
@@ -49,7 +50,10 @@ func TestCPUUseCountsWork(t *testing.T) {
 		t.Fatalf("machine share %.3f, want in (0, 1]", u.Machine)
 	}
 	out := u.format(10)
-	if !strings.HasPrefix(out, "process ") || !strings.Contains(out, "/task)") {
+	if u.Process != u.User+u.System {
+		t.Fatalf("process %s is not user %s + system %s", u.Process, u.User, u.System)
+	}
+	if !strings.HasPrefix(out, "process ") || !strings.Contains(out, "/task)") || !strings.Contains(out, "user ") {
 		t.Fatalf("format = %q", out)
 	}
 }

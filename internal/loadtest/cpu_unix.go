@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// processCPU returns the user plus system CPU time this process used.
-func processCPU() time.Duration {
+// processCPU returns the user and system CPU time this process used.
+func processCPU() (user, system time.Duration) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
 }
