@@ -127,15 +127,18 @@ func (v exitCodesValue) String() string {
 	return strings.Join(parts, ",")
 }
 
-// Set implements flag.Value.
+// Set implements flag.Value. A list with any bad code adds none.
 func (v exitCodesValue) Set(s string) error {
-	for _, part := range strings.Split(s, ",") {
+	parts := strings.Split(s, ",")
+	codes := make([]int, 0, len(parts))
+	for _, part := range parts {
 		part = strings.TrimSpace(part)
 		n, err := strconv.Atoi(part)
 		if err != nil || n < 1 || n > 255 {
 			return fmt.Errorf("want exit codes from 1 to 255 separated by commas, got %q", part)
 		}
-		*v.codes = append(*v.codes, n)
+		codes = append(codes, n)
 	}
+	*v.codes = append(*v.codes, codes...)
 	return nil
 }
