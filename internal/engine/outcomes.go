@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/retryq/retryq/store"
@@ -69,6 +70,12 @@ func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]st
 
 // logOutcome writes the structured log line of a state change.
 func (e *Engine) logOutcome(t *store.Task, o *store.Outcome, err error) {
+	// Check the level first: building the attributes allocates, and a
+	// successful attempt, logged at info, is the hot path.
+	level := outcomeLevel(o, err)
+	if !e.log.Enabled(context.Background(), level) {
+		return
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrLeaseLost) {
 			e.log.Warn("outcome refused: lease lost", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "outcome", o.State)
@@ -89,6 +96,23 @@ func (e *Engine) logOutcome(t *store.Task, o *store.Outcome, err error) {
 			"reason", o.DeadReason, "error_code", o.Error.Code, "error_class", o.Error.Class, "error", o.Error.Message)
 	case store.StatePending:
 		e.log.Info("task released", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
+	}
+}
+
+// outcomeLevel is the level logOutcome logs an outcome (or the error
+// recording it) at.
+func outcomeLevel(o *store.Outcome, err error) slog.Level {
+	switch {
+	case err != nil && errors.Is(err, store.ErrLeaseLost):
+		return slog.LevelWarn
+	case err != nil:
+		return slog.LevelError
+	case o.State == store.StateRetryWaiting:
+		return slog.LevelWarn
+	case o.State == store.StateDead:
+		return slog.LevelError
+	default:
+		return slog.LevelInfo
 	}
 }
 
