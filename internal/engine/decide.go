@@ -24,6 +24,11 @@ type Failure struct {
 	Message    string
 	Class      retry.Class
 	RetryAfter time.Duration
+	// Explicit marks a Class the worker stated rather than one guessed
+	// from the code. An explicit permanent failure stays permanent, as a
+	// retry.Permanent error does in process: the type's RetryOn list does
+	// not make it transient again.
+	Explicit bool
 	// LeaseExpired marks the reaper's failure for an expired lease.
 	LeaseExpired bool
 	// Detail is extra history detail (a stack trace, a response excerpt).
@@ -65,6 +70,7 @@ func (e *Engine) Decide(t *store.Task, spec *TypeSpec, f Failure, now time.Time)
 		if msg == "" {
 			msg = f.Err.Error()
 		}
+	case f.Explicit && class == retry.ClassPermanent:
 	default:
 		class = pol.ClassifyCode(code, class)
 	}
@@ -156,6 +162,7 @@ type ReportedError struct {
 func (r ReportedError) failure() Failure {
 	f := Failure{Code: r.Code, Message: r.Message, Class: retry.ClassUnknown, RetryAfter: r.RetryAfter}
 	if r.Retryable != nil {
+		f.Explicit = true
 		if *r.Retryable {
 			f.Class = retry.ClassTransient
 		} else {

@@ -52,10 +52,13 @@ func (s *schedPoke) take() (time.Time, bool) {
 func (e *Engine) runScheduler(ctx context.Context) {
 	e.log.Info("scheduler loops started", "node", e.cfg.NodeID)
 	defer e.log.Info("scheduler loops stopped", "node", e.cfg.NodeID)
+	// The first pass runs at once; next records that the timer is armed
+	// for now, so that a wake-up already waiting (say for a task delayed
+	// by an hour) cannot push the first pass back to its own time.
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	nextRetention := time.Now()
-	var next time.Time // wall-clock time the timer is set for
+	next := time.Now() // wall-clock time the timer is set for
 	for {
 		select {
 		case <-ctx.Done():
@@ -65,7 +68,7 @@ func (e *Engine) runScheduler(ctx context.Context) {
 			if recheck {
 				at = time.Now()
 			}
-			if at.IsZero() || (!next.IsZero() && !at.Before(next)) {
+			if at.IsZero() || !at.Before(next) {
 				continue
 			}
 			next = at
