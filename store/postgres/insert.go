@@ -244,6 +244,18 @@ func (s *Store) insertBatch(ctx context.Context, op string, tasks []store.NewTas
 // (retention), the transaction rolls back and the caller may retry.
 func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTask, dupOf []int, r insertRows) ([]store.InsertResult, error) {
 	results := make([]store.InsertResult, len(tasks))
+	// Insert the rows in key order: two batches holding the same keys in
+	// different orders would otherwise each wait, on the unique key index,
+	// for a key the other inserted first, and deadlock. Results are matched
+	// by id and key below, so the order is free.
+	slices.SortStableFunc(r, func(a, b insertRow) int {
+		switch {
+		case a.key == nil || b.key == nil:
+			return cmpBool(a.key == nil, b.key == nil)
+		default:
+			return strings.Compare(*a.key, *b.key)
+		}
+	})
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, insertTasksSQL, r.args()...)
 		if err != nil {
@@ -309,4 +321,16 @@ func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTas
 		return nil, err
 	}
 	return results, nil
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	default:
+		return 1
+	}
 }

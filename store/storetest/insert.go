@@ -19,6 +19,7 @@ var insertTests = []testCase{
 	{"Insert/IdempotencyExisting", testIdemExisting},
 	{"Insert/IdempotencyWithinBatch", testIdemBatch},
 	{"Insert/IdempotencyConcurrent", testIdemConcurrent},
+	{"Insert/IdempotencyCrossedOrders", testIdemCrossedOrders},
 	{"Insert/Leased", testInsertLeased},
 	{"Insert/ConcurrentFailureIsolated", testInsertConcurrentIsolated},
 }
@@ -305,4 +306,44 @@ func testIdemConcurrent(e *env) {
 		e.eq("id of result", results[i].Task.ID, winner)
 	}
 	e.eq("pending tasks", e.counts()[store.StatePending], 1+n)
+}
+
+// testIdemCrossedOrders runs pairs of concurrent batches that carry the
+// same idempotency keys in opposite orders (two nodes coalescing the same
+// producers' retries in different orders). Both must succeed: each key
+// yields one task, the other batch's entries are duplicates of it. A
+// backend that inserts keyed rows in input order can deadlock here.
+func testIdemCrossedOrders(e *env) {
+	const keys = 100
+	for round := range 10 {
+		var a, b []store.NewTask
+		for i := range keys {
+			a = append(a, keyed(fmt.Sprintf("a%d_%03d", round, i), fmt.Sprintf("k%d_%03d", round, i)))
+			j := keys - 1 - i
+			b = append(b, keyed(fmt.Sprintf("b%d_%03d", round, j), fmt.Sprintf("k%d_%03d", round, j)))
+		}
+		var wg sync.WaitGroup
+		var ra, rb []store.InsertResult
+		var ea, eb error
+		wg.Go(func() { ra, ea = e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: a}) })
+		wg.Go(func() { rb, eb = e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: b}) })
+		wg.Wait()
+		e.noErr(fmt.Sprintf("round %d: first batch", round), ea)
+		e.noErr(fmt.Sprintf("round %d: second batch (keys in the opposite order)", round), eb)
+		for i := range keys {
+			x, y := ra[i], rb[keys-1-i]
+			if x.Task.ID != y.Task.ID || x.Duplicate == y.Duplicate {
+				e.t.Fatalf("round %d, key %d: results %s (duplicate %v) and %s (duplicate %v), want one task and one duplicate of it",
+					round, i, x.Task.ID, x.Duplicate, y.Task.ID, y.Duplicate)
+			}
+		}
+	}
+	e.eq("pending tasks", e.counts()[store.StatePending], 10*keys)
+}
+
+// keyed is a new task of type "a" with an idempotency key.
+func keyed(id, key string) store.NewTask {
+	t := nt(id, "a")
+	t.IdempotencyKey = key
+	return t
 }
