@@ -12,6 +12,13 @@ import (
 // commitOutcomes records a batch of outcomes in one transaction and wakes
 // whoever the new states concern.
 func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]struct{}, []error, error) {
+	// Bound the commit, retries included, by the lease duration: a database
+	// that hangs (a silently dropped connection, a row lock) must not hang
+	// the worker's shutdown or the engine's Close, and once the leases of
+	// the batch have run out the store would refuse its outcomes anyway;
+	// the reaper's retry decision then applies, as after a crash.
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.LeaseDuration)
+	defer cancel()
 	now := e.now()
 	errs, err := e.st.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now})
 	// A database that is briefly away (restart, failover, network blip)
