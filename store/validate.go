@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -12,12 +13,19 @@ import (
 // ErrInvalid (the SQLite backend builds one query branch per type).
 const MaxFetchTypes = 256
 
+// Fits32 reports whether n fits in 32 bits, as priorities
+// (NewTask.Priority, Outcome.EffectivePrio) and NewTask.MaxAttempts must:
+// backends may store them as 32-bit integers, and a value that did not fit
+// would come back as another number.
+func Fits32(n int) bool { return n >= math.MinInt32 && n <= math.MaxInt32 }
+
 // CheckNewTasks validates a batch for InsertTasks, the same way for every
-// backend: each task needs an id and a type; ids, types and idempotency
-// keys must be valid UTF-8 without NUL bytes (PostgreSQL refuses them in
-// text, and an id that does not survive JSON could not be looked up
-// again); a lease needs a lease id and a positive duration (a leased task
-// without them could never be reaped); and an id may appear only once,
+// backend: each task needs an id and a type; ids, types, idempotency keys
+// and a lease's ids must be valid UTF-8 without NUL bytes (PostgreSQL
+// refuses them in text, and an id that does not survive JSON could not be
+// looked up again); priority and max attempts must fit in 32 bits (Fits32);
+// a lease needs a lease id and a positive duration (a leased task without
+// them could never be reaped); and an id may appear only once,
 // unless the later task repeats an earlier one's idempotency key (it is
 // then a duplicate of that task, not a second row). Errors wrap
 // ErrInvalid and name the task's index.
@@ -38,8 +46,16 @@ func CheckNewTasks(tasks []NewTask) error {
 				return bad("%s %q is not valid UTF-8 text (or holds a NUL byte)", f.name, f.v)
 			}
 		}
-		if l := nt.Lease; l != nil && (l.LeaseID == "" || l.Duration <= 0) {
-			return bad("a lease needs a lease id and a positive duration (got %q, %v)", l.LeaseID, l.Duration)
+		if !Fits32(nt.Priority) || !Fits32(nt.MaxAttempts) {
+			return bad("priority %d and max attempts %d must fit in 32 bits", nt.Priority, nt.MaxAttempts)
+		}
+		if l := nt.Lease; l != nil {
+			if l.LeaseID == "" || l.Duration <= 0 {
+				return bad("a lease needs a lease id and a positive duration (got %q, %v)", l.LeaseID, l.Duration)
+			}
+			if !ValidText(l.LeaseID) || !ValidText(l.WorkerID) {
+				return bad("lease id %q and worker id %q must be valid UTF-8 text without NUL bytes", l.LeaseID, l.WorkerID)
+			}
 		}
 		if ids == nil {
 			continue

@@ -162,7 +162,7 @@ func (s *Store) writer() {
 	var hold store.Holder[*groupWrite]
 	want := 0 // writes expected back: queued during the last commit plus the inserters it answered
 	for {
-		if hold.Held() && s.bgCtx.Err() == nil {
+		if hold.Held() {
 			// Never wait while holding writes: take what is queued (if
 			// anything) and send the held writes with it.
 			select {
@@ -173,11 +173,16 @@ func (s *Store) writer() {
 			select {
 			case <-s.wq.signal:
 			case <-s.bgCtx.Done():
-				for _, w := range append(hold.Release(nil), s.wq.stop()...) {
-					w.done <- store.ErrClosed
-				}
-				return
 			}
+		}
+		if s.bgCtx.Err() != nil {
+			// Closed: whatever is held or queued was never sent. (Checked
+			// after the select, which may pick the queue's signal although
+			// the store closed too.)
+			for _, w := range append(hold.Release(nil), s.wq.stop()...) {
+				w.done <- store.ErrClosed
+			}
+			return
 		}
 		if want > 1 {
 			store.YieldUntil(func() bool { return s.wq.len() >= want }, groupLinger)
@@ -210,10 +215,9 @@ func (s *Store) runGroup(group []*groupWrite) int {
 	}
 	err := s.sendGroup(live)
 	queued := s.wq.len()
-	var pgErr *pgconn.PgError
-	if err != nil && len(live) > 1 && errors.As(err, &pgErr) {
-		// A statement failed and the transaction rolled back: find the
-		// faulty write by running each alone.
+	if err != nil && len(live) > 1 && groupUndone(err) {
+		// A statement failed and the transaction rolled back, or the batch
+		// was never sent: find the faulty write by running each alone.
 		for _, w := range live {
 			if err := w.ctx.Err(); err != nil { // its caller stopped waiting meanwhile
 				w.done <- err
@@ -230,6 +234,17 @@ func (s *Store) runGroup(group []*groupWrite) int {
 		w.done <- err
 	}
 	return queued
+}
+
+// groupUndone reports whether err left a group without effect, so that its
+// writes may run again one by one: a statement failed (the transaction
+// rolled back), pgx could not build the batch (a parameter it cannot
+// encode), or the error came before anything was sent. After other errors,
+// a lost connection above all, the commit may have happened.
+func groupUndone(err error) bool {
+	var pgErr *pgconn.PgError
+	var prep pgx.ErrPreprocessingBatch
+	return errors.As(err, &pgErr) || errors.As(err, &prep) || pgconn.SafeToRetry(err)
 }
 
 // count adds to the GroupStats counters.

@@ -3,12 +3,15 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
@@ -282,5 +285,119 @@ func TestGroupLocksRowsInIDOrder(t *testing.T) {
 	after := s.GroupStats()
 	if groups, writes := after.Groups-before.Groups, after.Writes-before.Writes; groups != 1 || writes != 3 {
 		t.Errorf("the group ran as %d transaction(s) for %d writes, want 1 for 3 (it rolled back and ran again write by write)", groups, writes)
+	}
+}
+
+// TestCloseAnswersQueuedWritesWithErrClosed: a write still queued when the
+// store closes (behind a group in flight) is answered ErrClosed. The
+// writer's select sees both the queue's signal and the closing and may pick
+// either; it used to send the queued write with the cancelled context half
+// the time, and its caller, whose own context was fine, got "context
+// canceled".
+func TestCloseAnswersQueuedWritesWithErrClosed(t *testing.T) {
+	url := pgtest.URL(t)
+	x := connect(t, url)
+	for i := range 8 {
+		s := openURL(t, url, func(c *Config) { c.MinConns, c.MaxConns = 2, 2 })
+		ctx := t.Context()
+		now := time.Now()
+		tk := leased(t, s, fmt.Sprintf("c%d-", i), 1, now)[0]
+		if _, err := x.Exec(ctx, "SELECT pg_advisory_lock(1)"); err != nil {
+			t.Fatal(err)
+		}
+		hold := lockWrite(ctx, 1)
+		s.wq.push(hold)
+		waitAdvisoryWaiter(t, x)
+		res := make(chan error, 1)
+		go func() {
+			_, err := s.RecordOutcomes(context.Background(), store.OutcomeParams{Now: now, Outcomes: []store.Outcome{{
+				TaskID: tk.ID, LeaseID: tk.LeaseID, State: store.StateSucceeded}}})
+			res <- err
+		}()
+		waitQueued(t, s, 1)
+		s.Close()
+		<-hold.done
+		err := <-res
+		if _, err := x.Exec(ctx, "SELECT pg_advisory_unlock(1)"); err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(err, store.ErrClosed) {
+			t.Fatalf("run %d: a write queued when the store closed was answered %v, want ErrClosed", i, err)
+		}
+	}
+}
+
+// TestGroupFaultyOutcomeBatchDoesNotFailOthers: one caller's outcome batch
+// names a task twice (the statement-by-statement path) with an effective
+// priority beyond 32 bits, in the same group as another caller's valid
+// batch. Only the faulty entries fail. Before, pgx could not encode the
+// priority, the group was never sent, and that error went to every write of
+// the group (runGroup re-ran writes alone only after a statement error; see
+// groupUndone).
+func TestGroupFaultyOutcomeBatchDoesNotFailOthers(t *testing.T) {
+	url := pgtest.URL(t)
+	s := openURL(t, url, nil)
+	ctx := t.Context()
+	now := time.Now()
+	tasks := leased(t, s, "e", 2, now)
+	good, bad := tasks[0], tasks[1]
+
+	x := connect(t, url)
+	if _, err := x.Exec(ctx, "SELECT pg_advisory_lock(1)"); err != nil {
+		t.Fatal(err)
+	}
+	hold := lockWrite(ctx, 1)
+	s.wq.push(hold)
+	waitAdvisoryWaiter(t, x)
+
+	type result struct {
+		errs []error
+		err  error
+	}
+	goodDone, badDone := make(chan result, 1), make(chan result, 1)
+	go func() {
+		errs, err := s.RecordOutcomes(context.Background(), store.OutcomeParams{Now: now, Outcomes: []store.Outcome{{
+			TaskID: good.ID, LeaseID: good.LeaseID, State: store.StateSucceeded, OutcomeKind: store.OutcomeSucceeded}}})
+		goodDone <- result{errs, err}
+	}()
+	waitQueued(t, s, 1)
+	go func() {
+		o := store.Outcome{TaskID: bad.ID, LeaseID: bad.LeaseID, State: store.StateRetryWaiting,
+			RunAt: now.Add(time.Minute), EffectivePrio: 1 << 40,
+			Error: &store.ErrorInfo{Code: "E", Message: "m"}, OutcomeKind: store.OutcomeFailed}
+		errs, err := s.RecordOutcomes(context.Background(), store.OutcomeParams{Now: now, Outcomes: []store.Outcome{o, o}})
+		badDone <- result{errs, err}
+	}()
+	waitQueued(t, s, 2)
+	if _, err := x.Exec(ctx, "SELECT pg_advisory_unlock(1)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-hold.done; err != nil {
+		t.Fatalf("hold: %v", err)
+	}
+	b := <-badDone
+	t.Logf("faulty batch: %v %v", b.errs, b.err)
+	g := <-goodDone
+	if g.err != nil || g.errs[0] != nil {
+		t.Errorf("the valid outcome batch failed because it shared a group with a faulty one: %v %v", g.err, g.errs)
+	}
+}
+
+func TestGroupUndone(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "23505"}, true},
+		{fmt.Errorf("send: %w", &pgconn.PgError{Code: "22P02"}), true},
+		{pgx.ErrPreprocessingBatch{}, true},
+		{fmt.Errorf("batch: %w", pgx.ErrPreprocessingBatch{}), true},
+		{errors.New("connection reset by peer"), false},
+		{context.Canceled, false},
+		{io.ErrUnexpectedEOF, false},
+	} {
+		if got := groupUndone(c.err); got != c.want {
+			t.Errorf("groupUndone(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

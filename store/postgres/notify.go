@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,9 +13,24 @@ import (
 )
 
 // cancelPrefix starts the payload of the notification CancelTask sends for
-// a running task: "cancel TASK_ID LEASE_ID". Other notifications carry an
-// empty payload and mean "tasks may be due".
+// a running task: "cancel N IDLEASE", where N is the byte length of the
+// task id, so that ids and lease ids holding spaces read back whole
+// (cancelPayload, publishCancel). Other notifications carry an empty
+// payload and mean "tasks may be due".
 const cancelPrefix = "cancel "
+
+// maxNotifyPayload is PostgreSQL's bound on a NOTIFY payload (8000 bytes,
+// exclusive).
+const maxNotifyPayload = 7999
+
+// cancelPayload returns the notification payload naming the lease to stop,
+// and false when it would exceed maxNotifyPayload. The notification is best
+// effort either way: a handler not told stops at its next heartbeat, which
+// finds the lease gone.
+func cancelPayload(id, lease string) (string, bool) {
+	p := cancelPrefix + strconv.Itoa(len(id)) + " " + id + lease
+	return p, len(p) <= maxNotifyPayload
+}
 
 // cancelBuffer is how many cancellations a slow receiver may fall behind
 // before more are dropped (its heartbeat then finds the lease gone).
@@ -54,10 +70,12 @@ func (s *Store) Cancellations(ctx context.Context) <-chan store.LeaseRef {
 
 // publishCancel hands a cancellation notification to every receiver.
 func (s *Store) publishCancel(payload string) {
-	id, lease, ok := strings.Cut(strings.TrimPrefix(payload, cancelPrefix), " ")
-	if !ok || id == "" || lease == "" {
+	n, rest, ok := strings.Cut(strings.TrimPrefix(payload, cancelPrefix), " ")
+	size, err := strconv.Atoi(n)
+	if !ok || err != nil || size <= 0 || size >= len(rest) {
 		return
 	}
+	id, lease := rest[:size], rest[size:]
 	ref := store.LeaseRef{TaskID: id, LeaseID: lease}
 	s.cancelMu.Lock()
 	defer s.cancelMu.Unlock()

@@ -1,10 +1,12 @@
 package postgres
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/store"
 )
 
 // TestListenerBacksOffWhenConnectionsDrop: a server that accepts the
@@ -57,5 +59,74 @@ func TestListenerBacksOffWhenConnectionsDrop(t *testing.T) {
 	// Waits of at least half the backoff: 50+100+200+400+800 ms.
 	if min := 1550 * time.Millisecond; gaps < min {
 		t.Errorf("%d reconnects after drops took %v in all, want at least %v", drops, gaps, min)
+	}
+}
+
+// TestCancelNotificationTaskIDWithSpace: a running task whose id holds a
+// space is cancelled; the cancellation delivered to Cancellations names
+// that task and its lease (the payload used to be split at the first
+// space, which named task "a").
+func TestCancelNotificationTaskIDWithSpace(t *testing.T) {
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx := t.Context()
+	wake := s.Wakeups(ctx)
+	waitWakeup(t, wake, "listener up")
+	cancels := s.Cancellations(ctx)
+	now := time.Now()
+	nt := store.NewTask{ID: "a b", Type: "email"}
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: []store.NewTask{nt}, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.FetchTasks(ctx, store.FetchParams{Limit: 1, WorkerID: "w", LeaseDuration: time.Minute, Now: now})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("fetch: %v %v", got, err)
+	}
+	if _, err := s.CancelTask(ctx, store.CancelParams{ID: nt.ID, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ref := <-cancels:
+		if ref.TaskID != nt.ID || ref.LeaseID != got[0].LeaseID {
+			t.Errorf("cancellation names task %q lease %q, want task %q lease %q", ref.TaskID, ref.LeaseID, nt.ID, got[0].LeaseID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no cancellation delivered")
+	}
+}
+
+// TestCancelPayload: what cancelPayload writes publishCancel reads back,
+// whatever the ids hold; payloads over PostgreSQL's bound are not sent.
+func TestCancelPayload(t *testing.T) {
+	for _, c := range []struct{ id, lease string }{
+		{"a", "L"}, {"a b", "x y z"}, {"12 34", "5"}, {"é", " "}, {strings.Repeat("i", 4000), strings.Repeat("L", 3980)},
+	} {
+		p, ok := cancelPayload(c.id, c.lease)
+		if !ok {
+			t.Fatalf("cancelPayload(%.20q, %.20q) refused a %d-byte payload", c.id, c.lease, len(p))
+		}
+		s := &Store{cancelSubs: map[chan store.LeaseRef]struct{}{}}
+		ch := make(chan store.LeaseRef, 1)
+		s.cancelSubs[ch] = struct{}{}
+		s.publishCancel(p)
+		select {
+		case ref := <-ch:
+			if ref.TaskID != c.id || ref.LeaseID != c.lease {
+				t.Errorf("payload %.40q read back as %.20q / %.20q", p, ref.TaskID, ref.LeaseID)
+			}
+		default:
+			t.Errorf("payload %.40q delivered nothing", p)
+		}
+	}
+	if p, ok := cancelPayload(strings.Repeat("i", 4000), strings.Repeat("L", 4000)); ok {
+		t.Errorf("a %d-byte payload was accepted", len(p))
+	}
+	for _, bad := range []string{"cancel ", "cancel x", "cancel 0 ab", "cancel 3 abc", "cancel -1 ab", "cancel 9 ab"} {
+		s := &Store{cancelSubs: map[chan store.LeaseRef]struct{}{}}
+		ch := make(chan store.LeaseRef, 1)
+		s.cancelSubs[ch] = struct{}{}
+		s.publishCancel(bad)
+		if len(ch) != 0 {
+			t.Errorf("malformed payload %q delivered %v", bad, <-ch)
+		}
 	}
 }

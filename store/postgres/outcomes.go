@@ -146,6 +146,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 	type row struct {
 		invalid              error
 		state                string
+		runAt                time.Time
 		retry, failure, hist bool
 		kind                 string
 		code, msg, class     *string
@@ -162,17 +163,32 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		seen[o.TaskID] = true
 		state := o.State
 		retry := false // a failure stored as retry_waiting or pending
+		runAt := o.RunAt
+		var invalid error
 		switch state {
 		case store.StateSucceeded, store.StateDead:
 		case store.StateRetryWaiting:
 			retry = true
-			if !o.RunAt.After(p.Now) {
+			if runAt.IsZero() {
+				runAt = p.Now
+			}
+			if !runAt.After(p.Now) {
 				state = store.StatePending
+			}
+			if !store.Fits32(o.EffectivePrio) {
+				invalid = fmt.Errorf("record outcome of task %s: effective priority %d does not fit in 32 bits: %w", o.TaskID, o.EffectivePrio, store.ErrInvalid)
 			}
 		case store.StatePending:
 		default:
-			r := row{invalid: fmt.Errorf("record outcome of task %s: state %q is not an outcome: %w", o.TaskID, o.State, store.ErrInvalid)}
-			rowsIn[i] = r
+			invalid = fmt.Errorf("record outcome of task %s: state %q is not an outcome: %w", o.TaskID, o.State, store.ErrInvalid)
+		}
+		if invalid == nil && (!store.ValidText(o.TaskID) || !store.ValidText(o.LeaseID)) {
+			// No stored task or lease has such an id (the server would
+			// refuse it as text and fail the whole batch).
+			invalid = fmt.Errorf("record outcome of task %q lease %q: %w", o.TaskID, o.LeaseID, store.ErrLeaseLost)
+		}
+		if invalid != nil {
+			rowsIn[i] = row{invalid: invalid}
 			plain = false
 			continue
 		}
@@ -189,7 +205,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 				kind = store.OutcomeSucceeded
 			}
 		}
-		r := row{state: string(state), retry: retry, kind: kind,
+		r := row{state: string(state), retry: retry, kind: kind, runAt: runAt,
 			failure: o.State == store.StateRetryWaiting || o.State == store.StateDead,
 			// A release is not an attempt; a success is recorded in the
 			// task row itself (see ListAttempts).
@@ -233,7 +249,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			ids[k], leases[k], states[k], kinds[k], details[k], reasons[k] = o.TaskID, o.LeaseID, r.state, r.kind, o.Detail, o.DeadReason
 			codes[k], msgs[k], classes[k] = r.code, r.msg, r.class
 			reaps[k], hists[k], retries[k], failures[k] = o.ReapExpired, r.hist, r.retry, r.failure
-			runAts[k], prios[k], delays[k] = us(o.RunAt), int32(o.EffectivePrio), int64(o.LastDelay)
+			runAts[k], prios[k], delays[k] = us(r.runAt), int32(o.EffectivePrio), int64(o.LastDelay)
 		}
 		locks = ids
 		queued = append(queued, func(b *pgx.Batch) {
@@ -276,12 +292,12 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		for i, o := range p.Outcomes {
 			r := rowsIn[i]
 			if r.invalid != nil {
-				o.TaskID = "" // matches no task
+				o = store.Outcome{} // matches no task, and every parameter encodes
 			}
 			locks = append(locks, o.TaskID)
 			queued = append(queued, func(b *pgx.Batch) {
 				b.Queue(recordOutcomeSQL, o.TaskID, o.LeaseID, o.ReapExpired, now,
-					r.state, us(o.RunAt), o.EffectivePrio, r.code, r.msg, r.class,
+					r.state, us(r.runAt), o.EffectivePrio, r.code, r.msg, r.class,
 					int64(o.LastDelay), o.DeadReason, r.kind, o.Detail, r.hist, r.retry, r.failure)
 			})
 		}

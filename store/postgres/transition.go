@@ -35,7 +35,11 @@ RETURNING `+taskCols, p.ID, us(p.Now))
 		if err != nil || lease == nil || s.cfg.PollOnly {
 			return err
 		}
-		_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, cancelPrefix+p.ID+" "+*lease)
+		payload, ok := cancelPayload(p.ID, *lease)
+		if !ok {
+			return nil // too long to notify: the handler's next heartbeat finds the lease gone
+		}
+		_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, payload)
 		return err
 	})
 	return t, err

@@ -108,6 +108,10 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 				r.state = string(store.StatePending)
 			}
 			r.runAt, r.prio = ra.UnixMicro(), o.EffectivePrio
+			if !store.Fits32(o.EffectivePrio) {
+				errs[i] = fmt.Errorf("record outcome of task %s: %w: effective priority %d does not fit in 32 bits", o.TaskID, store.ErrInvalid, o.EffectivePrio)
+				continue
+			}
 		case store.StateDead:
 			r.failure = 1
 			r.deadReason = o.DeadReason

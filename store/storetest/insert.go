@@ -193,6 +193,10 @@ func testInsertInvalid(e *env) {
 		{"a type with a NUL byte", nt("t_2", "a\x00b")},
 		{"an idempotency key that is not UTF-8", keyed("t_2", "k\xfe")},
 		{"an id twice", nt("t_1", "a")},
+		{"a priority beyond 32 bits", func() store.NewTask { n := nt("t_2", "a"); n.Priority = 1 << 31; return n }()},
+		{"max attempts beyond 32 bits", func() store.NewTask { n := nt("t_2", "a"); n.MaxAttempts = -1<<31 - 1; return n }()},
+		{"a lease id with a NUL byte", leased("t_2", "L\x00", time.Minute)},
+		{"a worker id that is not UTF-8", func() store.NewTask { n := leased("t_2", "L", time.Minute); n.Lease.WorkerID = "w\xff"; return n }()},
 	} {
 		_, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: []store.NewTask{nt("t_1", "a"), c.bad}})
 		e.isErr("InsertTasks with "+c.what, err, store.ErrInvalid)

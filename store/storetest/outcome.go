@@ -20,6 +20,60 @@ var outcomeTests = []testCase{
 	{"Outcome/CancelledMeanwhile", testOutcomeCancelled},
 	{"Outcome/MixedBatch", testOutcomeMixedBatch},
 	{"Outcome/OddText", testOutcomeOddText},
+	{"Outcome/RetryZeroRunAtIsNow", testOutcomeRetryZeroRunAt},
+	{"Outcome/OddIDsAreLost", testOutcomeOddIDs},
+	{"Outcome/PriorityBeyond32Bits", testOutcomePriorityRange},
+}
+
+// testOutcomeRetryZeroRunAt: a retry outcome without a RunAt means now: the
+// task is pending again, due at Now.
+func testOutcomeRetryZeroRunAt(e *env) {
+	tk := e.start(base, nt("t_1", "a"))
+	o := failRetry(tk, time.Time{}, "E")
+	now := base.Add(time.Second)
+	e.mustRecord(now, o)
+	got := e.get("t_1", store.StatePending)
+	e.eqTime("RunAt", got.RunAt, now)
+	e.eq("Attempt", got.Attempt, 1)
+}
+
+// testOutcomeOddIDs: an outcome whose task or lease id no task can have
+// (not UTF-8, a NUL byte) is an outcome for an unknown task: ErrLeaseLost
+// for that entry alone, and the rest of the batch applies.
+func testOutcomeOddIDs(e *env) {
+	ok := e.start(base, nt("t_ok", "a"))
+	other := e.start(base, nt("t_other", "a"))
+	badLease := succeed(other)
+	badLease.LeaseID = other.LeaseID + "\xff"
+	now := base.Add(time.Second)
+	errs, err := e.s.RecordOutcomes(e.ctx, store.OutcomeParams{Now: now, Outcomes: []store.Outcome{
+		succeed(ok),
+		{TaskID: "t_\x00", LeaseID: "L", State: store.StateSucceeded},
+		badLease,
+		{TaskID: "t_\xfe", LeaseID: "L", State: store.StateDead, DeadReason: store.DeadMaxAttempts},
+	}})
+	e.noErr("RecordOutcomes", err)
+	e.noErr("outcome of t_ok", errs[0])
+	for i := 1; i < len(errs); i++ {
+		e.isErr(fmt.Sprintf("outcome %d (odd id)", i), errs[i], store.ErrLeaseLost)
+	}
+	e.get("t_ok", store.StateSucceeded)
+	e.get("t_other", store.StateRunning)
+}
+
+// testOutcomePriorityRange: a retry outcome whose effective priority does
+// not fit in 32 bits (store.Fits32) is ErrInvalid for that entry alone.
+func testOutcomePriorityRange(e *env) {
+	ok := e.start(base, nt("t_ok", "a"))
+	big := e.start(base, nt("t_big", "a"))
+	o := failRetry(big, base.Add(time.Hour), "E")
+	o.EffectivePrio = 1 << 31
+	errs, err := e.s.RecordOutcomes(e.ctx, store.OutcomeParams{Now: base.Add(time.Second), Outcomes: []store.Outcome{succeed(ok), o}})
+	e.noErr("RecordOutcomes", err)
+	e.noErr("outcome of t_ok", errs[0])
+	e.isErr("retry with priority 2^31", errs[1], store.ErrInvalid)
+	e.get("t_ok", store.StateSucceeded)
+	e.get("t_big", store.StateRunning)
 }
 
 // testOutcomeOddText: an error message cut inside a character or holding a

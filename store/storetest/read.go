@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/retryq/retryq/store"
@@ -176,6 +177,7 @@ func testListTasks(e *env) {
 var cancelRetryTests = []testCase{
 	{"Cancel/AllowedStates", testCancelAllowed},
 	{"Cancel/Conflict", testCancelConflict},
+	{"Cancel/LongLeaseID", testCancelLongLease},
 	{"Retry/DeadAndCancelled", testRetry},
 	{"Retry/Conflict", testRetryConflict},
 }
@@ -198,6 +200,18 @@ func testCancelAllowed(e *env) {
 	n, err := e.s.PromoteDue(e.ctx, store.PromoteParams{Limit: 10, Now: base.Add(2 * time.Hour)})
 	e.noErr("PromoteDue", err)
 	e.eq("promoted", n, 0)
+}
+
+// testCancelLongLease: a running task is cancelled whatever the length of
+// its ids (a caller may choose a long lease id for a direct dispatch): the
+// store's own notifications must not make the cancel fail.
+func testCancelLongLease(e *env) {
+	n := nt("t_"+strings.Repeat("i", 4000), "a")
+	n.Lease = &store.NewLease{LeaseID: strings.Repeat("L", 8000), WorkerID: "w", Duration: time.Minute}
+	e.insert(base, n)
+	got, err := e.s.CancelTask(e.ctx, store.CancelParams{ID: n.ID, Now: base.Add(time.Second)})
+	e.noErr("CancelTask of a running task with long ids", err)
+	e.eq("state", got.State, store.StateCancelled)
 }
 
 func (e *env) conflict(what string, err error, id string, state store.State, op string) {
