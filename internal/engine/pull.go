@@ -76,7 +76,10 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			}
 		}
 		if longest > 0 {
-			r.LeaseDuration = longest
+			// Capped like an explicit lease_seconds: a remote worker that
+			// vanishes must not hold a task for a day-long timeout. A
+			// longer attempt heartbeats.
+			r.LeaseDuration = min(longest, MaxLeaseDuration)
 		}
 	}
 	deadline := time.Now().Add(r.Wait)
@@ -86,6 +89,14 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		tasks, err := e.st.FetchTasks(ctx, store.FetchParams{Types: r.Types, Limit: r.Max, WorkerID: r.WorkerID, LeaseDuration: r.LeaseDuration, Now: e.now()})
 		if err != nil {
 			return nil, fmt.Errorf("lease tasks: %w", err)
+		}
+		if len(tasks) > 0 && ctx.Err() != nil {
+			// The caller left (a closed connection) while the fetch
+			// committed: nobody will run these tasks. Give the leases back
+			// now, attempt not counted, rather than leave them to expire
+			// and cost an attempt each.
+			e.releaseUnclaimed(tasks)
+			return nil, fmt.Errorf("lease tasks: %w", ctx.Err())
 		}
 		if len(tasks) > 0 || r.Wait == 0 {
 			for i := range tasks {
@@ -108,6 +119,16 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			return nil, nil
 		}
 		t.Stop()
+	}
+}
+
+// releaseUnclaimed puts tasks leased for a caller that is gone back to
+// pending, their attempts not counted, without waiting for the commit.
+func (e *Engine) releaseUnclaimed(tasks []store.Task) {
+	for i := range tasks {
+		t := &tasks[i]
+		out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
+		e.outcomes.submit(out, func(_ struct{}, err error) { e.logOutcome(t, &out, err) })
 	}
 }
 

@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// fetchThenCancel is a store whose FetchTasks cancels the caller's request
+// once the fetch has committed: the client of a long poll hung up just as
+// its tasks were leased.
+type fetchThenCancel struct {
+	store.Store
+	cancel context.CancelFunc
+}
+
+func (s *fetchThenCancel) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Task, error) {
+	ts, err := s.Store.FetchTasks(ctx, p)
+	if len(ts) > 0 {
+		s.cancel()
+	}
+	return ts, err
+}
+
+// TestLeaseReleasesTasksOfAGoneCaller: tasks leased for a pull request
+// whose caller is gone are put back to pending at once, their attempts not
+// counted, instead of staying leased until the lease expires and then
+// costing an attempt.
+func TestLeaseReleasesTasksOfAGoneCaller(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &fetchThenCancel{Store: openWorkerStoreOn(t, "sqlite"), cancel: cancel}
+	e := startWorkerEngine(t, st, Config{NoScheduler: true})
+	id := mustEnqueue(t, e, "pull.gone", `1`)
+	ts, err := e.Lease(ctx, LeaseRequest{WorkerID: "py", Types: []string{"pull.gone"}, Max: 1, LeaseDuration: time.Hour})
+	if err == nil || len(ts) != 0 {
+		t.Fatalf("Lease for a gone caller = %d tasks, %v; want none and an error", len(ts), err)
+	}
+	tk := waitTask(t, e, id, "released", func(tk store.Task) bool { return tk.State == store.StatePending })
+	if tk.Attempt != 0 || tk.LeaseID != "" {
+		t.Fatalf("released task: attempt %d, lease %q; want attempt 0 and no lease", tk.Attempt, tk.LeaseID)
+	}
+	// The next worker gets it as a first attempt.
+	ts, err = e.Lease(context.Background(), LeaseRequest{WorkerID: "py2", Types: []string{"pull.gone"}, Max: 1})
+	if err != nil || len(ts) != 1 || ts[0].Attempt != 1 {
+		t.Fatalf("second lease: %v, %v", ts, err)
+	}
+}
+
+// TestLeaseDefaultCappedByMaxLease: without lease_seconds, a pull lease
+// takes the longest timeout of the types asked for, but at most
+// MaxLeaseDuration, like an explicit one.
+func TestLeaseDefaultCappedByMaxLease(t *testing.T) {
+	ctx := context.Background()
+	e := startWorkerEngine(t, openWorkerStoreOn(t, "sqlite"), Config{NoScheduler: true})
+	spec, err := e.TypeSpec(ctx, "pull.long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Timeout = 24 * time.Hour
+	if _, err := e.PutType(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, e, "pull.long", `1`)
+	before := time.Now()
+	ts, err := e.Lease(ctx, LeaseRequest{WorkerID: "py", Types: []string{"pull.long"}, Max: 1})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("lease: %v, %v", ts, err)
+	}
+	if got := ts[0].LeaseExpiresAt.Sub(before); got > MaxLeaseDuration+time.Minute || got < MaxLeaseDuration-time.Minute {
+		t.Fatalf("default lease of a type with a 24h timeout runs %v, want about %v", got, MaxLeaseDuration)
+	}
+}
