@@ -191,10 +191,19 @@ type TypeConfig struct {
 	Priority int           // default priority of new tasks
 }
 
-// SetType stores a type's retry policy, timeout and default priority.
+// SetType stores a type's retry policy, timeout and default priority. A
+// push target the type has (set through the HTTP API or the CLI) is kept.
 func (c *Client) SetType(ctx context.Context, tc TypeConfig) error {
-	_, err := c.e.PutType(ctx, engine.TypeSpec{Type: tc.Type, Policy: tc.Policy, Timeout: tc.Timeout, Priority: tc.Priority})
-	return err
+	spec := engine.TypeSpec{Type: tc.Type, Policy: tc.Policy, Timeout: tc.Timeout, Priority: tc.Priority}
+	cur, err := c.e.TypeSpec(ctx, tc.Type)
+	if err != nil {
+		return fmt.Errorf("set type: %w", err)
+	}
+	spec.Target = cur.Target
+	if _, err := c.e.PutType(ctx, spec); err != nil {
+		return fmt.Errorf("set type: %w", err)
+	}
+	return nil
 }
 
 // Counters are cumulative engine counters (commits, tasks fetched,
