@@ -65,8 +65,10 @@ func NewClient(st store.Store, o Options) (*Client, error) {
 // Start launches the client's background loops.
 func (c *Client) Start(ctx context.Context) error { return c.e.Start(ctx) }
 
-// Close stops the background loops after flushing pending commits. Stop
-// workers first. It does not close the store.
+// Close stops the client's workers still running (as if their contexts
+// were cancelled: handlers get their ShutdownGrace, unfinished tasks are
+// released), then the background loops after flushing pending commits. It
+// does not close the store.
 func (c *Client) Close() error { return c.e.Close() }
 
 // EnqueueOption adjusts one enqueue.

@@ -185,6 +185,54 @@ type Engine struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	loopsCtx context.Context
+
+	// running are the stop functions of the in-process workers running
+	// (RunWorker); Close stops them first, and refuses new ones once
+	// closing is set.
+	runMu   sync.Mutex
+	running map[*workerRun]context.CancelFunc
+	closing bool
+	runWG   sync.WaitGroup
+}
+
+// track registers a worker about to run and returns the context it runs
+// under, which Close cancels; untrack is called when it has stopped. It
+// fails once the engine is closing.
+func (e *Engine) track(ctx context.Context, w *workerRun) (context.Context, error) {
+	e.runMu.Lock()
+	defer e.runMu.Unlock()
+	if e.closing {
+		return nil, ErrClosed
+	}
+	ctx, stop := context.WithCancel(ctx)
+	if e.running == nil {
+		e.running = make(map[*workerRun]context.CancelFunc)
+	}
+	e.running[w] = stop
+	e.runWG.Add(1)
+	return ctx, nil
+}
+
+func (e *Engine) untrack(w *workerRun) {
+	e.runMu.Lock()
+	stop := e.running[w]
+	delete(e.running, w)
+	e.runMu.Unlock()
+	stop()
+	e.runWG.Done()
+}
+
+// stopWorkers stops the running in-process workers as if their contexts
+// were cancelled (each finishes or releases its tasks within its
+// ShutdownGrace and flushes its outcomes) and waits for them.
+func (e *Engine) stopWorkers() {
+	e.runMu.Lock()
+	e.closing = true
+	for _, stop := range e.running {
+		stop()
+	}
+	e.runMu.Unlock()
+	e.runWG.Wait()
 }
 
 // New validates cfg and returns an engine that is not yet running.
@@ -267,15 +315,19 @@ func (e *Engine) goLoop(f func()) {
 	}()
 }
 
-// Close stops the engine's loops after flushing queued commits. Workers must
-// be stopped first (their Run returns) so their outcomes are flushed too. It
-// does not close the store.
+// Close stops the engine: first its in-process workers, as if their
+// contexts were cancelled (each waits for its handlers up to its
+// ShutdownGrace, releases what it cannot finish, and flushes its outcomes),
+// then its loops, after flushing queued commits. RunWorker fails with
+// ErrClosed afterwards. Do not call Close from a handler: it waits for the
+// handler to return. It does not close the store.
 func (e *Engine) Close() error {
 	e.startMu.Lock()
 	cancel := e.cancel
 	e.startMu.Unlock()
-	// Push deliveries first: they release or record their outcomes through
-	// the commit loops, which stop below.
+	// In-process workers and push deliveries first: they release or record
+	// their outcomes through the commit loops, which stop below.
+	e.stopWorkers()
 	e.push.stop()
 	if cancel != nil {
 		cancel()

@@ -86,6 +86,12 @@ func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	capacity := cfg.Concurrency + cfg.Prefetch
 	w := &workerRun{e: e, cfg: cfg, capacity: int64(capacity), freed: make(chan struct{}, 1),
 		queue: make(chan *store.Task, capacity+cfg.Concurrency), active: make(map[string]*store.Task)}
+	// Engine.Close stops the worker too, as if ctx were cancelled.
+	ctx, err := e.track(ctx, w)
+	if err != nil {
+		return fmt.Errorf("run worker: %w", err)
+	}
+	defer e.untrack(w)
 	w.handlerCtx, w.cancelHandlers = context.WithCancel(context.WithoutCancel(ctx))
 	defer w.cancelHandlers()
 	for i := 0; i < cfg.Concurrency; i++ {
