@@ -100,6 +100,12 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 	}
 	var out []store.Attempt
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
+		// One snapshot for both reads: an outcome committed between them
+		// would otherwise show an attempt the task row does not know yet,
+		// or hide a success that only the task row holds.
+		if _, err := tx.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+			return err
+		}
 		// The task row, in the same transaction: it must exist, and when it
 		// succeeded it holds the final attempt, which has no attempts row.
 		var (
