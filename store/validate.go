@@ -113,3 +113,13 @@ func CheckFetch(p FetchParams) ([]string, error) {
 	}
 	return types, nil
 }
+
+// CheckLimit validates the Limit of a bulk change (RedriveDead, PurgeDead,
+// DeleteFinished), where 0 means no limit: a negative one is ErrInvalid
+// rather than read as "all".
+func CheckLimit(limit int) error {
+	if limit < 0 {
+		return fmt.Errorf("limit must not be negative (got %d): %w", limit, ErrInvalid)
+	}
+	return nil
+}

@@ -112,8 +112,8 @@ func limitClause(limit int, args []any) (string, []any) {
 // one transaction.
 func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "redrive dead tasks"
-	if f.Limit < 0 {
-		return 0, fmt.Errorf("%s: limit must not be negative (got %d): %w", op, f.Limit, store.ErrInvalid)
+	if err := store.CheckLimit(f.Limit); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	if err := store.CheckNow(f.Now); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
@@ -147,8 +147,8 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	if err := s.check(op); err != nil {
 		return 0, err
 	}
-	if f.Limit < 0 {
-		return 0, fmt.Errorf("%s: limit must not be negative (got %d): %w", op, f.Limit, store.ErrInvalid)
+	if err := store.CheckLimit(f.Limit); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(f, nil)
 	limit, args := limitClause(f.Limit, args)
@@ -170,8 +170,8 @@ DELETE FROM tasks AS t USING d WHERE t.id = d.id`, args...)
 func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
 	const op = "delete finished tasks"
 	var res store.RetentionResult
-	if p.Limit < 0 {
-		return res, fmt.Errorf("%s: limit must not be negative (got %d): %w", op, p.Limit, store.ErrInvalid)
+	if err := store.CheckLimit(p.Limit); err != nil {
+		return res, fmt.Errorf("%s: %w", op, err)
 	}
 	classes := []struct {
 		state  store.State

@@ -43,9 +43,11 @@ func deadWhere(f store.DeadFilter) (string, []any) {
 	return strings.Join(conds, " AND "), args
 }
 
+// sqlLimit maps a checked Limit (store.CheckLimit) to SQLite's: 0 means
+// none, which SQLite spells -1.
 func sqlLimit(n int) int {
-	if n <= 0 {
-		return -1 // SQLite: no limit
+	if n == 0 {
+		return -1
 	}
 	return n
 }
@@ -133,6 +135,9 @@ func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) ([]store
 // RedriveDead implements store.Store.
 func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "redrive dead tasks"
+	if err := store.CheckLimit(f.Limit); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := store.CheckNow(f.Now); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
@@ -158,6 +163,9 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 // PurgeDead implements store.Store.
 func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "purge dead tasks"
+	if err := store.CheckLimit(f.Limit); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if len(f.IDs) > maxVars {
 		return 0, fmt.Errorf("%s: %w: too many ids", op, store.ErrInvalid)
 	}
@@ -217,6 +225,9 @@ func total(byType map[string]int) int {
 func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
 	const op = "delete finished tasks"
 	var res store.RetentionResult
+	if err := store.CheckLimit(p.Limit); err != nil {
+		return res, fmt.Errorf("%s: %w", op, err)
+	}
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		res = store.RetentionResult{}
 		for _, c := range []struct {

@@ -15,6 +15,7 @@ var deadTests = []testCase{
 	{"Dead/Redrive", testRedrive},
 	{"Dead/Purge", testPurge},
 	{"Dead/LimitTakesOldestDeath", testDeadLimitOrder},
+	{"Dead/NegativeLimit", testNegativeLimit},
 }
 
 var retentionTests = []testCase{
@@ -314,4 +315,22 @@ func testDeadLimitOrder(e *env) {
 	e.eq("purged", n, 1)
 	e.notFound("o_2")
 	e.get("o_1", store.StateDead)
+}
+
+// testNegativeLimit: a negative Limit on a bulk change is ErrInvalid and
+// changes nothing; only 0 means "all" (store.CheckLimit).
+func testNegativeLimit(e *env) {
+	for i := range 3 {
+		e.makeState(base, nt(fmt.Sprintf("d_%d", i), "neg"), store.StateDead)
+	}
+	e.makeState(base, nt("s_0", "neg"), store.StateSucceeded)
+	now := base.Add(time.Hour)
+	_, err := e.s.RedriveDead(e.ctx, store.DeadFilter{Type: "neg", Limit: -1, Now: now})
+	e.isErr("RedriveDead(Limit -1)", err, store.ErrInvalid)
+	_, err = e.s.PurgeDead(e.ctx, store.DeadFilter{Type: "neg", Limit: -1, Now: now})
+	e.isErr("PurgeDead(Limit -1)", err, store.ErrInvalid)
+	_, err = e.s.DeleteFinished(e.ctx, store.RetentionParams{SucceededBefore: now, CancelledBefore: now, DeadBefore: now, Limit: -1})
+	e.isErr("DeleteFinished(Limit -1)", err, store.ErrInvalid)
+	e.eq("dead tasks left", e.counts()[store.StateDead], 3)
+	e.eq("succeeded tasks left", e.counts()[store.StateSucceeded], 1)
 }

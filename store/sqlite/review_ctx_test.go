@@ -1,0 +1,49 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// TestReviewDeadlineWhileWriterBusy: a write whose context deadline passes
+// while it is still queued (the writer waits on BEGIN IMMEDIATE for a lock
+// another process holds) should return the context's error at its
+// deadline. The caller instead blocks for the whole busy_timeout and then
+// gets ErrUnavailable, not context.DeadlineExceeded.
+func TestReviewDeadlineWhileWriterBusy(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "busy.db")
+	s, err := Open(ctx, Config{Path: path, BusyTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.ExecContext(context.Background(), "ROLLBACK")
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = s.InsertTasks(dctx, store.InsertParams{Now: time.Now(), Tasks: []store.NewTask{{ID: "t", Type: "a"}}})
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+		t.Errorf("InsertTasks with a 50ms deadline returned after %v with %v; want context.DeadlineExceeded at the deadline", took, err)
+	}
+}
