@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryq/retryq/store"
@@ -47,12 +48,37 @@ const lingerMax = 50 * time.Microsecond
 // writeReq is one queued write.
 type writeReq struct {
 	ctx context.Context
-	fn  func(ctx context.Context, tx *sql.Tx) error
-	ins *insertJob // set for InsertTasks writes, which can be merged
+	// state is reqQueued until the writer claims the write for a
+	// transaction (reqTaken) or its caller, whose ctx ended first, gives it
+	// up (reqAbandoned): a caller is never told its write was cancelled
+	// after it ran.
+	state atomic.Int32
+	fn    func(ctx context.Context, tx *sql.Tx) error
+	ins   *insertJob // set for InsertTasks writes, which can be merged
 	// outcome marks an outcome batch, which may be held back from groups
 	// with inserts (store.Holder).
 	outcome bool
 	done    chan error
+}
+
+const (
+	reqQueued int32 = iota
+	reqTaken
+	reqAbandoned
+)
+
+// claim is called by the writer once the write's transaction has begun:
+// it returns nil if the write is to run, else the reason it is skipped
+// (its caller's context ended).
+func (r *writeReq) claim() error {
+	if err := r.ctx.Err(); err != nil {
+		r.state.CompareAndSwap(reqQueued, reqAbandoned)
+		return err
+	}
+	if !r.state.CompareAndSwap(reqQueued, reqTaken) {
+		return context.Canceled // abandoned just now; its caller has returned
+	}
+	return nil
 }
 
 func isInsert(r *writeReq) bool  { return r.ins != nil }
@@ -96,7 +122,18 @@ func (s *Store) submit(ctx context.Context, op string, req *writeReq) error {
 		s.submitting.Add(-1)
 		return fmt.Errorf("%s: %w", op, store.ErrClosed)
 	}
-	return translate(op, <-req.done)
+	select {
+	case err := <-req.done:
+		return translate(op, err)
+	case <-ctx.Done():
+		// Still queued (the writer may be waiting for a lock another
+		// process holds): give the write up and return at once. Once the
+		// writer has claimed it, wait for its transaction.
+		if req.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			return translate(op, ctx.Err())
+		}
+		return translate(op, <-req.done)
+	}
 }
 
 // writer is the single goroutine that owns the write connection.
@@ -200,7 +237,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 	}
 	if len(batch) == 1 { // the common idle case: no savepoint needed
 		r := batch[0]
-		if err := r.ctx.Err(); err != nil {
+		if err := r.claim(); err != nil {
 			errs[0] = err
 		} else if errs[0] = r.fn(context.WithoutCancel(r.ctx), tx); errs[0] == nil {
 			reply(tx.Commit())
@@ -222,7 +259,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 	ran := 0
 	done := make([]bool, len(batch))
 	for i, r := range batch {
-		if err := r.ctx.Err(); err != nil {
+		if err := r.claim(); err != nil {
 			errs[i], done[i] = err, true
 		}
 	}

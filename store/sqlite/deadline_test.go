@@ -11,12 +11,12 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-// TestReviewDeadlineWhileWriterBusy: a write whose context deadline passes
+// TestDeadlineWhileWriterBusy: a write whose context deadline passes
 // while it is still queued (the writer waits on BEGIN IMMEDIATE for a lock
-// another process holds) should return the context's error at its
-// deadline. The caller instead blocks for the whole busy_timeout and then
-// gets ErrUnavailable, not context.DeadlineExceeded.
-func TestReviewDeadlineWhileWriterBusy(t *testing.T) {
+// another process holds) returns the context's error at its deadline, and
+// is not run later. It used to block for the whole busy_timeout and then
+// get ErrUnavailable.
+func TestDeadlineWhileWriterBusy(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "busy.db")
 	s, err := Open(ctx, Config{Path: path, BusyTimeout: 2 * time.Second})
@@ -45,5 +45,15 @@ func TestReviewDeadlineWhileWriterBusy(t *testing.T) {
 	took := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
 		t.Errorf("InsertTasks with a 50ms deadline returned after %v with %v; want context.DeadlineExceeded at the deadline", took, err)
+	}
+	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	// The abandoned write never runs: a later write goes through alone.
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Now: time.Now(), Tasks: []store.NewTask{{ID: "u", Type: "a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetTask(ctx, "t"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the write given up at its deadline ran anyway: GetTask = %v", err)
 	}
 }
