@@ -253,10 +253,17 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (*runn
 	return rs, nil
 }
 
+// shutdown stops accepting requests, answers waiting long polls at once
+// (they hold no task), lets the other requests finish for up to 10 s, then
+// closes what is left, and only then the engine and the database.
 func (rs *runningServer) shutdown() {
+	rs.eng.EndLongPolls()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = rs.http.Shutdown(sctx)
+	if err := rs.http.Shutdown(sctx); err != nil {
+		rs.log.Warn("http shutdown: requests still running after 10s; closing their connections", "err", err)
+		_ = rs.http.Close()
+	}
 	<-rs.done
 	rs.stop()
 }

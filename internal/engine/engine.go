@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryq/retryq/retry"
@@ -193,7 +194,23 @@ type Engine struct {
 	running map[*workerRun]context.CancelFunc
 	closing bool
 	runWG   sync.WaitGroup
+
+	// pollsEnded is closed by EndLongPolls: waiting pull leases answer.
+	pollsEnded   chan struct{}
+	endPollsOnce sync.Once
+	longPolls    atomic.Int64 // pull leases in their wait
 }
+
+// LongPolls returns how many pull leases (LeaseRequest.Wait > 0) are
+// waiting for tasks now.
+func (e *Engine) LongPolls() int { return int(e.longPolls.Load()) }
+
+// EndLongPolls answers the pull leases waiting for tasks (LeaseRequest.Wait)
+// at once, with what they have (nothing), and makes later ones wait no
+// more. A server calls it when it begins to shut down: a long poll holds
+// no task, and must not hold the shutdown for its whole wait. Close calls
+// it too.
+func (e *Engine) EndLongPolls() { e.endPollsOnce.Do(func() { close(e.pollsEnded) }) }
 
 // track registers a worker about to run and returns the context it runs
 // under, which Close cancels; untrack is called when it has stopped. It
@@ -248,6 +265,8 @@ func New(cfg Config) (*Engine, error) {
 		wake:   newBroadcaster(),
 		sched:  newSchedPoke(),
 		leases: newLeaseTable(),
+
+		pollsEnded: make(chan struct{}),
 	}
 	e.leading.changed = make(chan struct{}, 1)
 	e.types = newTypeCache(e)
@@ -327,6 +346,7 @@ func (e *Engine) Close() error {
 	e.startMu.Unlock()
 	// In-process workers and push deliveries first: they release or record
 	// their outcomes through the commit loops, which stop below.
+	e.EndLongPolls()
 	e.stopWorkers()
 	e.push.stop()
 	if cancel != nil {

@@ -85,6 +85,10 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 	deadline := time.Now().Add(r.Wait)
 	sub := e.wake.subscribe()
 	defer e.wake.unsubscribe(sub)
+	if r.Wait > 0 {
+		e.longPolls.Add(1)
+		defer e.longPolls.Add(-1)
+	}
 	for {
 		tasks, err := e.st.FetchTasks(ctx, store.FetchParams{Types: r.Types, Limit: r.Max, WorkerID: r.WorkerID, LeaseDuration: r.LeaseDuration, Now: e.now()})
 		if err != nil {
@@ -115,6 +119,9 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		case <-sub:
 		case <-t.C:
 		case <-ctx.Done():
+			t.Stop()
+			return nil, nil
+		case <-e.pollsEnded: // shutting down
 			t.Stop()
 			return nil, nil
 		}

@@ -73,3 +73,43 @@ func TestLeaseDefaultCappedByMaxLease(t *testing.T) {
 		t.Fatalf("default lease of a type with a 24h timeout runs %v, want about %v", got, MaxLeaseDuration)
 	}
 }
+
+// TestEndLongPolls: EndLongPolls answers a waiting long poll at once, with
+// no tasks, and later long polls do not wait.
+func TestEndLongPolls(t *testing.T) {
+	e := startWorkerEngine(t, openWorkerStoreOn(t, "sqlite"), Config{NoScheduler: true})
+	done := make(chan error, 1)
+	go func() {
+		ts, err := e.Lease(context.Background(), LeaseRequest{WorkerID: "py", Types: []string{"idle"}, Max: 1, Wait: 30 * time.Second})
+		if err == nil && len(ts) != 0 {
+			t.Errorf("long poll got %d tasks", len(ts))
+		}
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.LongPolls() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the long poll never started waiting")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	e.EndLongPolls()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("long poll still waiting 5s after EndLongPolls")
+	}
+	start := time.Now()
+	if _, err := e.Lease(context.Background(), LeaseRequest{WorkerID: "py", Types: []string{"idle"}, Max: 1, Wait: 30 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("a long poll after EndLongPolls waited %v", took)
+	}
+	if n := e.LongPolls(); n != 0 {
+		t.Fatalf("LongPolls = %d after both returned", n)
+	}
+}

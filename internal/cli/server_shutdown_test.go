@@ -1,0 +1,72 @@
+package cli
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServerShutdownAnswersLongPolls: the server shuts down (as on
+// SIGTERM) while a pull worker long-polls POST /v1/leases. The shutdown
+// answers the poll at once with no tasks (it holds none) and returns
+// promptly, logging no error. It used to wait out its 10 s bound, then
+// close the engine and the database under the poll, which failed with 503.
+func TestServerShutdownAnswersLongPolls(t *testing.T) {
+	clearServerEnv(t)
+	var logBuf syncBuffer
+	log := slog.New(slog.NewTextHandler(&logBuf, nil))
+	env := &Env{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+	path := filepath.Join(t.TempDir(), "rq.db")
+	s, err := StartServer(context.Background(), env, []string{"--db", "sqlite:" + path, "--listen", "127.0.0.1:0", "--node-id", "solo"}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	got := make(chan result, 1)
+	go func() {
+		hc := &http.Client{Timeout: 60 * time.Second}
+		resp, err := hc.Post("http://"+s.Addr()+"/v1/leases", "application/json",
+			strings.NewReader(`{"worker_id":"w","types":["idle.type"],"wait_seconds":30}`))
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- result{status: resp.StatusCode, body: string(b)}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Engine().LongPolls() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the long poll never started waiting")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	start := time.Now()
+	s.Shutdown()
+	took := time.Since(start)
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("long poll never answered")
+	}
+	if r.err != nil || r.status != http.StatusOK || r.body != "{\"tasks\":[]}\n" {
+		t.Errorf("long poll in flight at shutdown: status %d, body %q, err %v; want 200 with no tasks", r.status, r.body, r.err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("shutdown took %v with a long poll in flight", took)
+	}
+	if strings.Contains(logBuf.String(), "level=ERROR") || strings.Contains(logBuf.String(), "level=WARN") {
+		t.Errorf("shutdown logged problems:\n%s", logBuf.String())
+	}
+}
