@@ -184,11 +184,17 @@ func optSeconds(field string, v *float64, max time.Duration) (time.Duration, err
 // durSeconds writes a duration as (possibly fractional) seconds.
 func durSeconds(d time.Duration) float64 { return d.Seconds() }
 
-// parseTime reads an RFC 3339 timestamp.
+// parseTime reads an RFC 3339 timestamp. Its instant must lie within the
+// years 0001 to 9999 in UTC, where the API writes times back: an offset can
+// carry "0000-01-01T00:00:00+01:00" out of that range, and the answer would
+// then hold a time no RFC 3339 parser reads.
 func parseTime(field, s string) (time.Time, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return time.Time{}, fieldError(field, "must be an RFC 3339 time such as 2024-05-01T12:00:00Z (got %q)", truncate(s, 64))
+	}
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		return time.Time{}, fieldError(field, "must lie between years 0001 and 9999 in UTC (got %q)", truncate(s, 64))
 	}
 	return t, nil
 }

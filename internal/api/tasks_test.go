@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -233,4 +234,33 @@ func testCancelAndRetry(t *testing.T, backend string) {
 	e.mustErr(http.StatusNotFound, CodeNotFound, "", "POST", "/v1/tasks/NOSUCH/retry", nil)
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "x", "POST", "/v1/tasks/"+id+"/retry", `{"x":1}`)
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "id", "POST", "/v1/tasks/"+strings.Repeat("A", 65)+"/cancel", nil)
+}
+
+// TestRunAtOutsideRFC3339Range: run_at is accepted in any offset, but an
+// instant whose UTC year falls outside 0001..9999 would be written back (in
+// the 201, in GET and in every list page holding the task) as a string that
+// is not RFC 3339, which clients such as `retryq tasks list` cannot decode.
+// Such input is a 400 naming run_at; it used to be stored.
+func TestRunAtOutsideRFC3339Range(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, runAt := range []string{"0000-01-01T00:00:00+01:00", "9999-12-31T23:00:00-02:00"} {
+		r := e.do("POST", "/v1/tasks", map[string]any{"type": "rq.time", "run_at": runAt})
+		if r.status != http.StatusBadRequest || r.errField() != "run_at" {
+			t.Errorf("run_at %q: got %d %s; want 400 on run_at", runAt, r.status, r.raw)
+		}
+	}
+	// The extremes that stay in range are taken, and every list page reads
+	// back as times.
+	for _, runAt := range []string{"0001-01-02T01:00:00+01:00", "9999-12-31T23:00:00+02:00"} {
+		e.must(http.StatusCreated, "POST", "/v1/tasks", map[string]any{"type": "rq.time", "run_at": runAt})
+	}
+	page := e.must(http.StatusOK, "GET", "/v1/tasks?type=rq.time", nil)
+	var typed struct {
+		Tasks []struct {
+			RunAt time.Time `json:"run_at"`
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal(page.raw, &typed); err != nil {
+		t.Errorf("GET /v1/tasks: a client decoding run_at as time.Time fails: %v", err)
+	}
 }
