@@ -39,15 +39,15 @@ func NewAuth(apiTokens, readTokens []string) (*Auth, error) {
 	a := &Auth{}
 	seen := make(map[string]bool)
 	for i, t := range apiTokens {
-		if strings.TrimSpace(t) == "" {
-			return nil, fmt.Errorf("APITokens[%d]: must not be empty", i)
+		if err := checkToken(t); err != nil {
+			return nil, fmt.Errorf("APITokens[%d]: %w", i, err)
 		}
 		seen[t] = true
 		a.full = append(a.full, sha256.Sum256([]byte(t)))
 	}
 	for i, t := range readTokens {
-		if strings.TrimSpace(t) == "" {
-			return nil, fmt.Errorf("ReadTokens[%d]: must not be empty", i)
+		if err := checkToken(t); err != nil {
+			return nil, fmt.Errorf("ReadTokens[%d]: %w", i, err)
 		}
 		if seen[t] {
 			return nil, fmt.Errorf("ReadTokens[%d]: is also a full-access API token", i)
@@ -55,6 +55,19 @@ func NewAuth(apiTokens, readTokens []string) (*Auth, error) {
 		a.read = append(a.read, sha256.Sum256([]byte(t)))
 	}
 	return a, nil
+}
+
+// checkToken refuses a token no request could present: an empty one, or
+// one with surrounding white space (the Authorization header's value is
+// read trimmed, so it would never match).
+func checkToken(t string) error {
+	switch {
+	case strings.TrimSpace(t) == "":
+		return errors.New("must not be empty")
+	case strings.TrimSpace(t) != t:
+		return errors.New("must not start or end with white space")
+	}
+	return nil
 }
 
 // Enabled reports whether any token is configured.

@@ -186,3 +186,26 @@ func TestInternalErrors(t *testing.T) {
 	}
 	e.mustErr(http.StatusServiceUnavailable, CodeNotReady, "", "GET", "/readyz", nil)
 }
+
+// TestNewAuthRefusesUnusableTokens: a token no request could present is a
+// configuration error naming it: empty, or with surrounding white space
+// (the header's value is read trimmed, so it would never match).
+func TestNewAuthRefusesUnusableTokens(t *testing.T) {
+	for _, c := range []struct {
+		api, read []string
+		want      string
+	}{
+		{[]string{""}, nil, "APITokens[0]: must not be empty"},
+		{[]string{"ok", " tok"}, nil, "APITokens[1]: must not start or end with white space"},
+		{nil, []string{"tok\n"}, "ReadTokens[0]: must not start or end with white space"},
+		{[]string{"same"}, []string{"same"}, "ReadTokens[0]: is also a full-access API token"},
+	} {
+		_, err := NewAuth(c.api, c.read)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("NewAuth(%q, %q) = %v, want %q", c.api, c.read, err, c.want)
+		}
+	}
+	if _, err := NewAuth([]string{"a-token"}, []string{"r-token"}); err != nil {
+		t.Fatal(err)
+	}
+}

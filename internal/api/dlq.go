@@ -82,7 +82,9 @@ func (s *server) deadSummary(w http.ResponseWriter, r *http.Request) error {
 }
 
 // dlqFilterBody selects dead tasks for redrive and purge. Empty fields do
-// not filter: an empty body selects every dead task.
+// not filter: an empty body selects every dead task. An "ids" list given
+// empty is refused rather than read as no filter: a client whose list of
+// ids came out empty must not redrive or purge the whole DLQ.
 type dlqFilterBody struct {
 	Type      string   `json:"type"`
 	ErrorCode string   `json:"error_code"`
@@ -113,6 +115,9 @@ func (b *dlqFilterBody) filter() (store.DeadFilter, error) {
 	}
 	if b.Limit < 0 {
 		return f, fieldError("limit", "must not be negative (0 means no limit)")
+	}
+	if b.IDs != nil && len(b.IDs) == 0 {
+		return f, fieldError("ids", "must not be empty: omit it to select by the other fields")
 	}
 	return f, nil
 }

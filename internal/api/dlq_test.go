@@ -107,3 +107,19 @@ func testDLQ(t *testing.T, backend string) {
 		t.Fatalf("summary after purge = %v", s)
 	}
 }
+
+// TestDLQEmptyIDsRefused: an "ids" list given empty is a 400 on ids, not
+// "every dead task": a client whose id list came out empty must not redrive
+// or purge the whole DLQ.
+func TestDLQEmptyIDsRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.enqueue(map[string]any{"type": "a"})
+	e.kill("a", "E1")
+	for _, path := range []string{"/v1/dlq/redrive", "/v1/dlq/purge"} {
+		e.mustErr(http.StatusBadRequest, "invalid_field", "ids", "POST", path, map[string]any{"ids": []string{}})
+	}
+	l := e.must(http.StatusOK, "GET", "/v1/dlq", nil).m
+	if ts := l["tasks"].([]any); len(ts) != 1 {
+		t.Fatalf("dead tasks after refused calls: %d, want 1", len(ts))
+	}
+}

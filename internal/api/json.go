@@ -170,7 +170,12 @@ func seconds(field string, v float64, max time.Duration) (time.Duration, error) 
 	if math.IsNaN(v) || v < 0 || v > max.Seconds() {
 		return 0, fieldError(field, "must be between 0 and %s seconds (got %g)", strconv.FormatFloat(max.Seconds(), 'f', -1, 64), v)
 	}
-	return time.Duration(math.Round(v * 1e9)), nil
+	d := time.Duration(math.Round(v * 1e9))
+	if v > 0 && d < time.Microsecond {
+		// 0 often means "the default": a positive value must not become it.
+		return 0, fieldError(field, "must be 0 or at least 0.000001 seconds (got %g)", v)
+	}
+	return d, nil
 }
 
 // optSeconds is seconds for an optional field (nil = 0).

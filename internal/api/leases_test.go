@@ -212,6 +212,7 @@ func testLeaseValidation(t *testing.T, backend string) {
 		{`{"worker_id":"w","types":["a"],"wait_seconds":31}`, CodeInvalidField, "wait_seconds"},
 		{`{"worker_id":"w","types":["a"],"wait_seconds":-1}`, CodeInvalidField, "wait_seconds"},
 		{`{"worker_id":"w","types":["a"],"lease_seconds":3601}`, CodeInvalidField, "lease_seconds"},
+		{`{"worker_id":"w","types":["a"],"lease_seconds":1e-10}`, CodeInvalidField, "lease_seconds"},
 		{`{"worker_id":"w","types":"a"}`, CodeInvalidField, "types"},
 		{`{"worker_id":"w","types":["a"],"extra":true}`, CodeInvalidField, "extra"},
 		{``, CodeMalformedJSON, ""},
