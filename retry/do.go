@@ -27,7 +27,9 @@ type doConfig struct {
 }
 
 // WithClock makes Do read the time and wait through c instead of the
-// system clock.
+// system clock. The clock must not read the zero time.Time (year 1), which
+// Do and [Policy.Decide] take for "no failure yet": start a fake clock at
+// any other instant.
 func WithClock(c Clock) Option { return func(o *doConfig) { o.clock = c } }
 
 // WithRand makes Do draw jitter from r (which must be safe for use by the
@@ -122,6 +124,10 @@ func Do(ctx context.Context, op func(ctx context.Context) error, p Policy, opts 
 			return &ExhaustedError{Attempts: history, Stop: d.Stop, Err: err, Ctx: ctxErr}
 		}
 		if err := wait(ctx, cfg.clock, d.Delay); err != nil {
+			// The hooks saw the attempt as going on; the history records
+			// how it ended.
+			last := &history[len(history)-1]
+			last.Stop, last.Delay = StopCanceled, 0
 			return &ExhaustedError{Attempts: history, Stop: StopCanceled, Err: info.Err, Ctx: err}
 		}
 		prev = d.Delay

@@ -33,7 +33,9 @@ RETRYQ_MAX_ATTEMPTS in its environment. SIGINT and SIGTERM sent to retryq are
 forwarded to the running attempt's process group and stop retrying. Every
 attempt is logged to standard error, followed by a summary line. The exit
 status is the last attempt's (128+N for death by signal N; 127 if COMMAND
-cannot be found, 126 if it cannot be run).
+cannot be found, 126 if it cannot be run). An attempt stopped by --timeout
+has failed even if it exits 0 on SIGTERM; if it is the last, the status is
+124, as with timeout(1).
 
 Exit codes are matched as codes "exit:N": --retry-on-exit 1,75 makes only
 exits 1 and 75 (and timed-out attempts) retryable; --no-retry-on-exit 2,64

@@ -21,7 +21,13 @@ type outcome struct {
 	elapsed  time.Duration
 }
 
-func (o outcome) ok() bool { return o.status == 0 && o.startErr == nil }
+// ok reports a successful attempt. One stopped by --timeout has failed,
+// whatever status it then exited with (a program may exit 0 on SIGTERM).
+func (o outcome) ok() bool { return o.status == 0 && o.startErr == nil && !o.timedOut }
+
+// timedOutStatus is retryq's exit status when its last attempt was stopped
+// by --timeout yet exited 0, as timeout(1) reports a timeout.
+const timedOutStatus = 124
 
 // code is the error code the retry policy matches against its lists.
 func (o outcome) code() string {

@@ -67,15 +67,13 @@ func (l *runLog) attempt(a retry.AttemptInfo, o outcome, timeout time.Duration, 
 	switch {
 	case o.startErr != nil:
 		fmt.Fprintf(&b, "error=%q", o.startErr.Error())
+	case o.timedOut && o.signal != "":
+		fmt.Fprintf(&b, "timeout=%s signal=%s", fmtDuration(timeout), o.signal)
 	case o.timedOut:
-		fmt.Fprintf(&b, "timeout=%s ", fmtDuration(timeout))
-		fallthrough
+		fmt.Fprintf(&b, "timeout=%s exit=%d", fmtDuration(timeout), o.status)
 	case o.signal != "":
 		fmt.Fprintf(&b, "signal=%s", o.signal)
 	default:
-		fmt.Fprintf(&b, "exit=%d", o.status)
-	}
-	if o.timedOut && o.signal == "" {
 		fmt.Fprintf(&b, "exit=%d", o.status)
 	}
 	fmt.Fprintf(&b, " class=%s ", a.Class)

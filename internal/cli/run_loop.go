@@ -70,6 +70,9 @@ func (r *runner) run(parent context.Context) int {
 
 	err := retry.Do(ctx, r.op, r.o.policy, retry.WithHook(r.hook))
 	status := r.last.status
+	if r.last.timedOut && status == 0 {
+		status = timedOutStatus
+	}
 	if r.attempts == 0 {
 		status = 1
 		if sig := r.group.stopSignal(); sig != nil {

@@ -1,0 +1,34 @@
+//go:build linux
+
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A timed-out attempt whose command handles SIGTERM by exiting 0 must not
+// count as a success: it ran past --timeout and was killed for it.
+func TestRunTimedOutAttemptExitingZeroIsNotSuccess(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	job := script(t, dir, "job.sh", "trap 'exit 0' TERM\necho run >> "+runs+"\nwhile :; do sleep 0.05; done\n")
+	status, _, stderr := runRetryq(t, dir, "run", "--attempts", "2", "--delay", "10ms", "--jitter", "none",
+		"--timeout", "300ms", "--grace", "2s", "--", job)
+	if status != timedOutStatus || strings.Contains(stderr, "succeeded") || countLines(t, runs) != 2 {
+		t.Fatalf("timed-out attempts treated as success: status %d, runs %d\n%s", status, countLines(t, runs), stderr)
+	}
+}
+
+// A timed-out attempt that exits with a status (not by a signal) is logged
+// as "timeout=... exit=N", not "timeout=... signal=exit=N".
+func TestRunTimedOutAttemptExitLogLine(t *testing.T) {
+	dir := t.TempDir()
+	job := script(t, dir, "job.sh", "trap 'exit 3' TERM\nwhile :; do sleep 0.05; done\n")
+	_, _, stderr := runRetryq(t, dir, "run", "--attempts", "2", "--delay", "10ms", "--jitter", "none",
+		"--timeout", "300ms", "--grace", "2s", "--", job)
+	if strings.Contains(stderr, "signal=exit=") || !strings.Contains(stderr, "attempt 1/2 timeout=300ms exit=3 class=transient next in 10ms") {
+		t.Fatalf("malformed attempt line:\n%s", stderr)
+	}
+}
