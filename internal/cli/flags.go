@@ -108,7 +108,12 @@ func parseDuration(s string) (time.Duration, error) {
 	if ns >= math.MaxInt64 || ns <= math.MinInt64 {
 		return 0, fmt.Errorf("duration %q is out of range", s)
 	}
-	return time.Duration(math.Round(ns)), nil
+	d := time.Duration(math.Round(ns))
+	if d == 0 && f != 0 {
+		// 0 often means "none" (--timeout 0): a value that is not 0 must not become it.
+		return 0, fmt.Errorf("duration %q is below a nanosecond", s)
+	}
+	return d, nil
 }
 
 // exitCodesValue is a flag taking a comma-separated list of exit codes

@@ -19,7 +19,7 @@ func TestParseDuration(t *testing.T) {
 			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "soon", "1e300", "NaN", "inf", "5 s"} {
+	for _, bad := range []string{"", "soon", "1e300", "NaN", "inf", "5 s", "1e-12", "-1e-10"} {
 		if _, err := parseDuration(bad); err == nil {
 			t.Errorf("parseDuration(%q) succeeded", bad)
 		}
