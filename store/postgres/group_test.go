@@ -102,6 +102,25 @@ func waitAdvisoryWaiter(t *testing.T, c *pgx.Conn) {
 		WHERE NOT granted AND locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
 }
 
+// stallWriter takes advisory lock 1 (and 2 with both) on x, then makes the
+// store's writer send a group that waits for lock 1, so that what callers
+// submit next queues behind it. Release lock 1 on x to let the writer go;
+// the returned write answers when its group ends.
+func stallWriter(t *testing.T, s *Store, x *pgx.Conn, both bool) *groupWrite {
+	t.Helper()
+	locks := "SELECT pg_advisory_lock(1)"
+	if both {
+		locks = "SELECT pg_advisory_lock(1), pg_advisory_lock(2)"
+	}
+	if _, err := x.Exec(t.Context(), locks); err != nil {
+		t.Fatal(err)
+	}
+	hold := lockWrite(t.Context(), 1)
+	s.wq.push(hold)
+	waitAdvisoryWaiter(t, x)
+	return hold
+}
+
 // TestGroupRetryDoesNotKeepRolledBackOutcomes: an outcome batch shares a
 // group with a write that fails, so the group rolls back and the writer
 // runs each write again alone. Meanwhile another session cancelled the
@@ -117,13 +136,8 @@ func TestGroupRetryDoesNotKeepRolledBackOutcomes(t *testing.T) {
 	task := leased(t, s, "g", 1, now)[0]
 
 	x := connect(t, url) // holds the locks that steer the writer
-	if _, err := x.Exec(ctx, "SELECT pg_advisory_lock(1), pg_advisory_lock(2)"); err != nil {
-		t.Fatal(err)
-	}
 	// The writer sends hold and waits in it for lock 1.
-	hold := lockWrite(ctx, 1)
-	s.wq.push(hold)
-	waitAdvisoryWaiter(t, x)
+	hold := stallWriter(t, s, x, true)
 
 	// Queued behind it: the outcome, then a write that waits for lock 2 and
 	// then fails.
@@ -221,12 +235,7 @@ func TestGroupLocksRowsInIDOrder(t *testing.T) {
 	tasks := leased(t, s, "d", 2, now)
 	lo, hi := tasks[0], tasks[1]
 	x := connect(t, url)
-	if _, err := x.Exec(ctx, "SELECT pg_advisory_lock(1), pg_advisory_lock(2)"); err != nil {
-		t.Fatal(err)
-	}
-	hold := lockWrite(ctx, 1)
-	s.wq.push(hold)
-	waitAdvisoryWaiter(t, x)
+	hold := stallWriter(t, s, x, true)
 
 	// Queue the group: the outcome of hi, a pause on lock 2, the outcome of lo.
 	record := func(tk store.Task) chan error {
@@ -302,12 +311,7 @@ func TestCloseAnswersQueuedWritesWithErrClosed(t *testing.T) {
 		ctx := t.Context()
 		now := time.Now()
 		tk := leased(t, s, fmt.Sprintf("c%d-", i), 1, now)[0]
-		if _, err := x.Exec(ctx, "SELECT pg_advisory_lock(1)"); err != nil {
-			t.Fatal(err)
-		}
-		hold := lockWrite(ctx, 1)
-		s.wq.push(hold)
-		waitAdvisoryWaiter(t, x)
+		hold := stallWriter(t, s, x, false)
 		res := make(chan error, 1)
 		go func() {
 			_, err := s.RecordOutcomes(context.Background(), store.OutcomeParams{Now: now, Outcomes: []store.Outcome{{
@@ -343,12 +347,7 @@ func TestGroupFaultyOutcomeBatchDoesNotFailOthers(t *testing.T) {
 	good, bad := tasks[0], tasks[1]
 
 	x := connect(t, url)
-	if _, err := x.Exec(ctx, "SELECT pg_advisory_lock(1)"); err != nil {
-		t.Fatal(err)
-	}
-	hold := lockWrite(ctx, 1)
-	s.wq.push(hold)
-	waitAdvisoryWaiter(t, x)
+	hold := stallWriter(t, s, x, false)
 
 	type result struct {
 		errs []error

@@ -183,6 +183,28 @@ func TestMigrationsFromEmptyFile(t *testing.T) {
 	}
 }
 
+// lockedByAnother opens the database at path on a connection of its own,
+// as another process would, and takes the write lock (BEGIN IMMEDIATE).
+// ROLLBACK on the returned connection releases it; the test's end closes
+// it.
+func lockedByAnother(t *testing.T, path string) *sql.Conn {
+	t.Helper()
+	other, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	conn, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 func TestBusyIsUnavailable(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "busy.db")
@@ -191,20 +213,7 @@ func TestBusyIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	// Another process (here: another connection) holds the write lock.
-	other, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	conn, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
+	conn := lockedByAnother(t, path)
 	_, err = s.InsertTasks(ctx, store.InsertParams{Now: time.Now(), Tasks: []store.NewTask{{ID: "t", Type: "a"}}})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("insert while locked = %v, want ErrUnavailable", err)
