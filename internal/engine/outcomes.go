@@ -77,50 +77,43 @@ func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]st
 
 // logOutcome writes the structured log line of a state change.
 func (e *Engine) logOutcome(t *store.Task, o *store.Outcome, err error) {
-	// Check the level first: building the attributes allocates, and a
-	// successful attempt, logged at info, is the hot path.
-	level := outcomeLevel(o, err)
-	if !e.log.Enabled(context.Background(), level) {
-		return
-	}
-	if err != nil {
-		if errors.Is(err, store.ErrLeaseLost) {
-			e.log.Warn("outcome refused: lease lost", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "outcome", o.State)
-		} else {
-			e.log.Error("record outcome failed", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "err", err)
-		}
-		return
-	}
-	switch o.State {
-	case store.StateSucceeded:
-		e.log.Info("task succeeded", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
-	case store.StateRetryWaiting:
-		e.log.Warn("task will retry", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt,
-			"error_code", o.Error.Code, "error_class", o.Error.Class, "error", o.Error.Message,
-			"delay_seconds", o.LastDelay.Seconds())
-	case store.StateDead:
-		e.log.Error("task dead", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt,
-			"reason", o.DeadReason, "error_code", o.Error.Code, "error_class", o.Error.Class, "error", o.Error.Message)
-	case store.StatePending:
-		e.log.Info("task released", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
-	}
-}
-
-// outcomeLevel is the level logOutcome logs an outcome (or the error
-// recording it) at.
-func outcomeLevel(o *store.Outcome, err error) slog.Level {
+	var (
+		level slog.Level
+		msg   string
+		extra []any
+	)
 	switch {
 	case err != nil && errors.Is(err, store.ErrLeaseLost):
-		return slog.LevelWarn
+		level, msg, extra = slog.LevelWarn, "outcome refused: lease lost", []any{"outcome", o.State}
 	case err != nil:
-		return slog.LevelError
+		level, msg, extra = slog.LevelError, "record outcome failed", []any{"err", err}
+	case o.State == store.StateSucceeded:
+		level, msg = slog.LevelInfo, "task succeeded"
+	case o.State == store.StatePending:
+		level, msg = slog.LevelInfo, "task released"
 	case o.State == store.StateRetryWaiting:
-		return slog.LevelWarn
+		level, msg = slog.LevelWarn, "task will retry"
 	case o.State == store.StateDead:
-		return slog.LevelError
+		level, msg = slog.LevelError, "task dead"
 	default:
-		return slog.LevelInfo
+		return
 	}
+	// Check the level before building the record: that allocates, and a
+	// successful attempt, logged at info, is the hot path.
+	ctx := context.Background()
+	if !e.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := append([]any{"task_id", t.ID, "type", t.Type, "attempt", t.Attempt}, extra...)
+	switch {
+	case err != nil:
+	case o.State == store.StateRetryWaiting:
+		attrs = append(attrs, "error_code", o.Error.Code, "error_class", o.Error.Class, "error", o.Error.Message,
+			"delay_seconds", o.LastDelay.Seconds())
+	case o.State == store.StateDead:
+		attrs = append(attrs, "reason", o.DeadReason, "error_code", o.Error.Code, "error_class", o.Error.Class, "error", o.Error.Message)
+	}
+	e.log.Log(ctx, level, msg, attrs...)
 }
 
 // record submits an outcome and waits until it is committed.
