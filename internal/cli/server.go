@@ -151,6 +151,7 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 		return 1
 	}
 	<-ctx.Done()
+	stop() // a second SIGINT or SIGTERM now ends the process at once
 	log.Info("shutting down")
 	srv.shutdown()
 	return exitOK
