@@ -100,7 +100,11 @@ type apiClient struct {
 func newAPIClient(base, token string) *apiClient {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
-	return &apiClient{base: base, token: token, hc: &http.Client{Transport: tr}}
+	// No redirects: the API answers every route itself, and a redirect
+	// (the router cleaning a path) would send the request, body and all,
+	// to another resource than the one named.
+	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &apiClient{base: base, token: token, hc: &http.Client{Transport: tr, CheckRedirect: noRedirect}}
 }
 
 // close releases idle connections.

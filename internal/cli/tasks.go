@@ -287,7 +287,7 @@ func runTasksGet(ctx context.Context, env *Env, args []string) int {
 
 // checkTaskID rejects what cannot be a task id, before asking the server.
 func checkTaskID(id string) string {
-	if id == "" || len(id) > 64 || strings.ContainsAny(id, "/?# \t\r\n") {
+	if id == "" || id == "." || id == ".." || len(id) > 64 || strings.ContainsAny(id, "/?# \t\r\n") {
 		return fmt.Sprintf("%q is not a task id (ids look like 01HXZ5K3J8T9M2Q4V6W8Y0A1B2)", id)
 	}
 	return ""

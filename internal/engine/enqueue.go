@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 
@@ -60,6 +61,13 @@ func ValidateType(field, typ string) error {
 	for _, r := range typ {
 		if !(unicode.IsLetter(r) || unicode.IsDigit(r) || r == '_' || r == '-' || r == '.' || r == ':' || r == '/') {
 			return fieldErr(field, "may contain only letters, digits and _ - . : / (got %q)", r)
+		}
+	}
+	// A type is also a path under /v1/types/: an empty, "." or ".." segment
+	// would be cleaned into another type's path.
+	for seg := range strings.SplitSeq(typ, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fieldErr(field, "must not have an empty, \".\" or \"..\" segment between slashes (got %q)", typ)
 		}
 	}
 	return nil

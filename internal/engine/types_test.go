@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -200,5 +201,18 @@ func TestTypeCacheWaiterGivesUpWithItsContext(t *testing.T) {
 	defer cancel()
 	if _, err := e.TypeSpec(ctx, "ocr"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err %v, want the caller's deadline", err)
+	}
+}
+
+func TestValidateTypeSegments(t *testing.T) {
+	for _, ok := range []string{"email.send", "a/b", "ai:embed/v2", "x..y", ".hidden", "a/.b", "v1.2/..x"} {
+		if err := ValidateType("type", ok); err != nil {
+			t.Errorf("ValidateType(%q) = %v, want ok", ok, err)
+		}
+	}
+	for _, bad := range []string{"a/../b", "a/./b", "..", ".", "a/", "/a", "a//b", "a/.."} {
+		if err := ValidateType("type", bad); err == nil || !strings.Contains(err.Error(), "segment") {
+			t.Errorf("ValidateType(%q) = %v, want an error about the segment", bad, err)
+		}
 	}
 }
