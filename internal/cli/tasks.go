@@ -234,16 +234,24 @@ func runTasksList(ctx context.Context, env *Env, args []string) int {
 }
 
 // nextPageCommand is the command line that shows the next page: args with
-// --cursor replaced.
+// --cursor replaced, and a --token value hidden (the hint goes to the
+// terminal, and often into logs).
 func nextPageCommand(name string, args []string, cursor string) string {
 	parts := []string{"retryq", name}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if a == "--cursor" || a == "-cursor" {
+		switch {
+		case a == "--cursor" || a == "-cursor":
 			i++
 			continue
-		}
-		if strings.HasPrefix(a, "--cursor=") || strings.HasPrefix(a, "-cursor=") {
+		case strings.HasPrefix(a, "--cursor=") || strings.HasPrefix(a, "-cursor="):
+			continue
+		case (a == "--token" || a == "-token") && i+1 < len(args):
+			parts = append(parts, a, `"$RETRYQ_API_TOKEN"`)
+			i++
+			continue
+		case strings.HasPrefix(a, "--token=") || strings.HasPrefix(a, "-token="):
+			parts = append(parts, a[:strings.IndexByte(a, '=')+1]+`"$RETRYQ_API_TOKEN"`)
 			continue
 		}
 		parts = append(parts, shellQuote(a))

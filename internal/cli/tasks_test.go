@@ -93,3 +93,19 @@ func TestCLITaskRoundTrip(t *testing.T) {
 		t.Errorf("tasks get of an unknown id: status %d, stderr: %s", st, errOut)
 	}
 }
+
+func TestNextPageCommandHidesToken(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--type", "a b", "--cursor", "X", "--limit", "2"}, `retryq tasks list --type 'a b' --limit 2 --cursor NEXT`},
+		{[]string{"--token", "s3cret", "--json"}, `retryq tasks list --token "$RETRYQ_API_TOKEN" --json --cursor NEXT`},
+		{[]string{"--token=s3cret", "--cursor=X"}, `retryq tasks list --token="$RETRYQ_API_TOKEN" --cursor NEXT`},
+		{[]string{"-token", "s3cret"}, `retryq tasks list -token "$RETRYQ_API_TOKEN" --cursor NEXT`},
+	} {
+		if got := nextPageCommand("tasks list", c.args, "NEXT"); got != c.want {
+			t.Errorf("nextPageCommand(%q) = %s, want %s", c.args, got, c.want)
+		}
+	}
+}
