@@ -31,6 +31,7 @@ type leaderState struct {
 	mu      sync.Mutex
 	leading bool
 	since   time.Time
+	term    uint64        // counts the times the loops started
 	changed chan struct{} // capacity 1: the role changed since nodeLoop last wrote it
 }
 
@@ -41,12 +42,22 @@ func (e *Engine) IsLeader() bool {
 	return e.leading.leading
 }
 
-func (e *Engine) setLeading(v bool) {
+func (e *Engine) setLeading(v bool) { e.setLeadingIf(v, 0) }
+
+// setLeadingIf sets the role, and when term is not 0 only if the loops are
+// still in that term: a watchdog that fires late must not clear the role of
+// loops started after it.
+func (e *Engine) setLeadingIf(v bool, term uint64) {
 	e.leading.mu.Lock()
+	if term != 0 && term != e.leading.term {
+		e.leading.mu.Unlock()
+		return
+	}
 	changed := e.leading.leading != v
 	e.leading.leading = v
 	if v {
 		e.leading.since = time.Now()
+		e.leading.term++
 	}
 	e.leading.mu.Unlock()
 	if changed {
@@ -98,10 +109,17 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		done := make(chan struct{})
 		loopsCancel, loopsDone = lcancel, done
 		e.setLeading(true)
+		e.leading.mu.Lock()
+		term := e.leading.term
+		e.leading.mu.Unlock()
 		e.log.Info("elected leader; starting scheduler loops", "node", e.cfg.NodeID)
 		// The watchdog cancels the loops at the lease's safe end even if this
-		// goroutine is blocked in a slow renewal. Only halt stops it.
-		watchdog = time.AfterFunc(time.Until(validUntil), lcancel)
+		// goroutine is blocked in a slow renewal, and the node stops calling
+		// itself leader (IsLeader, the registry) at once. Only halt stops it.
+		watchdog = time.AfterFunc(time.Until(validUntil), func() {
+			lcancel()
+			e.setLeadingIf(false, term)
+		})
 		go func() {
 			defer close(done)
 			e.runScheduler(lctx)

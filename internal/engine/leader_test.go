@@ -66,10 +66,14 @@ func (s *leaderStore) ReleaseLeader(ctx context.Context, p store.LeaderParams) e
 }
 
 func (s *leaderStore) PromoteDue(ctx context.Context, p store.PromoteParams) (int, error) {
+	loop := ctx // the loops' own context, of which each call's is a child
+	if lc, ok := ctx.Value(schedLoopKey{}).(context.Context); ok {
+		loop = lc
+	}
 	s.mu.Lock()
 	gen := len(s.loops) - 1
-	if gen < 0 || s.loops[gen] != ctx {
-		s.loops = append(s.loops, ctx)
+	if gen < 0 || s.loops[gen] != loop {
+		s.loops = append(s.loops, loop)
 		gen++
 	}
 	s.mu.Unlock()

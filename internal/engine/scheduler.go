@@ -50,6 +50,7 @@ func (s *schedPoke) take() (time.Time, bool) {
 // context) lives: retry/scheduled promotion and lease reaping, woken exactly
 // at the next due time, and retention every RetentionInterval.
 func (e *Engine) runScheduler(ctx context.Context) {
+	ctx = context.WithValue(ctx, schedLoopKey{}, ctx)
 	e.log.Info("scheduler loops started", "node", e.cfg.NodeID)
 	defer e.log.Info("scheduler loops stopped", "node", e.cfg.NodeID)
 	// The first pass runs at once; next records that the timer is armed
@@ -82,14 +83,23 @@ func (e *Engine) runScheduler(ctx context.Context) {
 		e.promote(ctx)
 		e.reap(ctx)
 		if !time.Now().Before(nextRetention) {
-			e.retention(ctx)
-			nextRetention = time.Now().Add(e.cfg.RetentionInterval)
+			// One batch per pass, so that a backlog of finished tasks does
+			// not hold up promotion and reaping: while batches come back
+			// full, the next pass follows at once.
+			if e.retention(ctx) {
+				nextRetention = time.Now()
+			} else {
+				nextRetention = time.Now().Add(e.cfg.RetentionInterval)
+			}
 		}
 		// Sleep until the earliest of: the next due task, the next lease
 		// expiry, the next retention run, and the poll interval (the
 		// fallback for work made due by other nodes).
 		next = time.Now().Add(e.cfg.PollInterval)
-		if wk, err := e.st.NextWakeup(ctx); err == nil {
+		cctx, cancel := e.schedCallCtx(ctx)
+		wk, err := e.st.NextWakeup(cctx)
+		cancel()
+		if err == nil {
 			for _, t := range []time.Time{wk.NextRunAt, wk.NextLeaseExpiry} {
 				if !t.IsZero() && t.Before(next) {
 					next = t
@@ -122,7 +132,9 @@ func resetTimer(t *time.Timer, d time.Duration) {
 func (e *Engine) promote(ctx context.Context) {
 	total := 0
 	for i := 0; i < 100 && ctx.Err() == nil; i++ { // bounded: at most 100 batches per wake-up
-		n, err := e.st.PromoteDue(ctx, store.PromoteParams{Limit: promoteBatch, Now: e.now()})
+		cctx, cancel := e.schedCallCtx(ctx)
+		n, err := e.st.PromoteDue(cctx, store.PromoteParams{Limit: promoteBatch, Now: e.now()})
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				e.log.Warn("promote due tasks failed", "err", err)
@@ -147,7 +159,9 @@ func (e *Engine) promote(ctx context.Context) {
 func (e *Engine) reap(ctx context.Context) {
 	for i := 0; i < 20 && ctx.Err() == nil; i++ {
 		now := e.now()
-		tasks, err := e.st.ExpiredLeases(ctx, store.ExpiredParams{Limit: reapBatch, Now: now})
+		cctx, cancel := e.schedCallCtx(ctx)
+		tasks, err := e.st.ExpiredLeases(cctx, store.ExpiredParams{Limit: reapBatch, Now: now})
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				e.log.Warn("list expired leases failed", "err", err)
@@ -162,7 +176,9 @@ func (e *Engine) reap(ctx context.Context) {
 			spec := e.specFor(ctx, tasks[j].Type)
 			outs[j] = e.Decide(&tasks[j], &spec, Failure{LeaseExpired: true}, now)
 		}
-		errs, err := e.st.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: now})
+		cctx, cancel = e.schedCallCtx(ctx)
+		errs, err := e.st.RecordOutcomes(cctx, store.OutcomeParams{Outcomes: outs, Now: now})
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				e.log.Warn("record reaped outcomes failed", "err", err)
@@ -192,10 +208,12 @@ func (e *Engine) reap(ctx context.Context) {
 	}
 }
 
-// retention deletes finished tasks past their age and logs the counts.
-func (e *Engine) retention(ctx context.Context) {
+// retention deletes one batch of finished tasks past their age and logs
+// the counts. It reports whether a class filled its batch, so that more
+// may be left.
+func (e *Engine) retention(ctx context.Context) (more bool) {
 	now := e.now()
-	p := store.RetentionParams{Limit: 10000}
+	p := store.RetentionParams{Limit: retentionBatch}
 	if e.cfg.SucceededRetention > 0 {
 		p.SucceededBefore = now.Add(-e.cfg.SucceededRetention)
 	}
@@ -206,30 +224,39 @@ func (e *Engine) retention(ctx context.Context) {
 		p.DeadBefore = now.Add(-e.cfg.DeadRetention)
 	}
 	if p.SucceededBefore.IsZero() && p.CancelledBefore.IsZero() && p.DeadBefore.IsZero() {
-		return
+		return false
 	}
-	var total store.RetentionResult
-	// Bounded: at most 100 batches per run; the rest waits for the next run.
-	for i := 0; i < 100 && ctx.Err() == nil; i++ {
-		res, err := e.st.DeleteFinished(ctx, p)
-		if err != nil {
-			if ctx.Err() == nil {
-				e.log.Warn("retention failed", "err", err)
-			}
-			break
+	cctx, cancel := e.schedCallCtx(ctx)
+	res, err := e.st.DeleteFinished(cctx, p)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("retention failed", "err", err)
 		}
-		e.retained.add(res)
-		total.Succeeded += res.Succeeded
-		total.Cancelled += res.Cancelled
-		total.Dead += res.Dead
-		if res.Succeeded < p.Limit && res.Cancelled < p.Limit && res.Dead < p.Limit {
-			break
-		}
+		return false
 	}
-	if total.Succeeded+total.Cancelled+total.Dead > 0 {
-		e.log.Info("retention deleted finished tasks", "succeeded", total.Succeeded, "cancelled", total.Cancelled, "dead", total.Dead)
+	e.retained.add(res)
+	if res.Succeeded+res.Cancelled+res.Dead > 0 {
+		e.log.Info("retention deleted finished tasks", "succeeded", res.Succeeded, "cancelled", res.Cancelled, "dead", res.Dead)
 	}
+	return res.Succeeded == p.Limit || res.Cancelled == p.Limit || res.Dead == p.Limit
 }
+
+// retentionBatch bounds the tasks of each class one retention pass deletes.
+const retentionBatch = 10000
+
+// schedCallCtx bounds one store call of the scheduler loops by the leader
+// lease's TTL: a call stuck on a dead connection must not keep the loops
+// (and so the lease, which other connections keep renewing) from doing
+// anything, as a leader that promotes and reaps nothing would.
+func (e *Engine) schedCallCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, max(e.cfg.LeaderTTL, time.Second))
+}
+
+// schedLoopKey is the context key under which runScheduler stores its own
+// context (the loops' term), so that a call's context can be traced back to
+// the loops that made it.
+type schedLoopKey struct{}
 
 // retentionCounts accumulates what retention deleted since start.
 type retentionCounts struct {
