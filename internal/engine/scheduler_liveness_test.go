@@ -22,7 +22,7 @@ func reviewInsertDue(t *testing.T, st store.Store, typ string, d time.Duration) 
 	return res[0].Task.ID
 }
 
-func reviewState(t *testing.T, st store.Store, id string) store.State {
+func taskStateOf(t *testing.T, st store.Store, id string) store.State {
 	t.Helper()
 	got, err := st.GetTask(context.Background(), id)
 	if err != nil {
@@ -52,7 +52,7 @@ func TestStuckSchedulerCallDoesNotStallLeadership(t *testing.T) {
 
 	id := reviewInsertDue(t, st, "review.stuck", 100*time.Millisecond)
 	time.Sleep(4 * ttl)
-	if s := reviewState(t, st, id); s != store.StatePending {
+	if s := taskStateOf(t, st, id); s != store.StatePending {
 		t.Fatalf("after 4 TTLs: task due 100ms after insert is %s; leader %q leads %v (its loops stuck in one statement), standby leads %v; want it promoted",
 			s, e.NodeID(), e.IsLeader(), standby.IsLeader())
 	}
@@ -94,13 +94,13 @@ func TestRetentionBacklogDoesNotStarvePromotion(t *testing.T) {
 	id := reviewInsertDue(t, inner, "review.retention", 200*time.Millisecond)
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
-		if reviewState(t, inner, id) == store.StatePending {
+		if taskStateOf(t, inner, id) == store.StatePending {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("task due 200ms after insert still %s 2s later (poll interval 50ms): promotion waits behind retention (%d batches so far)",
-		reviewState(t, inner, id), st.calls.Load())
+		taskStateOf(t, inner, id), st.calls.Load())
 }
 
 // TestWatchdogClearsLeaderRole: a renewal overruns its deadline (SQLite
