@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/internal/pgtest"
 )
 
@@ -263,7 +264,7 @@ func TestServerPostgresStandby(t *testing.T) {
 			conn.Close(context.Background())
 		}
 		cancel()
-		if holder == standbyID {
+		if engine.LeaseHolderNode(holder) == standbyID {
 			t.Logf("standby %s took the lead %s after the leader stopped", standbyID, time.Since(stopped).Round(time.Millisecond))
 			break
 		}

@@ -181,6 +181,7 @@ type Engine struct {
 	locals   locals
 
 	leading  leaderState
+	holder   string // the leadership lease's holder name (newHolder)
 	startMu  sync.Mutex
 	started  bool
 	cancel   context.CancelFunc
@@ -269,6 +270,7 @@ func New(cfg Config) (*Engine, error) {
 		pollsEnded: make(chan struct{}),
 	}
 	e.leading.changed = make(chan struct{}, 1)
+	e.holder = newHolder(c.NodeID)
 	e.types = newTypeCache(e)
 	e.push = newPusher(e)
 	e.inserts = newBatcher(c.MaxEnqueueBatch, 4*c.MaxEnqueueBatch, e.commitInserts)

@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +14,29 @@ import (
 
 // leaderName is the leadership lease of the scheduler loops.
 const leaderName = "scheduler"
+
+// The leadership lease is held in the name of this engine instance, not
+// of its node id alone: the holder is "NODEID#TOKEN" with a token drawn
+// when the engine is made. Two processes that share a node id (a restart
+// whose new process starts before the old one exits, a copied
+// configuration) are then two competitors, not one leader twice, and the
+// old one's release cannot remove the new one's lease.
+const holderSep = "#"
+
+// newHolder returns the lease holder name of an engine with node id id.
+func newHolder(id string) string {
+	var b [6]byte
+	_, _ = crand.Read(b[:])
+	return id + holderSep + hex.EncodeToString(b[:])
+}
+
+// LeaseHolderNode returns the node id in a leadership lease's holder name.
+func LeaseHolderNode(holder string) string {
+	if i := strings.LastIndex(holder, holderSep); i >= 0 {
+		return holder[:i]
+	}
+	return holder
+}
 
 // The roles a node records in the node registry (store.Node.Role).
 const (
@@ -149,7 +175,7 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		// a renewal may have committed although it failed or came back too
 		// late. ReleaseLeader only removes this node's own row.
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := e.st.ReleaseLeader(rctx, store.LeaderParams{Name: leaderName, NodeID: e.cfg.NodeID, Now: e.now()})
+		err := e.st.ReleaseLeader(rctx, store.LeaderParams{Name: leaderName, NodeID: e.holder, Now: e.now()})
 		cancel()
 		switch {
 		case err != nil:
@@ -179,7 +205,7 @@ func (e *Engine) electionLoop(ctx context.Context) {
 			if loopsCancel != nil && !time.Now().Before(validUntil) {
 				stop("renewal failed past the lease's safe end")
 			}
-		case lease.NodeID == e.cfg.NodeID:
+		case lease.NodeID == e.holder:
 			validUntil = started.Add(ttl - margin)
 			if !time.Now().Before(validUntil) {
 				// Only a store that ignores the call's deadline gets here.
@@ -195,7 +221,7 @@ func (e *Engine) electionLoop(ctx context.Context) {
 				start()
 			}
 		default:
-			stop("lease held by " + lease.NodeID)
+			stop("lease held by " + LeaseHolderNode(lease.NodeID))
 		}
 		// Wake for the next renewal, TTL/4 after this one started, or at the
 		// safe end of the lease if that comes first (then the code below
@@ -224,7 +250,7 @@ func (e *Engine) acquireLeader(ctx context.Context, ttl time.Duration) (store.Le
 		}
 		now = t
 	}
-	return e.st.AcquireLeader(ctx, store.LeaderParams{Name: leaderName, NodeID: e.cfg.NodeID, TTL: ttl, Now: now})
+	return e.st.AcquireLeader(ctx, store.LeaderParams{Name: leaderName, NodeID: e.holder, TTL: ttl, Now: now})
 }
 
 // nodeLoop keeps this node's registry row fresh: every 5 seconds, and at

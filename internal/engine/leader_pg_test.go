@@ -68,7 +68,7 @@ func TestLeaderElectionUsesDatabaseClock(t *testing.T) {
 			var live bool
 			err := stA.Pool().QueryRow(context.Background(),
 				"SELECT node_id, expires_at > now() FROM leader WHERE name = $1", leaderName).Scan(&holder, &live)
-			if err != nil || holder != "node-a" || !live {
+			if err != nil || LeaseHolderNode(holder) != "node-a" || !live {
 				t.Fatalf("lease row: holder %q, live %v, err %v; want node-a's live lease", holder, live, err)
 			}
 

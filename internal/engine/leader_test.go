@@ -272,7 +272,7 @@ func TestCloseReleasesLeaseAfterLoopsStopped(t *testing.T) {
 		}
 		return l.NodeID
 	}
-	if holder := other(); holder != "lost-replies" {
+	if holder := other(); LeaseHolderNode(holder) != "lost-replies" {
 		t.Fatalf("lease holder before Close = %q; want lost-replies (its renewals commit)", holder)
 	}
 	if err := e.Close(); err != nil {
@@ -311,5 +311,47 @@ func TestCloseRecordsStoppedRole(t *testing.T) {
 	}
 	if got := role(); got != RoleStopped {
 		t.Fatalf("role after Close = %q; want %q", got, RoleStopped)
+	}
+}
+
+// TestSameNodeIDOneLeader: two engines that share a node id (a restart
+// whose new process starts before the old one exits) compete like two
+// nodes: at most one leads at any time, and when the leader closes, its
+// release leaves the other's lease alone and the other takes over. The
+// lease used to belong to the node id, so both led at once.
+func TestSameNodeIDOneLeader(t *testing.T) {
+	st := openWorkerStoreOn(t, "sqlite")
+	const ttl = time.Second
+	a := startLeaderEngine(t, st, "same-id", ttl, nil)
+	b := startLeaderEngine(t, st, "same-id", ttl, nil)
+	waitFor(t, "one of them to lead", func() bool { return a.IsLeader() || b.IsLeader() })
+	deadline := time.Now().Add(3 * ttl / 2)
+	for time.Now().Before(deadline) {
+		if a.IsLeader() && b.IsLeader() {
+			t.Fatal("two engines with one node id lead at once")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	leader, other := a, b
+	if b.IsLeader() {
+		leader, other = b, a
+	}
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the other engine to take over", other.IsLeader)
+	if LeaseHolderNode(other.holder) != "same-id" || other.holder == leader.holder {
+		t.Fatalf("holders %q and %q", leader.holder, other.holder)
+	}
+}
+
+func TestLeaseHolderNode(t *testing.T) {
+	for holder, want := range map[string]string{"n1#ab12": "n1", "a#b#c0": "a#b", "plain": "plain"} {
+		if got := LeaseHolderNode(holder); got != want {
+			t.Errorf("LeaseHolderNode(%q) = %q, want %q", holder, got, want)
+		}
+	}
+	if h := newHolder("n1"); LeaseHolderNode(h) != "n1" || h == newHolder("n1") {
+		t.Errorf("newHolder(n1) = %q: want n1#token, different each time", h)
 	}
 }

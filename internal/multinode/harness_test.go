@@ -3,6 +3,7 @@ package multinode
 import (
 	"context"
 	"fmt"
+	"github.com/retryq/retryq/internal/engine"
 	"net/url"
 	"os"
 	"os/exec"
@@ -273,7 +274,7 @@ func (c *cluster) leader() (string, bool, error) {
 	var id string
 	var live bool
 	err := c.st.Pool().QueryRow(ctx, "SELECT node_id, expires_at > now() FROM leader WHERE name = 'scheduler'").Scan(&id, &live)
-	return id, live, err
+	return engine.LeaseHolderNode(id), live, err
 }
 
 // liveNodes lists the nodes that heartbeated in the last 10 s.
