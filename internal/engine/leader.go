@@ -68,16 +68,17 @@ func (e *Engine) IsLeader() bool {
 	return e.leading.leading
 }
 
-func (e *Engine) setLeading(v bool) { e.setLeadingIf(v, 0) }
+func (e *Engine) setLeading(v bool) uint64 { return e.setLeadingIf(v, 0) }
 
 // setLeadingIf sets the role, and when term is not 0 only if the loops are
 // still in that term: a watchdog that fires late must not clear the role of
-// loops started after it.
-func (e *Engine) setLeadingIf(v bool, term uint64) {
+// loops started after it. It returns the current term.
+func (e *Engine) setLeadingIf(v bool, term uint64) uint64 {
 	e.leading.mu.Lock()
 	if term != 0 && term != e.leading.term {
+		cur := e.leading.term
 		e.leading.mu.Unlock()
-		return
+		return cur
 	}
 	changed := e.leading.leading != v
 	e.leading.leading = v
@@ -85,6 +86,7 @@ func (e *Engine) setLeadingIf(v bool, term uint64) {
 		e.leading.since = time.Now()
 		e.leading.term++
 	}
+	cur := e.leading.term
 	e.leading.mu.Unlock()
 	if changed {
 		// The registry shows the new role now, not at the next heartbeat.
@@ -93,6 +95,7 @@ func (e *Engine) setLeadingIf(v bool, term uint64) {
 		default:
 		}
 	}
+	return cur
 }
 
 // electionLoop competes for the scheduler lease and runs the scheduler loops
@@ -134,10 +137,7 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		lctx, lcancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		loopsCancel, loopsDone = lcancel, done
-		e.setLeading(true)
-		e.leading.mu.Lock()
-		term := e.leading.term
-		e.leading.mu.Unlock()
+		term := e.setLeading(true)
 		e.log.Info("elected leader; starting scheduler loops", "node", e.cfg.NodeID)
 		// The watchdog cancels the loops at the lease's safe end even if this
 		// goroutine is blocked in a slow renewal, and the node stops calling
