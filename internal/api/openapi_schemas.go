@@ -111,10 +111,10 @@ func openAPISchemas() map[string]any {
 	})
 	target := obj(map[string]any{
 		"url":             str("Absolute http or https URL."),
-		"method":          enum("POST", "PUT", "PATCH", "GET", "DELETE"),
+		"method":          withDesc(enum("POST", "PUT", "PATCH", "GET", "DELETE"), "Default POST."),
 		"headers":         map[string]any{"type": "object", "additionalProperties": str("")},
-		"timeout_seconds": secs("Per-delivery timeout, at most 3600"),
-		"concurrency":     integer("0..1000."),
+		"timeout_seconds": secs("Per-delivery timeout, at most 3600; 0 = the type's timeout_seconds when set, else 30"),
+		"concurrency":     integer("Deliveries at once per node, 0..1000; 0 = 16."),
 	}, "url")
 	statsObj := obj(map[string]any{
 		"type":                  str("Absent in the overall block."),
@@ -176,9 +176,9 @@ func openAPISchemas() map[string]any {
 			"started_at": timeT(""), "last_seen": timeT(""), "alive": boolean("Seen in the last 30 seconds and not stopped."),
 		}, "id", "host", "version", "role", "started_at", "last_seen", "alive"))}, "nodes"),
 		"LeaseRequest": obj(map[string]any{
-			"worker_id": str("At most 200 bytes."), "types": withDesc(arr(str("")), "Task types this worker runs."),
+			"worker_id": str("At most 200 bytes."), "types": withDesc(arr(str("")), "Task types this worker runs (1..256; none with a push target)."),
 			"max": integer("1..100 (default 1)."), "wait_seconds": secs("Long-poll up to this long, at most 30 (default 0)"),
-			"lease_seconds": secs("Lease length, at most 3600 (default: the types' timeout, else 30)"),
+			"lease_seconds": secs("Lease length, at most 3600 (default: the longest timeout of the stored types among them, at most 3600; 30 when none is stored)"),
 		}, "worker_id", "types"),
 		"LeaseResponse": obj(map[string]any{"tasks": arr(obj(map[string]any{
 			"id": str(""), "type": str(""), "payload": anyJSON(""), "attempt": integer("This attempt's number."),
