@@ -34,7 +34,10 @@ package engine
 //     unrecognised ones class unknown (retried), code "delivery_error".
 //
 // The history row's Detail holds "HTTP <status>: <first KiB of the body>"
-// for every response, successes included.
+// for every response, successes included (a 3xx adds the first 512 bytes
+// of its Location). Response headers are read up to 64 KiB; a response
+// with more fails like an unrecognised delivery error (retried). Log lines
+// name a target by its URL with any password masked.
 //
 // Redirects are never followed, whatever the method: following a 301/302/303
 // turns a POST into a body-less GET and would silently drop the payload, and
@@ -72,6 +75,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,6 +98,8 @@ const (
 	pushMaxFetch        = 100              // tasks per fetch
 	pushBodyExcerpt     = 1 << 10          // bytes of the response body kept in the history
 	pushDrainLimit      = 64 << 10         // bytes read past the excerpt to reuse the connection
+	pushLocationExcerpt = 512              // bytes of a 3xx's Location kept in the history
+	pushMaxHeaderBytes  = 64 << 10         // response headers a delivery reads at most
 	pushShutdownGrace   = 10 * time.Second // in-flight deliveries may finish within this at Close
 	pushStopWait        = 5 * time.Second  // then cancelled deliveries must return within this
 )
@@ -109,6 +115,7 @@ const (
 // configuration is swapped in as a new value.
 type pushTarget struct {
 	url         string
+	logURL      string // url with its password masked, for the log
 	method      string
 	header      http.Header
 	host        string // a "Host" header from the target, else ""
@@ -120,7 +127,7 @@ type pushTarget struct {
 // resolveTarget applies the defaults: method POST, timeout the target's,
 // else the type's stored timeout, else 30s; concurrency 16.
 func resolveTarget(t *Target, typeTimeout time.Duration) *pushTarget {
-	pt := &pushTarget{url: t.URL, method: t.Method, header: make(http.Header), concurrency: t.Concurrency}
+	pt := &pushTarget{url: t.URL, logURL: redactURL(t.URL), method: t.Method, header: make(http.Header), concurrency: t.Concurrency}
 	if pt.method == "" {
 		pt.method = http.MethodPost
 	}
@@ -144,6 +151,17 @@ func resolveTarget(t *Target, typeTimeout time.Duration) *pushTarget {
 		pt.header.Set(k, v)
 	}
 	return pt
+}
+
+// redactURL returns raw with the password of its userinfo masked (net/http
+// sends userinfo as basic auth, so a target URL may carry credentials):
+// the form in which log lines name a target.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 // pusher runs the push fetchers and deliveries of one engine.
@@ -187,7 +205,9 @@ func newPusher(e *Engine) *pusher {
 // newPushClient returns the HTTP client shared by all deliveries: a
 // transport sized for many concurrent requests to the same few hosts (the
 // default keeps only 2 idle connections per host, so a busy target would
-// pay a new connection per request), no overall client timeout (each
+// pay a new connection per request), response headers bounded (net/http
+// would read up to 10 MiB per response, times every delivery in flight,
+// from a target whose headers never end), no overall client timeout (each
 // request has its own context) and no redirects.
 func newPushClient() *http.Client {
 	tr := &http.Transport{
@@ -196,12 +216,13 @@ func newPushClient() *http.Client {
 			Timeout:   10 * time.Second,
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           1024,
+		MaxIdleConnsPerHost:    256,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: pushMaxHeaderBytes,
 	}
 	return &http.Client{
 		Transport: tr,
@@ -356,7 +377,7 @@ func (p *pusher) sync(ctx context.Context) error {
 			if f.target.Load().raw != pt.raw {
 				f.target.Store(pt)
 				signal(f.changed)
-				p.e.log.Info("push target updated", "type", typ, "url", pt.url, "concurrency", pt.concurrency, "timeout", pt.timeout)
+				p.e.log.Info("push target updated", "type", typ, "url", pt.logURL, "concurrency", pt.concurrency, "timeout", pt.timeout)
 			}
 			continue
 		}
@@ -374,7 +395,7 @@ func (p *pusher) sync(ctx context.Context) error {
 			defer p.loops.Done()
 			f.run(fctx)
 		}()
-		p.e.log.Info("push target active", "type", typ, "url", pt.url, "concurrency", pt.concurrency, "timeout", pt.timeout)
+		p.e.log.Info("push target active", "type", typ, "url", pt.logURL, "concurrency", pt.concurrency, "timeout", pt.timeout)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ import (
 type pushResult struct {
 	status     int           // response status; 0 when no response arrived
 	retryAfter time.Duration // parsed Retry-After of the response
-	location   string        // Location of a 3xx response
+	location   string        // Location of a 3xx response, cut to pushLocationExcerpt bytes
 	excerpt    string        // first pushBodyExcerpt bytes of the body, made printable
 	truncated  bool          // the body was longer than the excerpt
 	err        error         // transport error when status is 0
@@ -40,7 +40,7 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 		return
 	}
 	if e.debugging() {
-		e.log.Debug("push delivery started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "url", pt.url)
+		e.log.Debug("push delivery started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "url", pt.logURL)
 	}
 	res := p.attempt(leaseCtx, pt, t)
 	if !e.leases.remove(t.ID, t.LeaseID) {
@@ -111,7 +111,12 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 		res.retryAfter, _ = retry.ParseRetryAfter(v, p.e.now())
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
-		res.location = resp.Header.Get("Location")
+		// The target chooses its length: keep an excerpt, like the body's.
+		if loc := resp.Header.Get("Location"); len(loc) > pushLocationExcerpt {
+			res.location = printable([]byte(loc[:pushLocationExcerpt])) + " …[truncated]"
+		} else {
+			res.location = printable([]byte(loc))
+		}
 	}
 	// The status decides the outcome; a body that cannot be read in time
 	// only shortens the excerpt.

@@ -25,9 +25,17 @@ type pushEnv struct {
 // newPushEnvOn starts an engine over a fresh store of the backend.
 func newPushEnvOn(t *testing.T, backend string, lease time.Duration) *pushEnv {
 	t.Helper()
+	return newPushEnvWith(t, backend, Config{LeaseDuration: lease})
+}
+
+// newPushEnvWith starts an engine configured by cfg (its store, node id,
+// version and poll interval are set here) over a fresh store of the backend.
+func newPushEnvWith(t *testing.T, backend string, cfg Config) *pushEnv {
+	t.Helper()
 	ctx := context.Background()
 	st := backendtest.Open(t, backend, "NORMAL")
-	e, err := New(Config{Store: st, NodeID: "push-node", Version: "test", PollInterval: 50 * time.Millisecond, LeaseDuration: lease})
+	cfg.Store, cfg.NodeID, cfg.Version, cfg.PollInterval = st, "push-node", "test", 50*time.Millisecond
+	e, err := New(cfg)
 	if err != nil {
 		t.Fatalf("engine: %v", err)
 	}
