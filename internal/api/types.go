@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
@@ -23,11 +24,46 @@ type typeJSON struct {
 	Stored         bool           `json:"stored"`
 }
 
-func typeOut(spec engine.TypeSpec) typeJSON {
+func typeOut(spec engine.TypeSpec, redact bool) typeJSON {
+	target := spec.Target
+	if redact && target != nil {
+		target = redactTarget(target)
+	}
 	return typeJSON{
 		Type: spec.Type, Retry: spec.Policy.WithDefaults(), TimeoutSeconds: durSeconds(spec.Timeout),
-		Priority: spec.Priority, Target: spec.Target, UpdatedAt: jsonTime(spec.UpdatedAt), Stored: spec.Stored,
+		Priority: spec.Priority, Target: target, UpdatedAt: jsonTime(spec.UpdatedAt), Stored: spec.Stored,
 	}
+}
+
+// redactedValue replaces a push target's secrets in what a read-only token
+// is shown.
+const redactedValue = "REDACTED"
+
+// redactTarget returns a copy of t without its secrets: every header value
+// (headers carry the downstream's API keys and Authorization) and the
+// password of the URL's user information. A read-only token may see how a
+// type is delivered, not the credentials it is delivered with.
+func redactTarget(t *engine.Target) *engine.Target {
+	c := *t
+	if u, err := url.Parse(t.URL); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), redactedValue)
+		}
+		c.URL = u.String()
+	}
+	if len(t.Headers) > 0 {
+		c.Headers = make(map[string]string, len(t.Headers))
+		for k := range t.Headers {
+			c.Headers[k] = redactedValue
+		}
+	}
+	return &c
+}
+
+// redactFor reports whether the request's token is read-only, so that the
+// type configurations it is answered with leave out the targets' secrets.
+func (s *server) redactFor(r *http.Request) bool {
+	return s.auth.Enabled() && s.auth.Check(r) == AccessRead
 }
 
 // typeBody is the body of PUT /v1/types/{type}.
@@ -72,9 +108,9 @@ func (s *server) listTypes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := make([]typeJSON, len(specs))
+	out, redact := make([]typeJSON, len(specs)), s.redactFor(r)
 	for i, sp := range specs {
-		out[i] = typeOut(sp)
+		out[i] = typeOut(sp, redact)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"types": out})
 	return nil
@@ -90,7 +126,7 @@ func (s *server) getType(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, typeOut(spec))
+	writeJSON(w, http.StatusOK, typeOut(spec, s.redactFor(r)))
 	return nil
 }
 
@@ -115,6 +151,6 @@ func (s *server) putType(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, typeOut(saved))
+	writeJSON(w, http.StatusOK, typeOut(saved, false))
 	return nil
 }

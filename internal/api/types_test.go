@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/retryq/retryq/internal/backendtest"
@@ -89,5 +91,62 @@ func testTypes(t *testing.T, backend string) {
 	e.mustErr(http.StatusMethodNotAllowed, CodeMethodNotAllowed, "", "DELETE", "/v1/types/t1", nil)
 	if g := e.must(http.StatusOK, "GET", "/v1/types/t1", nil).m; g["stored"] != false {
 		t.Fatalf("invalid PUTs stored t1: %v", g)
+	}
+}
+
+// A read-only token sees how a push type is delivered but not the
+// credentials it is delivered with: header values and the URL's password
+// are redacted in GET /v1/types and GET /v1/types/{type}. A full-access
+// token, which may change the configuration, sees it whole.
+func TestReadTokenSeesTargetSecretsRedacted(t *testing.T) {
+	e := newEnv(t, envOpts{apiTokens: []string{"full-1"}, readTokens: []string{"read-1"}})
+	e.must(http.StatusOK, "PUT", "/v1/types/hook", `{"target":{"url":"http://svc:s3cret@127.0.0.1:9/in","headers":{"X-Api-Key":"k-123","Authorization":"Bearer abc"}}}`)
+	e.must(http.StatusOK, "PUT", "/v1/types/plain", `{"target":{"url":"http://127.0.0.1:9/in"}}`)
+
+	target := func(m map[string]any) map[string]any {
+		tg, _ := m["target"].(map[string]any)
+		if tg == nil {
+			t.Fatalf("no target in %v", m)
+		}
+		return tg
+	}
+	check := func(tg map[string]any, wantURL, wantKey, wantAuth string) {
+		t.Helper()
+		h, _ := tg["headers"].(map[string]any)
+		if tg["url"] != wantURL || h["X-Api-Key"] != wantKey || h["Authorization"] != wantAuth {
+			t.Fatalf("target = %v; want url %q, X-Api-Key %q, Authorization %q", tg, wantURL, wantKey, wantAuth)
+		}
+	}
+	const redactedURL = "http://svc:REDACTED@127.0.0.1:9/in"
+
+	r := e.must(http.StatusOK, "GET", "/v1/types/hook", nil, withToken("read-1"))
+	check(target(r.m), redactedURL, "REDACTED", "REDACTED")
+	if strings.Contains(string(r.raw), "s3cret") || strings.Contains(string(r.raw), "k-123") {
+		t.Fatalf("read-only answer leaks a secret: %s", r.raw)
+	}
+	r = e.must(http.StatusOK, "GET", "/v1/types", nil, withToken("read-1"))
+	if strings.Contains(string(r.raw), "s3cret") || strings.Contains(string(r.raw), "k-123") || strings.Contains(string(r.raw), "Bearer abc") {
+		t.Fatalf("read-only listing leaks a secret: %s", r.raw)
+	}
+	for _, it := range r.m["types"].([]any) {
+		m := it.(map[string]any)
+		switch m["type"] {
+		case "hook":
+			check(target(m), redactedURL, "REDACTED", "REDACTED")
+		case "plain":
+			if got := target(m)["url"]; got != "http://127.0.0.1:9/in" {
+				t.Fatalf("plain url = %v", got)
+			}
+		}
+	}
+
+	// The full-access token gets the configuration whole, so that it can be
+	// read, edited and stored back.
+	r = e.must(http.StatusOK, "GET", "/v1/types/hook", nil)
+	check(target(r.m), "http://svc:s3cret@127.0.0.1:9/in", "k-123", "Bearer abc")
+	// And the stored configuration itself is untouched by a read-only read.
+	spec, err := e.eng.TypeSpec(context.Background(), "hook")
+	if err != nil || spec.Target == nil || spec.Target.Headers["X-Api-Key"] != "k-123" {
+		t.Fatalf("stored target = %+v, %v", spec.Target, err)
 	}
 }
