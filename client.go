@@ -18,8 +18,8 @@ type Options struct {
 	NodeID  string       // default: host-pid-random
 	Version string
 
-	// DefaultPolicy applies to task types with no stored policy
-	// (default retry.DefaultPolicy()).
+	// DefaultPolicy applies to task types with no stored policy, or a zero
+	// one (default retry.DefaultPolicy()).
 	DefaultPolicy retry.Policy
 	// DefaultTimeout is the per-attempt timeout of types with none (default 5m).
 	DefaultTimeout time.Duration
@@ -194,10 +194,11 @@ type TypeConfig struct {
 }
 
 // SetType stores a type's retry policy, timeout and default priority. A
-// push target the type has (set through the HTTP API or the CLI) is kept.
+// zero Policy leaves the type on Options.DefaultPolicy. A push target the
+// type has (set through the HTTP API or the CLI) is kept.
 func (c *Client) SetType(ctx context.Context, tc TypeConfig) error {
 	spec := engine.TypeSpec{Type: tc.Type, Policy: tc.Policy, Timeout: tc.Timeout, Priority: tc.Priority}
-	cur, err := c.e.TypeSpec(ctx, tc.Type)
+	cur, err := c.e.StoredTypeSpec(ctx, tc.Type)
 	if err != nil {
 		return fmt.Errorf("set type: %w", err)
 	}

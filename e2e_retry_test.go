@@ -235,3 +235,91 @@ func testAttemptTimeoutCancelsHandler(t *testing.T, backend string) {
 
 // nilMap returns a nil map, for a handler that panics with a runtime error.
 func nilMap() map[string]int { return nil }
+
+// msgOnlyError and unwrappingError are error types whose methods read their
+// receiver: a nil *msgOnlyError or *unwrappingError returned as an error is
+// not a nil error (the classic typed-nil mistake), and calling its Error or
+// Unwrap method panics.
+type msgOnlyError struct{ msg string }
+
+func (e *msgOnlyError) Error() string { return e.msg }
+
+type unwrappingError struct {
+	msg   string
+	cause error
+}
+
+func (e *unwrappingError) Error() string { return e.msg }
+func (e *unwrappingError) Unwrap() error { return e.cause }
+
+// TestHandlerErrorWhoseMethodsPanicIsAHandlerPanic: a handler that returns
+// an error value whose Error or Unwrap method panics (a typed nil pointer)
+// fails its attempt like a handler panic (code "panic", class unknown, the
+// stack in the history) and is retried by the policy; the process running
+// the worker must not crash.
+func TestHandlerErrorWhoseMethodsPanicIsAHandlerPanic(t *testing.T) {
+	backendtest.Run(t, testHandlerErrorWhoseMethodsPanicIsAHandlerPanic)
+}
+
+func testHandlerErrorWhoseMethodsPanicIsAHandlerPanic(t *testing.T, backend string) {
+	ctx := context.Background()
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: fastPolicy(2)})
+	e.mux.HandleFunc("nil.msg", func(ctx context.Context, task *retryq.Task) error {
+		var err *msgOnlyError
+		return err
+	})
+	e.mux.HandleFunc("nil.unwrap", func(ctx context.Context, task *retryq.Task) error {
+		var err *unwrappingError
+		return err
+	})
+	e.startWorker(retryq.WorkerConfig{Concurrency: 2})
+	for _, typ := range []string{"nil.msg", "nil.unwrap"} {
+		res, err := e.client.Enqueue(ctx, typ, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ti := e.waitState(res.Task.ID, 10*time.Second, store.StateDead)
+		if ti.Attempt != 2 || ti.DeadReason != store.DeadMaxAttempts || ti.LastError == nil ||
+			ti.LastError.Code != "panic" || ti.LastError.Class != "unknown" {
+			t.Fatalf("%s: attempt %d reason %q error %+v, want 2 attempts, max_attempts, code panic, class unknown",
+				typ, ti.Attempt, ti.DeadReason, ti.LastError)
+		}
+		hist, err := e.client.Attempts(ctx, res.Task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hist) != 2 || !strings.Contains(hist[0].Detail, "goroutine") || hist[0].Delay <= 0 {
+			t.Fatalf("%s: history %+v, want 2 attempts, the first with a stack and a delay", typ, hist)
+		}
+	}
+}
+
+// TestAttemptTimeoutReturnedAsCauseIsADeadline: a handler stopped by its
+// type's per-attempt timeout that returns context.Cause(ctx) rather than
+// ctx.Err() has timed out all the same: the attempt is class transient
+// with code deadline_exceeded, so an allow list naming that code retries
+// it, instead of an unknown error without a code that the allow list sends
+// straight to the dead-letter queue as non_retryable.
+func TestAttemptTimeoutReturnedAsCauseIsADeadline(t *testing.T) {
+	ctx := context.Background()
+	p := fastPolicy(2)
+	p.RetryOn = []string{"deadline_exceeded"}
+	e := newEnvOn(t, openStore(t, ""), retryq.Options{DefaultPolicy: p})
+	if err := e.client.SetType(ctx, retryq.TypeConfig{Type: "hang", Policy: p, Timeout: 100 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	e.mux.HandleFunc("hang", func(ctx context.Context, task *retryq.Task) error {
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	e.startWorker(retryq.WorkerConfig{})
+	res, err := e.client.Enqueue(ctx, "hang", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti := e.waitState(res.Task.ID, 10*time.Second, store.StateDead)
+	if ti.Attempt != 2 || ti.DeadReason != store.DeadMaxAttempts || ti.LastError == nil ||
+		ti.LastError.Code != "deadline_exceeded" || ti.LastError.Class != "transient" {
+		t.Fatalf("attempt %d reason %q error %+v, want 2 attempts, max_attempts, deadline_exceeded, transient", ti.Attempt, ti.DeadReason, ti.LastError)
+	}
+}

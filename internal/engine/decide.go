@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -55,6 +58,9 @@ func truncate(s string, n int) string {
 // path that ends an attempt in failure — in-process handlers, pull workers,
 // push deliveries, expired leases — goes through here.
 func (e *Engine) Decide(t *store.Task, spec *TypeSpec, f Failure, now time.Time) store.Outcome {
+	if pe := checkError(f.Err); pe != nil {
+		f = panicFailure(pe)
+	}
 	pol := &spec.Policy
 	class, code, retryAfter := f.Class, f.Code, f.RetryAfter
 	msg := f.Message
@@ -66,7 +72,7 @@ func (e *Engine) Decide(t *store.Task, spec *TypeSpec, f Failure, now time.Time)
 			msg = "lease expired before the attempt finished (worker crashed, hung or lost its connection)"
 		}
 	case f.Err != nil:
-		class, code, retryAfter = pol.Classify(f.Err)
+		class, code, retryAfter = pol.Classify(timeoutAsDeadline(f.Err))
 		if msg == "" {
 			msg = f.Err.Error()
 		}
@@ -116,6 +122,25 @@ func (e *Engine) Decide(t *store.Task, spec *TypeSpec, f Failure, now time.Time)
 	return out
 }
 
+// attemptTimeout is a handler's error that is (or wraps) the cause of its
+// context after the per-attempt timeout, errAttemptTimeout, as a handler
+// returning context.Cause(ctx) gives: it unwraps to context.DeadlineExceeded
+// as well, so that it is classified as the timeout it is (transient,
+// deadline_exceeded), like ctx.Err().
+type attemptTimeout struct{ err error }
+
+func (a *attemptTimeout) Error() string   { return a.err.Error() }
+func (a *attemptTimeout) Unwrap() []error { return []error{a.err, context.DeadlineExceeded} }
+
+// timeoutAsDeadline wraps err in an attemptTimeout when it is the
+// per-attempt timeout's cause without being context.DeadlineExceeded.
+func timeoutAsDeadline(err error) error {
+	if errors.Is(err, errAttemptTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		return &attemptTimeout{err}
+	}
+	return err
+}
+
 func effectiveMax(t *store.Task, pol *retry.Policy) int {
 	if t.MaxAttempts > 0 {
 		return t.MaxAttempts
@@ -145,7 +170,31 @@ type PanicError struct {
 
 func (p *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", p.Value) }
 
-// classifyPanic: panics are unknown errors (retried, counted apart) with code "panic".
+// checkError calls what the engine calls on a failed attempt's error (its
+// message, and the Unwrap, Is and As methods behind the classification) and
+// returns a *PanicError if one of them panics, nil otherwise. A handler that
+// returns a nil pointer of an error type (a non-nil error whose methods
+// dereference it) has panicked as surely as one that panics itself; without
+// this check the panic would come later, outside the handler's recovery,
+// and end the process.
+func checkError(err error) (pe *PanicError) {
+	if err == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			pe = &PanicError{Value: fmt.Sprintf("the returned error (%T) panicked: %v", err, r), Stack: string(debug.Stack())}
+		}
+	}()
+	_ = err.Error()
+	_, _, _ = retry.Classify(err)
+	_ = errors.Is(err, context.DeadlineExceeded)
+	var p *PanicError
+	_ = errors.As(err, &p)
+	return nil
+}
+
+// panicFailure: panics are unknown errors (retried, counted apart) with code "panic".
 func panicFailure(p *PanicError) Failure {
 	return Failure{Code: "panic", Message: p.Error(), Class: retry.ClassUnknown, Detail: p.Stack}
 }

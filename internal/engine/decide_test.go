@@ -1,9 +1,15 @@
 package engine
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/retryq/retryq/retry"
+	"github.com/retryq/retryq/store"
 )
 
 func TestTruncateKeepsCharacters(t *testing.T) {
@@ -25,5 +31,69 @@ func TestTruncateKeepsCharacters(t *testing.T) {
 		if got != c.want || !utf8.ValidString(got) || len(got) > c.n {
 			t.Errorf("truncate(%.20q, %d) = %.20q (%d bytes), want %.20q", c.in, c.n, got, len(got), c.want)
 		}
+	}
+}
+
+// nilDerefError's methods read the receiver: a nil *nilDerefError is a
+// non-nil error whose Error and Unwrap panic.
+type nilDerefError struct{ cause error }
+
+func (e *nilDerefError) Error() string { return e.cause.Error() }
+func (e *nilDerefError) Unwrap() error { return e.cause }
+
+// TestDecideTreatsAPanickingErrorAsAPanic: Decide must not panic on a
+// failure whose error value panics when asked for its message or unwrapped
+// (it runs outside any handler's recovery, so the panic would end the
+// process); the attempt fails as a handler panic, code "panic", class
+// unknown, retried by the policy.
+func TestDecideTreatsAPanickingErrorAsAPanic(t *testing.T) {
+	e, err := New(Config{Store: openWorkerStoreOn(t, "sqlite"), Rand: fixedRand(0.5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := e.defaultSpec("t")
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	task := &store.Task{ID: "a", Type: "t", Attempt: 1, LeaseID: "l"}
+	var bad *nilDerefError
+	for _, f := range []Failure{{Err: bad}, {Err: fmt.Errorf("wrapped: %w", bad)}, {Err: retry.Permanent(bad)}} {
+		if pe := checkError(f.Err); pe == nil {
+			t.Errorf("checkError(%T) = nil, want a *PanicError", f.Err)
+		}
+		out := e.Decide(task, &spec, f, now)
+		if out.State != store.StateRetryWaiting || out.Error == nil || out.Error.Code != "panic" ||
+			out.Error.Class != "unknown" || !strings.Contains(out.Detail, "goroutine") {
+			t.Errorf("Decide(%T) = state %s error %+v detail %.40q, want retry_waiting, code panic, class unknown, a stack",
+				f.Err, out.State, out.Error, out.Detail)
+		}
+	}
+	if pe := checkError(errors.New("fine")); pe != nil {
+		t.Errorf("checkError(a plain error) = %v, want nil", pe)
+	}
+}
+
+type fixedRand float64
+
+func (r fixedRand) Float64() float64 { return float64(r) }
+
+// TestDecideClassifiesTheTimeoutCauseAsADeadline: the per-attempt
+// timeout's cause, returned by a handler as context.Cause(ctx), is
+// classified like ctx.Err() (transient, deadline_exceeded); a typed error
+// around it still wins.
+func TestDecideClassifiesTheTimeoutCauseAsADeadline(t *testing.T) {
+	e, err := New(Config{Store: openWorkerStoreOn(t, "sqlite"), Rand: fixedRand(0.5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := e.defaultSpec("t")
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	task := &store.Task{ID: "a", Type: "t", Attempt: 1, LeaseID: "l"}
+	out := e.Decide(task, &spec, Failure{Err: fmt.Errorf("call: %w", errAttemptTimeout)}, now)
+	if out.State != store.StateRetryWaiting || out.Error.Code != retry.CodeDeadlineExceeded || out.Error.Class != "transient" ||
+		out.Error.Message != "call: attempt timed out" {
+		t.Errorf("timeout cause: state %s error %+v, want retry_waiting, deadline_exceeded, transient, the handler's message", out.State, out.Error)
+	}
+	out = e.Decide(task, &spec, Failure{Err: retry.Permanent(errAttemptTimeout)}, now)
+	if out.State != store.StateDead || out.DeadReason != store.DeadNonRetryable {
+		t.Errorf("Permanent(timeout cause): state %s reason %q, want dead non_retryable", out.State, out.DeadReason)
 	}
 }

@@ -56,7 +56,7 @@ type Config struct {
 	NodeID  string // default: host-pid-random
 	Version string // recorded in the node registry
 
-	// DefaultPolicy applies to task types with no stored policy.
+	// DefaultPolicy applies to task types with no stored policy, or a zero one.
 	DefaultPolicy retry.Policy // default: retry.DefaultPolicy()
 	// DefaultTimeout is the per-attempt timeout of types that set none. Default 5m.
 	DefaultTimeout time.Duration

@@ -242,7 +242,12 @@ func (e *Engine) decodeType(tc store.TypeConfig) (TypeSpec, error) {
 		if err := json.Unmarshal(tc.Policy, &p); err != nil {
 			return spec, fmt.Errorf("decode policy of type %s: %w", tc.Type, err)
 		}
-		spec.Policy = p.WithDefaults()
+		// A zero policy ({}, stored when only the timeout or priority was
+		// set) means "the defaults", which for the engine are its
+		// DefaultPolicy, as for a type never configured.
+		if !isZeroPolicy(p) {
+			spec.Policy = p.WithDefaults()
+		}
 	}
 	if len(bytes.TrimSpace(tc.Target)) > 0 && string(bytes.TrimSpace(tc.Target)) != "null" {
 		var t Target
@@ -265,6 +270,16 @@ func (e *Engine) TypeSpec(ctx context.Context, typ string) (TypeSpec, error) {
 		return TypeSpec{}, err
 	}
 	return ent.spec, nil
+}
+
+// StoredTypeSpec is TypeSpec read from the store rather than from this
+// node's cache, which may be up to a few seconds behind a change made on
+// another node: for a read-modify-write of the configuration.
+func (e *Engine) StoredTypeSpec(ctx context.Context, typ string) (TypeSpec, error) {
+	if err := ValidateType("type", typ); err != nil {
+		return TypeSpec{}, err
+	}
+	return e.loadType(ctx, typ)
 }
 
 // ListTypes returns the stored type configurations.

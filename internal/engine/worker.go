@@ -364,14 +364,20 @@ func (w *workerRun) execute(t *store.Task) {
 	})
 }
 
-// callHandler runs the handler, turning a panic into a *PanicError.
+// callHandler runs the handler, turning a panic into a *PanicError, and
+// so is an error returned whose methods panic (checkError).
 func callHandler(ctx context.Context, h HandleFunc, t *store.Task) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: string(debug.Stack())}
 		}
 	}()
-	return h(ctx, t)
+	if err = h(ctx, t); err != nil {
+		if pe := checkError(err); pe != nil {
+			return pe
+		}
+	}
+	return err
 }
 
 func (w *workerRun) shutdown() {
