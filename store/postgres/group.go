@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -139,7 +140,8 @@ func (s *Store) GroupStats() store.GroupStats {
 // groupWrite queues w for the writer and waits for its commit. Once queued,
 // a write is always answered (by its group's commit, or with ErrClosed). A
 // caller whose ctx ends stops waiting: a write still queued is then
-// skipped, one already sent commits or fails regardless.
+// skipped, one already sent commits or fails regardless (and a group whose
+// callers all stopped waiting is given up, see groupContext).
 func (s *Store) groupWrite(ctx context.Context, op string, w *groupWrite) error {
 	if err := s.check(op); err != nil {
 		return err
@@ -253,10 +255,40 @@ func (s *Store) count(groups, writes int) {
 	s.groupWrites.Add(int64(writes))
 }
 
+// groupContext returns the context a group is sent with: it ends when the
+// store closes or when every write's caller has stopped waiting. A group
+// that nobody waits for any more is given up like a call whose context
+// ended (it commits or not), so that a dead connection (a network path cut
+// without a reset, which the kernel takes many minutes to notice) or a long
+// lock wait holds up the writes queued behind it only as long as its
+// callers are willing to wait, not until the store closes.
+func (s *Store) groupContext(ws []*groupWrite) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(s.bgCtx)
+	var waiting atomic.Int64
+	waiting.Store(int64(len(ws)))
+	stops := make([]func() bool, len(ws))
+	for i, w := range ws {
+		stops[i] = context.AfterFunc(w.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
 // sendGroup sends the writes as one batch and reads the results: first one
 // INSERT for all the inserts of the group, then the other writes'
-// statements in order.
+// statements in order. The batch ends when every write's caller stopped
+// waiting (groupContext).
 func (s *Store) sendGroup(ws []*groupWrite) error {
+	ctx, cancel := s.groupContext(ws)
+	defer cancel()
 	b := &pgx.Batch{}
 	var (
 		inserters []*groupWrite
@@ -288,7 +320,7 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 	if notify {
 		s.queueNotify(b)
 	}
-	br := s.pool.SendBatch(s.bgCtx, b)
+	br := s.pool.SendBatch(ctx, b)
 	err := func() error {
 		if rows > 0 {
 			tag, err := br.Exec()

@@ -400,3 +400,49 @@ func TestGroupUndone(t *testing.T) {
 		}
 	}
 }
+
+// TestWriterRecoversFromSilentlyCutConnection: the network path of the
+// pool's one open connection is cut silently (no reset, no close) before
+// the writer sends a group on it. The caller gives up at its deadline; the
+// writer must give up on that group too, since nobody waits for it, so that
+// the next write goes out on a new connection. It used to send every group
+// with the store's own context and wait on the dead connection until the
+// kernel gave up on it (many minutes), failing every enqueue and outcome of
+// the node meanwhile.
+func TestWriterRecoversFromSilentlyCutConnection(t *testing.T) {
+	t.Parallel()
+	proxy, url := newCutProxy(t, pgtest.URL(t))
+	s := openURL(t, url, func(c *Config) { c.MaxConns = 2 })
+	ctx := t.Context()
+	// Down to one open connection: the group below must take that one. (pgx
+	// keeps the pool slot of a connection it gave up on until the server
+	// closed it or 15 s passed, so the second slot must be free.)
+	s.Pool().Reset()
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("a", 1), Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); proxy.open() != 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections open through the proxy, want the pool's 1", proxy.open())
+		}
+	}
+	if n := proxy.cut(); n != 1 {
+		t.Fatalf("cut %d connections, want 1", n)
+	}
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err := s.InsertTasks(short, store.InsertParams{Tasks: newTasks("b", 1), Now: t0})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("insert over the cut connection: %v, want the caller's deadline", err)
+	}
+	start := time.Now()
+	next, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.InsertTasks(next, store.InsertParams{Tasks: newTasks("c", 1), Now: t0}); err != nil {
+		t.Fatalf("insert after the writer's caller gave up: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
+	}
+	if _, err := s.GetTask(ctx, "c000000"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.close() // ends the cut connection, which pgx waits for on Close
+}

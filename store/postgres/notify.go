@@ -177,15 +177,28 @@ func (s *Store) listen(ctx context.Context, ch chan struct{}) {
 	}
 }
 
+// listenSessionSQL turns off, for the listener's session only, the idle
+// timeout an operator may set on the database or role (idle_session_timeout,
+// PostgreSQL 14 and later; older servers do not know it, and the WHERE
+// clause keeps them from being asked). The listener's session is idle by
+// design between its pings: with such a timeout the server ended it every
+// time the timeout passed, each time losing the notifications sent until
+// the listener was back and logging a warning, and a timeout shorter than
+// ReconnectMax kept the listener away most of the time.
+const listenSessionSQL = `SELECT set_config('idle_session_timeout', '0', false)
+WHERE current_setting('server_version_num')::int >= 140000`
+
 func (s *Store) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	cfg := s.pool.Config().ConnConfig.Copy()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		_ = conn.Close(context.Background())
-		return nil, err
+	for _, sql := range []string{listenSessionSQL, "LISTEN " + notifyChannel} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			_ = conn.Close(context.Background())
+			return nil, err
+		}
 	}
 	return conn, nil
 }

@@ -62,6 +62,50 @@ func TestListenerBacksOffWhenConnectionsDrop(t *testing.T) {
 	}
 }
 
+// TestListenerSurvivesIdleSessionTimeout: an operator set
+// idle_session_timeout on the database. The listener's session, idle by
+// design while it waits for notifications, stays connected past the
+// timeout; the server used to end it each time the timeout passed (the
+// listener then reconnected, losing what was notified meanwhile).
+func TestListenerSurvivesIdleSessionTimeout(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	x := connect(t, url)
+	s := openURL(t, url, nil)
+	ctx := t.Context()
+	setDatabase(t, x, "idle_session_timeout", "200ms") // for sessions opened from now on
+	ch := s.Wakeups(ctx)
+	waitWakeup(t, ch, "the first connection")
+	var pid int
+	waitUntil(t, x, "the listener to listen", `SELECT count(*) > 0 FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN %'`)
+	if err := x.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE datname = current_database() AND query LIKE 'LISTEN %'`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var idleLong *bool
+		err := x.QueryRow(ctx, `SELECT (SELECT now() - state_change > interval '800 ms' FROM pg_stat_activity WHERE pid = $1)`, pid).Scan(&idleLong)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if idleLong == nil {
+			t.Fatal("the server ended the listener's session at its idle timeout")
+		}
+		if *idleLong {
+			break // idle four times the timeout, still there
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the listener's session never stayed idle for 800ms")
+		}
+	}
+	drain(ch)
+	if _, err := x.Exec(ctx, "NOTIFY "+notifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	waitWakeup(t, ch, "a notification after the idle period")
+}
+
 // TestCancelNotificationTaskIDWithSpace: a running task whose id holds a
 // space is cancelled; the cancellation delivered to Cancellations names
 // that task and its lease (the payload used to be split at the first

@@ -362,9 +362,23 @@ func translate(op string, err error) error {
 			pgErr.Code == "57P01", // admin_shutdown
 			pgErr.Code == "57P02", // crash_shutdown
 			pgErr.Code == "57P03", // cannot_connect_now
-			pgErr.Code == "53300", // too_many_connections
+			// Insufficient resources: too many connections, disk full,
+			// out of memory.
+			strings.HasPrefix(pgErr.Code, "53"),
+			pgErr.Code == "58000", // system_error
+			pgErr.Code == "58030", // io_error
 			pgErr.Code == "40001", // serialization_failure: retry the whole operation
-			pgErr.Code == "40P01": // deadlock_detected: likewise
+			pgErr.Code == "40P01", // deadlock_detected: likewise
+			// Limits an operator may set on the database or role
+			// (ALTER DATABASE ... SET): the statement or the session ends,
+			// the call may be tried again.
+			pgErr.Code == "57014", // query_canceled: statement_timeout, pg_cancel_backend
+			pgErr.Code == "55P03", // lock_not_available: lock_timeout
+			pgErr.Code == "25P03", // idle_in_transaction_session_timeout (FATAL)
+			pgErr.Code == "57P05", // idle_session_timeout (FATAL)
+			// A server that is (still or again) a read-only standby, as
+			// during a failover, or set read-only for maintenance.
+			pgErr.Code == "25006": // read_only_sql_transaction
 			return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
 		case pgErr.Code == "23505": // unique_violation
 			return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)

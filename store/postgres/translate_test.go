@@ -1,0 +1,144 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/store"
+)
+
+// setDatabase runs ALTER DATABASE ... SET name = value on the database of
+// dbURL, as an operator would; it applies to sessions opened afterwards.
+func setDatabase(t *testing.T, x *pgx.Conn, name, value string) {
+	t.Helper()
+	var db string
+	if err := x.QueryRow(t.Context(), "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	sql := "ALTER DATABASE " + pgx.Identifier{db}.Sanitize() + " SET " + name + " = '" + value + "'"
+	if _, err := x.Exec(t.Context(), sql); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOperatorTimeoutsAreUnavailable: timeouts an operator sets on the
+// database (ALTER DATABASE ... SET) end a statement or a session with
+// errors that mean "try again", and the store reports them as
+// store.ErrUnavailable, so that callers back off and retry (the engine
+// retries outcome commits only then; the API answers 503, not 500). They
+// used to come back as bare PostgreSQL errors no caller could classify.
+func TestOperatorTimeoutsAreUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, setting := range []string{"lock_timeout", "statement_timeout"} {
+		t.Run(setting, func(t *testing.T) {
+			t.Parallel()
+			dbURL := pgtest.URL(t)
+			x := connect(t, dbURL)
+			s := openURL(t, dbURL, nil)
+			ctx := t.Context()
+			tk := leased(t, s, "t", 1, time.Now())[0]
+			// The pool's connections are replaced by ones that have the setting.
+			setDatabase(t, x, setting, "100ms")
+			s.Pool().Reset()
+			// Another session holds the task's row: the store's statements
+			// wait for it until the operator's timeout ends them.
+			tx, err := x.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(context.Background()) }()
+			if _, err := tx.Exec(ctx, "SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", tk.ID); err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.CancelTask(ctx, store.CancelParams{ID: tk.ID, Now: time.Now()})
+			if !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("CancelTask on a row held past %s: %v, want ErrUnavailable", setting, err)
+			}
+			_, err = s.RecordOutcomes(ctx, store.OutcomeParams{Now: time.Now(), Outcomes: []store.Outcome{
+				{TaskID: tk.ID, LeaseID: tk.LeaseID, State: store.StateSucceeded}}})
+			if !errors.Is(err, store.ErrUnavailable) {
+				t.Errorf("RecordOutcomes on a row held past %s: %v, want ErrUnavailable", setting, err)
+			}
+		})
+	}
+	t.Run("idle_session_timeout", func(t *testing.T) {
+		t.Parallel()
+		dbURL := pgtest.URL(t)
+		x := connect(t, dbURL)
+		s := openURL(t, dbURL, func(c *Config) { c.MaxConns = 1 })
+		ctx := t.Context()
+		// The pool's connection is replaced by one that has the setting.
+		setDatabase(t, x, "idle_session_timeout", "50ms")
+		s.Pool().Reset()
+		var pid int
+		if err := s.Pool().QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, x, "the server to end the idle session",
+			"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $1", pid)
+		// The pool checks connections idle for more than a second before
+		// handing them out; this one idled for less, so the call finds out.
+		_, err := s.GetTask(ctx, "none")
+		if err != nil && !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("GetTask on a session the server ended: %v, want ErrUnavailable", err)
+		}
+		t.Logf("GetTask on a session the server ended: %v", err)
+	})
+}
+
+// TestOpenRefusedByServer: a server that is reachable but refuses the
+// connection makes Open fail at once, without panicking or retrying, with
+// an error naming the cause: a database that does not exist is not
+// ErrUnavailable (waiting will not create it), a connection limit reached
+// is.
+func TestOpenRefusedByServer(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	x := connect(t, dbURL)
+	role := "retryq_nolimit_" + strings.ToLower(strings.ReplaceAll(time.Now().Format("150405.000000"), ".", ""))
+	if _, err := x.Exec(t.Context(), "CREATE ROLE "+role+" LOGIN CONNECTION LIMIT 0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = x.Exec(context.Background(), "DROP ROLE "+role) })
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noDB := *u
+	noDB.Path = "/retryq_no_such_database"
+	limited := *u
+	limited.User = url.User(role)
+	for _, c := range []struct {
+		name, url, want string
+		unavailable     bool
+	}{
+		{"missing database", noDB.String(), "does not exist", false},
+		{"connection limit", limited.String(), "too many connections", true},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		start := time.Now()
+		s, err := Open(ctx, Config{URL: c.url})
+		cancel()
+		if err == nil {
+			_ = s.Close()
+			t.Errorf("%s: Open succeeded", c.name)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Open: %v, want an error saying %q", c.name, err, c.want)
+		}
+		if errors.Is(err, store.ErrUnavailable) != c.unavailable {
+			t.Errorf("%s: Open: %v, ErrUnavailable: %v, want %v", c.name, err, !c.unavailable, c.unavailable)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s: Open took %v", c.name, d)
+		}
+	}
+}
