@@ -167,7 +167,17 @@ func (e *Engine) EnqueueMany(ctx context.Context, rs []EnqueueRequest) ([]store.
 	return res, nil
 }
 
+// commitInserts inserts one batch of enqueues. The commit is bounded by
+// the lease duration, as outcome commits are: the batch runs detached from
+// its callers' contexts (one caller giving up must not fail the others),
+// and without a bound a database that hangs (a network path cut without a
+// reset, a table lock held by an operator's session) would hold this insert
+// loop, and the enqueues queued behind it, for as long as the kernel takes
+// to notice, which can be many minutes. The tasks leased at insert would be
+// stale by then anyway: their lease is as long as the bound.
 func (e *Engine) commitInserts(ctx context.Context, nts []store.NewTask) ([]store.InsertResult, []error, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.LeaseDuration)
+	defer cancel()
 	now := e.now()
 	picks := e.pickLocal(nts, now)
 	res, err := e.st.InsertTasks(ctx, store.InsertParams{Tasks: nts, Now: now})
