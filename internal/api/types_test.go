@@ -81,6 +81,14 @@ func testTypes(t *testing.T, backend string) {
 		{`{"target":{"url":"http://x","headers":{"retryq-task-id":"spoofed"}}}`, `target.headers["retryq-task-id"]`},
 		{`{"target":{"url":"http://x","headers":{"Idempotency-Key":"k"}}}`, `target.headers["Idempotency-Key"]`},
 		{`{"target":{"url":"http://x","headers":{"Content-Length":"3"}}}`, `target.headers["Content-Length"]`},
+		// Two spellings of one header (the strict decoder refuses them first).
+		{`{"target":{"url":"http://x","headers":{"X-Key":"a","x-key":"b"}}}`, `target.headers.x-key`},
+		// Hop-by-hop headers, which HTTP/2 refuses or drops.
+		{`{"target":{"url":"http://x","headers":{"Upgrade":"h2c"}}}`, `target.headers["Upgrade"]`},
+		{`{"target":{"url":"http://x","headers":{"te":"trailers"}}}`, `target.headers["te"]`},
+		{`{"target":{"url":"http://x","headers":{"Keep-Alive":"timeout=5"}}}`, `target.headers["Keep-Alive"]`},
+		// A Host that net/http would send cut at the slash.
+		{`{"target":{"url":"http://x","headers":{"Host":"a.example/b"}}}`, `target.headers["Host"]`},
 		{`{"type":"x"}`, "type"},
 	} {
 		e.mustErr(http.StatusBadRequest, CodeInvalidField, c.field, "PUT", "/v1/types/t1", c.body)

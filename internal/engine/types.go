@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -49,10 +51,19 @@ func (t *Target) Validate() error {
 	if t.Concurrency < 0 || t.Concurrency > 1000 {
 		return fieldErr("target.concurrency", "must be between 0 and 1000 (got %d)", t.Concurrency)
 	}
-	for name, value := range t.Headers {
-		if err := checkTargetHeader(name, value); err != nil {
+	seen := make(map[string]string, len(t.Headers))
+	for _, name := range slices.Sorted(maps.Keys(t.Headers)) {
+		if err := checkTargetHeader(name, t.Headers[name]); err != nil {
 			return err
 		}
+		// Header names are case-insensitive: two spellings of one name
+		// would each be sent with whichever value the map's order gave
+		// last, which may differ from node to node and run to run.
+		canon := http.CanonicalHeaderKey(name)
+		if other, dup := seen[canon]; dup {
+			return fieldErr(fmt.Sprintf("target.headers[%q]", name), "is the same header as %q (names are case-insensitive)", other)
+		}
+		seen[canon] = name
 	}
 	return nil
 }
@@ -82,8 +93,15 @@ func checkTargetHeader(name, value string) error {
 	case strings.HasPrefix(canon, "Retryq-"):
 		return fieldErr(field, "is set by retryq itself")
 	case canon == "Content-Length" || canon == "Transfer-Encoding" || canon == "Connection",
-		canon == "Idempotency-Key" || canon == "X-Idempotency-Key":
+		canon == "Idempotency-Key" || canon == "X-Idempotency-Key",
+		// Hop-by-hop headers belong to one connection, not to the
+		// request: HTTP/2 refuses or drops them, so an https target would
+		// fail every delivery or never see them.
+		canon == "Upgrade" || canon == "Keep-Alive" || canon == "Proxy-Connection" || canon == "Te" || canon == "Trailer":
 		return fieldErr(field, "cannot be set on a push target")
+	case canon == "Host" && (value == "" || strings.ContainsAny(value, " /\t")):
+		// net/http would send the value cut at the first space or slash.
+		return fieldErr(field, "must be a host name with an optional port (got %q)", value)
 	}
 	return nil
 }

@@ -216,3 +216,35 @@ func TestValidateTypeSegments(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetValidateHeaders: a target whose headers no delivery could send
+// as configured is refused, naming the header: two spellings of one name
+// (each delivery sent whichever value the map's order gave last),
+// hop-by-hop headers (HTTP/2 refuses or drops them) and a Host that
+// net/http would cut.
+func TestTargetValidateHeaders(t *testing.T) {
+	for _, c := range []struct {
+		headers map[string]string
+		field   string // "" = valid
+	}{
+		{map[string]string{"X-Key": "a", "Authorization": "Bearer t"}, ""},
+		{map[string]string{"Host": "api.example:8443"}, ""},
+		{map[string]string{"X-Key": "a", "x-key": "b"}, `target.headers["x-key"]`},
+		{map[string]string{"AUTHORIZATION": "a", "authorization": "b"}, `target.headers["authorization"]`},
+		{map[string]string{"Upgrade": "websocket"}, `target.headers["Upgrade"]`},
+		{map[string]string{"TE": "trailers"}, `target.headers["TE"]`},
+		{map[string]string{"Proxy-Connection": "keep-alive"}, `target.headers["Proxy-Connection"]`},
+		{map[string]string{"Host": "a.example/evil"}, `target.headers["Host"]`},
+		{map[string]string{"Host": "a.example extra"}, `target.headers["Host"]`},
+	} {
+		tg := Target{URL: "http://127.0.0.1:9/", Headers: c.headers}
+		err := tg.Validate()
+		var fe *FieldError
+		switch {
+		case c.field == "" && err != nil:
+			t.Errorf("%v: %v, want valid", c.headers, err)
+		case c.field != "" && (!errors.As(err, &fe) || fe.Field != c.field):
+			t.Errorf("%v: %v, want an error on %s", c.headers, err, c.field)
+		}
+	}
+}
