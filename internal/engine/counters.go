@@ -1,6 +1,10 @@
 package engine
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/retryq/retryq/store"
+)
 
 // Counters are cumulative engine counters since start, for metrics and for
 // seeing how well writes are batched.
@@ -40,5 +44,19 @@ func (e *Engine) Counters() Counters {
 		LeaseLost: c.leaseLost.Load(), Reaped: c.reaped.Load(), Promoted: c.promoted.Load(),
 		Dispatched:       c.dispatched.Load(),
 		DeletedSucceeded: int64(r.Succeeded), DeletedCancelled: int64(r.Cancelled), DeletedDead: int64(r.Dead),
+	}
+}
+
+// countRecorded counts an outcome the store accepted by the state it left
+// the task in: every recorded decision, whoever made it (a worker's outcome
+// or the reaper's), is counted once.
+func (c *counters) countRecorded(o *store.Outcome) {
+	switch o.State {
+	case store.StateSucceeded:
+		c.succeeded.Add(1)
+	case store.StateDead:
+		c.dead.Add(1)
+	case store.StateRetryWaiting:
+		c.retried.Add(1)
 	}
 }

@@ -46,15 +46,7 @@ func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]st
 			continue
 		}
 		o := &outs[i]
-		switch o.State {
-		case store.StateSucceeded:
-			e.ctr.succeeded.Add(1)
-		case store.StateDead:
-			e.ctr.dead.Add(1)
-		}
-		if o.State == store.StateRetryWaiting {
-			e.ctr.retried.Add(1)
-		}
+		e.ctr.countRecorded(o)
 		switch o.State {
 		case store.StatePending:
 			ready = true

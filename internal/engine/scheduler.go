@@ -195,6 +195,7 @@ func (e *Engine) reap(ctx context.Context) {
 				// A refused reap (the worker's heartbeat extended the lease
 				// after the listing) is not counted.
 				e.ctr.reaped.Add(1)
+				e.ctr.countRecorded(&outs[j])
 				woke = woke || outs[j].State == store.StateRetryWaiting
 			}
 			e.logOutcome(&tasks[j], &outs[j], oerr)

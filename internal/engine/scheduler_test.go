@@ -57,3 +57,50 @@ func TestSchedulerFirstPassNotDelayedByPoke(t *testing.T) {
 		}
 	}
 }
+
+// TestReapedOutcomesAreCounted: the reaper's decisions are counted like a
+// worker's: a reaped task retried counts in Retried, one dead-lettered in
+// Dead (and both in Reaped). The reaper records its outcomes itself, and
+// they used to show only in Reaped, so Client.Counters under-reported
+// retries and dead letters whenever workers crashed.
+func TestReapedOutcomesAreCounted(t *testing.T) {
+	ctx := context.Background()
+	st := openWorkerStoreOn(t, "sqlite")
+	now := time.Now()
+	var nts []store.NewTask
+	for i, max := range []int{1, 3} { // dead at once / retried
+		nts = append(nts, store.NewTask{ID: NewID(now.Add(time.Duration(i))), Type: "reap.t", Payload: []byte("null"), RunAt: now, MaxAttempts: max})
+	}
+	res, err := st.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: nts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A worker of another process leases both, then dies.
+	leased, err := st.FetchTasks(ctx, store.FetchParams{Types: []string{"reap.t"}, Limit: 2, WorkerID: "gone", LeaseDuration: 20 * time.Millisecond, Now: now})
+	if err != nil || len(leased) != 2 {
+		t.Fatalf("fetch: %d tasks, %v", len(leased), err)
+	}
+	e, err := New(Config{Store: st, NodeID: "reap-test", PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Counters().Reaped < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("reaped %d of 2 expired leases in 10 s", e.Counters().Reaped)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	dead, err := st.GetTask(ctx, res[0].Task.ID)
+	if err != nil || dead.State != store.StateDead {
+		t.Fatalf("task with one attempt: %s, %v; want dead", dead.State, err)
+	}
+	c := e.Counters()
+	if c.Dead != 1 || c.Retried != 1 {
+		t.Fatalf("counters after reaping one task to the DLQ and one to a retry: Dead %d, Retried %d; want 1 and 1", c.Dead, c.Retried)
+	}
+}
