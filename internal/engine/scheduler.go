@@ -171,10 +171,31 @@ func (e *Engine) reap(ctx context.Context) {
 		if len(tasks) == 0 {
 			return
 		}
-		outs := make([]store.Outcome, len(tasks))
+		// Decide under each type's own configuration. A type whose
+		// configuration cannot be read now (the database is briefly away)
+		// is left for the next pass rather than decided under the engine's
+		// defaults, which could dead-letter its tasks under the wrong max
+		// attempts or error lists; its leases stay expired until then.
+		outs := make([]store.Outcome, 0, len(tasks))
+		kept := tasks[:0]
+		var postponed map[string]int // type -> tasks left for a later pass
 		for j := range tasks {
-			spec := e.specFor(ctx, tasks[j].Type)
-			outs[j] = e.Decide(&tasks[j], &spec, Failure{LeaseExpired: true}, now)
+			ent, err := e.types.get(ctx, tasks[j].Type)
+			if err != nil {
+				if postponed == nil {
+					postponed = make(map[string]int)
+				}
+				if postponed[tasks[j].Type]++; postponed[tasks[j].Type] == 1 {
+					e.log.Warn("reaping postponed: type configuration unavailable", "type", tasks[j].Type, "err", err)
+				}
+				continue
+			}
+			kept = append(kept, tasks[j])
+			outs = append(outs, e.Decide(&kept[len(kept)-1], &ent.spec, Failure{LeaseExpired: true}, now))
+		}
+		full := len(tasks) == reapBatch
+		if tasks = kept; len(tasks) == 0 {
+			return
 		}
 		cctx, cancel = e.schedCallCtx(ctx)
 		errs, err := e.st.RecordOutcomes(cctx, store.OutcomeParams{Outcomes: outs, Now: now})
@@ -203,7 +224,7 @@ func (e *Engine) reap(ctx context.Context) {
 		if woke {
 			e.sched.poke(time.Time{})
 		}
-		if len(tasks) < reapBatch {
+		if !full {
 			return
 		}
 	}

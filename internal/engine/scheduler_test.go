@@ -2,9 +2,15 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
 )
 
@@ -102,5 +108,87 @@ func TestReapedOutcomesAreCounted(t *testing.T) {
 	c := e.Counters()
 	if c.Dead != 1 || c.Retried != 1 {
 		t.Fatalf("counters after reaping one task to the DLQ and one to a retry: Dead %d, Retried %d; want 1 and 1", c.Dead, c.Retried)
+	}
+}
+
+// typeOutageStore fails GetType with ErrUnavailable while down is set: a
+// database that is briefly away for the type configuration's read.
+type typeOutageStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (s *typeOutageStore) GetType(ctx context.Context, typ string) (store.TypeConfig, error) {
+	if s.down.Load() {
+		return store.TypeConfig{}, fmt.Errorf("get type: %w", store.ErrUnavailable)
+	}
+	return s.Store.GetType(ctx, typ)
+}
+
+// TestReaperWaitsForTheTypeConfiguration: a task whose lease expired is
+// reaped under its type's stored policy (10 attempts), never under the
+// engine's default policy (1 attempt here) because the type's
+// configuration could not be read at that moment. While the read fails
+// the reaper leaves the task for a later pass; before, it decided under
+// the defaults and dead-lettered the task after its first attempt.
+func TestReaperWaitsForTheTypeConfiguration(t *testing.T) {
+	ctx := context.Background()
+	st := &typeOutageStore{Store: openWorkerStoreOn(t, "sqlite")}
+	now := time.Now()
+	pol, _ := json.Marshal(retry.Policy{MaxAttempts: 10, Backoff: retry.BackoffFixed, InitialDelay: time.Millisecond})
+	if _, err := st.PutType(ctx, store.TypeConfig{Type: "cfg.t", Policy: pol}, now); err != nil {
+		t.Fatal(err)
+	}
+	res, err := st.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: []store.NewTask{{ID: NewID(now), Type: "cfg.t", Payload: []byte("null"), RunAt: now}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res[0].Task.ID
+	if got, err := st.FetchTasks(ctx, store.FetchParams{Types: []string{"cfg.t"}, Limit: 1, WorkerID: "gone", LeaseDuration: 10 * time.Millisecond, Now: now}); err != nil || len(got) != 1 {
+		t.Fatalf("fetch: %d tasks, %v", len(got), err)
+	}
+	st.down.Store(true)
+	var logs logBuffer
+	e, err := New(Config{Store: st, NodeID: "cfg-test", PollInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		DefaultPolicy: retry.Policy{MaxAttempts: 1, Backoff: retry.BackoffFixed, InitialDelay: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	// Let the reaper find the task in several passes while the
+	// configuration is away.
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(logs.String(), "reaping postponed") < 3 {
+		if got, err := st.Store.GetTask(ctx, id); err == nil && got.State != store.StateRunning {
+			t.Fatalf("reaped while its type configuration was unreadable: %s %s; want the reap postponed", got.State, got.DeadReason)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reaper did not postpone the task 3 times in 10 s; log:\n%s", logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, err := st.GetTask(ctx, id); err != nil || got.State != store.StateRunning {
+		t.Fatalf("while the type configuration was unreadable: %s, %v; want still running (reap postponed)", got.State, err)
+	}
+	st.down.Store(false)
+	for {
+		got, err := st.GetTask(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State == store.StateDead {
+			t.Fatalf("reaped task dead-lettered (%s) under a 10-attempt policy", got.DeadReason)
+		}
+		if got.State != store.StateRunning {
+			break // retried under the stored policy
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("task not reaped 10 s after the configuration came back")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
