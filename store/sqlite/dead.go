@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/retryq/retryq/store"
 )
@@ -232,20 +233,20 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (st
 		res = store.RetentionResult{}
 		for _, c := range []struct {
 			state  store.State
-			before int64
+			before time.Time
 			n      *int
 		}{
-			{store.StateSucceeded, tsNotNull(p.SucceededBefore), &res.Succeeded},
-			{store.StateCancelled, tsNotNull(p.CancelledBefore), &res.Cancelled},
-			{store.StateDead, tsNotNull(p.DeadBefore), &res.Dead},
+			{store.StateSucceeded, p.SucceededBefore, &res.Succeeded},
+			{store.StateCancelled, p.CancelledBefore, &res.Cancelled},
+			{store.StateDead, p.DeadBefore, &res.Dead},
 		} {
-			if c.before == 0 {
+			if c.before.IsZero() {
 				continue
 			}
 			// The redundant IN term lets SQLite use the partial index.
 			byType, err := deleteTasks(ctx, tx, `SELECT rowid FROM tasks
 				WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = ? AND updated_at < ?
-				ORDER BY updated_at, id LIMIT ?`, []any{string(c.state), c.before, sqlLimit(p.Limit)})
+				ORDER BY updated_at, id LIMIT ?`, []any{string(c.state), c.before.UnixMicro(), sqlLimit(p.Limit)})
 			if err != nil {
 				return err
 			}

@@ -112,6 +112,10 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 				errs[i] = fmt.Errorf("record outcome of task %s: %w: effective priority %d does not fit in 32 bits", o.TaskID, store.ErrInvalid, o.EffectivePrio)
 				continue
 			}
+			if err := checkTime("run time", ra); err != nil {
+				errs[i] = fmt.Errorf("record outcome of task %s: %w", o.TaskID, err)
+				continue
+			}
 		case store.StateDead:
 			r.failure = 1
 			r.deadReason = o.DeadReason

@@ -76,6 +76,10 @@ func mustLoadMigrations() []migration {
 	return ms
 }
 
+// ErrReadOnly is returned (wrapped, with store.ErrUnavailable) when the
+// database file may not be written: Open refuses such a file.
+var ErrReadOnly = errors.New("database is read-only")
+
 // KnownVersion is the newest schema version this binary knows.
 func KnownVersion() int { return len(migrations) }
 
@@ -122,6 +126,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	s := &Store{cfg: cfg, w: w, stmts: make(map[string]*sql.Stmt)}
+	if err := s.setWAL(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
 	if err := s.migrate(ctx); err != nil {
 		w.Close()
 		return nil, err
@@ -147,6 +155,49 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// setWAL puts the database in WAL mode, which lasts in the file: only a
+// new file (or one another tool created) still needs the switch. The switch
+// takes an exclusive lock from within a read, and SQLite does not call the
+// busy handler for such an upgrade: while another process holds a lock (it
+// is creating the same new file), the pragma fails at once with
+// SQLITE_BUSY. So it is retried here until BusyTimeout has passed, as any
+// other lock is waited for.
+func (s *Store) setWAL(ctx context.Context) error {
+	const op = "set sqlite journal mode"
+	deadline := time.Now().Add(s.cfg.BusyTimeout)
+	pause := time.Millisecond
+	for {
+		var mode string
+		err := s.w.QueryRowContext(ctx, `PRAGMA journal_mode = WAL`).Scan(&mode)
+		if err == nil {
+			if !strings.EqualFold(mode, "wal") {
+				// The switch can be refused without an error, for one
+				// by a file that may not be written.
+				return fmt.Errorf("%s: the database stays in journal mode %q, want wal", op, mode)
+			}
+			return nil
+		}
+		left := time.Until(deadline)
+		if !isBusy(err) || left <= 0 {
+			return translate(op, err)
+		}
+		t := time.NewTimer(min(pause, left)) // the last try comes at the deadline
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return translate(op, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLITE_BUSY (any extended code).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
+}
+
 // migrate applies the pending migrations in one IMMEDIATE transaction.
 func (s *Store) migrate(ctx context.Context) error {
 	const op = "migrate sqlite schema"
@@ -168,6 +219,12 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	if applied > len(migrations) {
 		return fmt.Errorf("%s: %w: database is at version %d, this binary knows %d", op, store.ErrSchemaTooNew, applied, len(migrations))
+	}
+	// A file that may not be written opens, and answers reads (and so
+	// pings), but every write fails: refuse it now. This statement changes
+	// nothing but needs write access.
+	if _, err := tx.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version < 0`); err != nil {
+		return translate(op, err)
 	}
 	for _, m := range migrations[applied:] {
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
@@ -374,6 +431,8 @@ func translate(op string, err error) error {
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR,
 			sqlite3.SQLITE_FULL, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOMEM:
 			return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
+		case sqlite3.SQLITE_READONLY:
+			return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, ErrReadOnly, err)
 		case sqlite3.SQLITE_CONSTRAINT:
 			return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
 		}
@@ -391,12 +450,22 @@ func ts(t time.Time) any {
 	return t.UnixMicro()
 }
 
-// tsNotNull converts a time to unix microseconds (zero time = 0).
+// tsNotNull converts a time to unix microseconds. The zero time (year 1)
+// becomes its own microsecond count, which fromMicros reads back as the
+// zero time, and which sorts before every other time: 0 is the Unix epoch,
+// a time like any other.
 func tsNotNull(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
 	return t.UnixMicro()
+}
+
+// checkTime refuses, with ErrInvalid, a time that unix microseconds in 64
+// bits cannot hold (before about year -290,000 or after about 294,000):
+// UnixMicro would wrap around and the store would write another time.
+func checkTime(what string, t time.Time) error {
+	if !time.UnixMicro(t.UnixMicro()).Equal(t.Truncate(time.Microsecond)) {
+		return fmt.Errorf("%w: %s %v is out of the range of stored times", store.ErrInvalid, what, t)
+	}
+	return nil
 }
 
 func fromTS(n sql.NullInt64) time.Time {
@@ -406,10 +475,9 @@ func fromTS(n sql.NullInt64) time.Time {
 	return fromMicros(n.Int64)
 }
 
+// fromMicros converts unix microseconds to a UTC time; the microseconds of
+// the zero time give exactly the zero time.
 func fromMicros(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
 	return time.UnixMicro(n).UTC()
 }
 

@@ -35,7 +35,7 @@ type testCase struct {
 
 // tests lists every subtest of the suite, grouped by area.
 var tests = concat(insertTests, fetchTests, outcomeTests, leaseTests, promoteTests,
-	readTests, cancelRetryTests, deadTests, retentionTests, statsTests, metaTests, lifecycleTests, zeroNowTests)
+	readTests, cancelRetryTests, deadTests, retentionTests, statsTests, metaTests, lifecycleTests, zeroNowTests, timeTests)
 
 func concat(groups ...[]testCase) []testCase {
 	var all []testCase

@@ -1,0 +1,166 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// TestOpenWaitsForLockOnNewFile: a database file another process is
+// creating (still in rollback-journal mode, its write lock taken) makes
+// Open wait up to BusyTimeout, as for any other lock, and succeed once the
+// lock is released. Switching the file to WAL used to fail at once with
+// SQLITE_BUSY: SQLite does not call the busy handler for that switch.
+func TestOpenWaitsForLockOnNewFile(t *testing.T) {
+	ctx := t.Context()
+
+	// The lock is never released: Open gives up after BusyTimeout, not
+	// before.
+	path := filepath.Join(t.TempDir(), "held.db")
+	lockedByAnother(t, path)
+	const busy = 300 * time.Millisecond
+	start := time.Now()
+	s, err := Open(ctx, Config{Path: path, BusyTimeout: busy})
+	took := time.Since(start)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open succeeded while another connection held the write lock of a new file")
+	}
+	if !errors.Is(err, store.ErrUnavailable) || took < busy {
+		t.Errorf("Open of a locked new file failed after %v with %v; want ErrUnavailable after the busy timeout (%v)", took, err, busy)
+	}
+
+	// The lock is released while Open waits: Open succeeds.
+	path = filepath.Join(t.TempDir(), "released.db")
+	conn := lockedByAnother(t, path)
+	release := time.AfterFunc(100*time.Millisecond, func() { _, _ = conn.ExecContext(context.Background(), "ROLLBACK") })
+	defer release.Stop()
+	s, err = Open(ctx, Config{Path: path, BusyTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("Open of a new file whose lock is released within the busy timeout: %v", err)
+	}
+	defer s.Close()
+	if got := pragma(t, s.w, "journal_mode"); got != "wal" {
+		t.Errorf("journal_mode = %s, want wal", got)
+	}
+	if applied, known, err := s.SchemaVersion(ctx); err != nil || applied != known {
+		t.Errorf("SchemaVersion = %d, %d, %v", applied, known, err)
+	}
+}
+
+// envOpenChild makes the test binary a child process that opens the
+// database at the path it names and exits (see TestOpenHelperProcess).
+const envOpenChild = "RETRYQ_SQLITE_OPEN_CHILD"
+
+// TestOpenHelperProcess is not a test: it is the child process of
+// TestOpenNewFileFromProcesses.
+func TestOpenHelperProcess(t *testing.T) {
+	path := os.Getenv(envOpenChild)
+	if path == "" {
+		t.Skip("child process of TestOpenNewFileFromProcesses")
+	}
+	s, err := Open(context.Background(), Config{Path: path})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "open: %v\n", err)
+		os.Exit(3)
+	}
+	if err := s.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "close: %v\n", err)
+		os.Exit(4)
+	}
+}
+
+// TestOpenNewFileFromProcesses: processes started together on a database
+// file that does not exist yet (a server and `retryq migrate`, two
+// servers) all open it; none fails with "database is locked".
+func TestOpenNewFileFromProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	const rounds, procs = 6, 3
+	dir := t.TempDir()
+	for round := range rounds {
+		path := filepath.Join(dir, fmt.Sprintf("r%d.db", round))
+		var wg sync.WaitGroup
+		errs := make([]error, procs)
+		outs := make([]bytes.Buffer, procs)
+		for i := range procs {
+			ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestOpenHelperProcess$")
+			cmd.Env = append(os.Environ(), envOpenChild+"="+path)
+			cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
+			wg.Go(func() { errs[i] = cmd.Run() })
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("round %d: process %d: %v: %s", round, i, err, strings.TrimSpace(outs[i].String()))
+			}
+		}
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// TestOpenReadOnlyFileRefused: a database file the process may not write
+// is refused by Open with ErrReadOnly. It used to open, answer reads and
+// pings (so a server reported ready), and fail every write.
+func TestOpenReadOnlyFileRefused(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root may write any file")
+	}
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "ro.db")
+	s, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(ctx, Config{Path: path})
+	if err == nil {
+		_, werr := s.InsertTasks(ctx, store.InsertParams{Now: time.Now(), Tasks: []store.NewTask{{ID: "t", Type: "a"}}})
+		s.Close()
+		t.Fatalf("Open of a read-only file succeeded (a write then returned %v); want ErrReadOnly", werr)
+	}
+	if !errors.Is(err, ErrReadOnly) {
+		t.Errorf("Open of a read-only file = %v, want ErrReadOnly", err)
+	}
+}
+
+// TestOpenNotADatabase: a file that is not a SQLite database is refused
+// with a clear error and left as it was.
+func TestOpenNotADatabase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "notes.db")
+	text := bytes.Repeat([]byte("these are my notes, not a database\n"), 200)
+	if err := os.WriteFile(path, text, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), Config{Path: path})
+	if err == nil {
+		s.Close()
+		t.Fatal("Open of a text file succeeded")
+	}
+	if !strings.Contains(err.Error(), "not a database") {
+		t.Errorf("Open of a text file = %v, want an error saying it is not a database", err)
+	}
+	if got, err := os.ReadFile(path); err != nil || !bytes.Equal(got, text) {
+		t.Errorf("the text file was changed (%v)", err)
+	}
+}

@@ -1,0 +1,102 @@
+package storetest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+var timeTests = []testCase{
+	{"Times/RoundTrip", testTimesRoundTrip},
+	{"Times/OutOfRange", testTimesOutOfRange},
+}
+
+// testTimesRoundTrip: a time is stored to the microsecond (rounded down)
+// and read back as that same instant, whatever its zone, from before 1970
+// and the Unix epoch itself up to the last microsecond of year 9999; the
+// task an insert returns carries the times a read returns later. Only the
+// zero time means "unset".
+func testTimesRoundTrip(e *env) {
+	east := time.FixedZone("UTC+05:45", 5*3600+45*60)
+	west := time.FixedZone("UTC-09:30", -(9*3600 + 30*60))
+	now := base.Add(123456789 * time.Nanosecond).In(east) // sub-microsecond, not UTC
+	cases := []struct {
+		id    string
+		runAt time.Time
+		state store.State
+	}{
+		{"tm_epoch", time.Unix(0, 0), store.StatePending},
+		{"tm_before_epoch", time.Date(1969, 7, 20, 20, 17, 40, 500, time.UTC).In(west), store.StatePending},
+		{"tm_after_epoch", time.Unix(0, 1500), store.StatePending},
+		{"tm_year_1", time.Date(1, 1, 1, 0, 0, 0, 1000, time.UTC), store.StatePending},
+		{"tm_sub_micro", now.Add(time.Hour + 999*time.Nanosecond), store.StateScheduled},
+		{"tm_year_9999", time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC).In(east), store.StateScheduled},
+	}
+	for _, c := range cases {
+		n := nt(c.id, "tm")
+		n.RunAt = c.runAt
+		res := e.insert(now, n)[0]
+		want := c.runAt.Truncate(time.Microsecond)
+		got := e.get(c.id, c.state)
+		if !got.RunAt.Equal(want) {
+			e.t.Errorf("task %s: RunAt read back as %v, want %v (stored %v)", c.id, got.RunAt, want, c.runAt)
+		}
+		if !res.Task.RunAt.Equal(got.RunAt) {
+			e.t.Errorf("task %s: insert returned RunAt %v, a read returns %v", c.id, res.Task.RunAt, got.RunAt)
+		}
+		if !got.CreatedAt.Equal(now.Truncate(time.Microsecond)) || !res.Task.CreatedAt.Equal(got.CreatedAt) {
+			e.t.Errorf("task %s: CreatedAt read back as %v, inserted as %v, want %v", c.id, got.CreatedAt, res.Task.CreatedAt, now.Truncate(time.Microsecond))
+		}
+	}
+
+	// The earliest due time of the far-future task is reported exactly.
+	w, err := e.s.NextWakeup(e.ctx)
+	e.noErr("NextWakeup", err)
+	if want := cases[4].runAt.Truncate(time.Microsecond); !w.NextRunAt.Equal(want) {
+		e.t.Errorf("NextWakeup.NextRunAt = %v, want %v", w.NextRunAt, want)
+	}
+
+	// A lease granted at a sub-microsecond now expires at the microsecond
+	// the fetch reported, and a heartbeat to year 9999 is kept exactly.
+	leased := e.fetch(now, 1, "tm")
+	if len(leased) != 1 {
+		e.t.Fatalf("fetch: got %v, want one task", ids(leased))
+	}
+	l := leased[0]
+	if want := now.Add(leaseDur).Truncate(time.Microsecond); !l.LeaseExpiresAt.Equal(want) || !l.StartedAt.Equal(now.Truncate(time.Microsecond)) {
+		e.t.Errorf("fetch: lease expires %v, started %v; want %v, %v", l.LeaseExpiresAt, l.StartedAt, want, now.Truncate(time.Microsecond))
+	}
+	if got := e.get(l.ID, store.StateRunning); !got.LeaseExpiresAt.Equal(l.LeaseExpiresAt) || !got.StartedAt.Equal(l.StartedAt) {
+		e.t.Errorf("task %s: read back lease expiry %v and start %v, fetch said %v and %v", l.ID, got.LeaseExpiresAt, got.StartedAt, l.LeaseExpiresAt, l.StartedAt)
+	}
+	far := time.Date(9999, 12, 31, 23, 59, 59, 999999000, time.UTC)
+	errs, err := e.s.ExtendLeases(e.ctx, store.ExtendParams{Leases: []store.LeaseRef{{TaskID: l.ID, LeaseID: l.LeaseID, ExpiresAt: far.In(west)}}, Now: now})
+	e.noErr("ExtendLeases", err)
+	if len(errs) != 1 || errs[0] != nil {
+		e.t.Fatalf("ExtendLeases: %v", errs)
+	}
+	if got := e.get(l.ID, store.StateRunning); !got.LeaseExpiresAt.Equal(far) {
+		e.t.Errorf("task %s: lease extended to %v reads back as %v", l.ID, far, got.LeaseExpiresAt)
+	}
+}
+
+// testTimesOutOfRange: a run time no backend can store (year 300000 does
+// not fit in 64 bits of microseconds, nor in PostgreSQL's timestamptz) is
+// refused with ErrInvalid, and no task of the batch is inserted; it is not
+// stored as some other time (which could run the task at once).
+func testTimesOutOfRange(e *env) {
+	for _, runAt := range []time.Time{
+		time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		far := nt("tr_far", "tr")
+		far.RunAt = runAt
+		_, err := e.s.InsertTasks(e.ctx, store.InsertParams{Tasks: []store.NewTask{nt("tr_ok", "tr"), far}, Now: base})
+		e.isErr(fmt.Sprintf("InsertTasks with RunAt %v", runAt), err, store.ErrInvalid)
+		e.notFound("tr_far")
+		e.notFound("tr_ok")
+	}
+	if n, err := e.s.PromoteDue(e.ctx, store.PromoteParams{Limit: 10, Now: base}); err != nil || n != 0 {
+		e.t.Errorf("PromoteDue = %d, %v; want nothing to promote", n, err)
+	}
+}
