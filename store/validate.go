@@ -24,7 +24,8 @@ func Fits32(n int) bool { return n >= math.MinInt32 && n <= math.MaxInt32 }
 // and a lease's ids must be valid UTF-8 without NUL bytes (PostgreSQL
 // refuses them in text, and an id that does not survive JSON could not be
 // looked up again); priority and max attempts must fit in 32 bits (Fits32);
-// a lease needs a lease id and a positive duration (a leased task without
+// RunAt must pass CheckTime; a lease needs a lease id and a positive
+// duration (a leased task without
 // them could never be reaped); and an id may appear only once,
 // unless the later task repeats an earlier one's idempotency key (it is
 // then a duplicate of that task, not a second row). Errors wrap
@@ -48,6 +49,9 @@ func CheckNewTasks(tasks []NewTask) error {
 		}
 		if !Fits32(nt.Priority) || !Fits32(nt.MaxAttempts) {
 			return bad("priority %d and max attempts %d must fit in 32 bits", nt.Priority, nt.MaxAttempts)
+		}
+		if err := CheckTime("run time", nt.RunAt); err != nil {
+			return fmt.Errorf("task %d: %w", i, err)
 		}
 		if l := nt.Lease; l != nil {
 			if l.LeaseID == "" || l.Duration <= 0 {
@@ -86,6 +90,20 @@ func ValidText(s string) bool {
 func CheckNow(now time.Time) error {
 	if now.IsZero() {
 		return fmt.Errorf("now is the zero time (the caller's clock is required): %w", ErrInvalid)
+	}
+	return CheckTime("now", now)
+}
+
+// CheckTime refuses, with ErrInvalid, a time outside years 1 to 9999 (in
+// UTC; the zero time is year 1 and passes). Every backend stores the times
+// of that range exactly, and a time outside it could not be stored as
+// given: SQLite's 64-bit microseconds and PostgreSQL's encoding of
+// timestamptz wrap around far enough out, so a task meant for "never"
+// would be stored as due long ago and run at once. It is also the range of
+// RFC 3339, in which the API writes times.
+func CheckTime(what string, t time.Time) error {
+	if y := t.UTC().Year(); y < 1 || y > 9999 {
+		return fmt.Errorf("%s %s is outside years 1 to 9999: %w", what, t.UTC().Format(time.RFC3339Nano), ErrInvalid)
 	}
 	return nil
 }

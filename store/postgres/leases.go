@@ -36,11 +36,21 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 	if len(p.Leases) == 0 {
 		return errs, nil
 	}
-	ids := make([]string, len(p.Leases))
-	leases := make([]string, len(p.Leases))
-	exps := make([]time.Time, len(p.Leases))
+	ids := make([]string, 0, len(p.Leases))
+	leases := make([]string, 0, len(p.Leases))
+	exps := make([]time.Time, 0, len(p.Leases))
 	for i, l := range p.Leases {
-		ids[i], leases[i], exps[i] = l.TaskID, l.LeaseID, us(l.ExpiresAt)
+		switch {
+		case l.ExpiresAt.IsZero():
+			errs[i] = fmt.Errorf("extend lease of task %s: %w: zero ExpiresAt", l.TaskID, store.ErrInvalid)
+		case store.CheckTime("expiry", l.ExpiresAt) != nil:
+			errs[i] = fmt.Errorf("extend lease of task %s: %w", l.TaskID, store.CheckTime("expiry", l.ExpiresAt))
+		default:
+			ids, leases, exps = append(ids, l.TaskID), append(leases, l.LeaseID), append(exps, us(l.ExpiresAt))
+		}
+	}
+	if len(ids) == 0 {
+		return errs, nil
 	}
 	// The rows are locked in id order, like RecordOutcomes does: a
 	// heartbeat and an outcome batch of the same node touch the same rows,
@@ -64,7 +74,7 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 		return nil, translate(op, err)
 	}
 	for i, l := range p.Leases {
-		if !ok[ref{l.TaskID, l.LeaseID}] {
+		if errs[i] == nil && !ok[ref{l.TaskID, l.LeaseID}] {
 			errs[i] = fmt.Errorf("extend lease of task %s lease %s: %w", l.TaskID, l.LeaseID, store.ErrLeaseLost)
 		}
 	}

@@ -177,6 +177,8 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			}
 			if !store.Fits32(o.EffectivePrio) {
 				invalid = fmt.Errorf("record outcome of task %s: effective priority %d does not fit in 32 bits: %w", o.TaskID, o.EffectivePrio, store.ErrInvalid)
+			} else if err := store.CheckTime("run time", runAt); err != nil {
+				invalid = fmt.Errorf("record outcome of task %s: %w", o.TaskID, err)
 			}
 		case store.StatePending:
 		default:

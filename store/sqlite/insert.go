@@ -33,11 +33,6 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 	if err := checkTime("now", p.Now); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	for i, nt := range p.Tasks {
-		if err := checkTime("run time", nt.RunAt); err != nil {
-			return nil, fmt.Errorf("%s: task %d: %w", op, i, err)
-		}
-	}
 	job := &insertJob{tasks: p.Tasks, now: p.Now}
 	err := s.submit(ctx, op, &writeReq{ins: job, fn: func(ctx context.Context, tx *sql.Tx) error {
 		return s.insertJobs(ctx, tx, []*insertJob{job})

@@ -458,15 +458,9 @@ func tsNotNull(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-// checkTime refuses, with ErrInvalid, a time that unix microseconds in 64
-// bits cannot hold (before about year -290,000 or after about 294,000):
-// UnixMicro would wrap around and the store would write another time.
-func checkTime(what string, t time.Time) error {
-	if !time.UnixMicro(t.UnixMicro()).Equal(t.Truncate(time.Microsecond)) {
-		return fmt.Errorf("%w: %s %v is out of the range of stored times", store.ErrInvalid, what, t)
-	}
-	return nil
-}
+// checkTime is store.CheckTime: every time the store writes lies in years
+// 1 to 9999, well inside what 64-bit unix microseconds hold.
+func checkTime(what string, t time.Time) error { return store.CheckTime(what, t) }
 
 func fromTS(n sql.NullInt64) time.Time {
 	if !n.Valid {

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -88,6 +89,10 @@ func testTimesRoundTrip(e *env) {
 func testTimesOutOfRange(e *env) {
 	for _, runAt := range []time.Time{
 		time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(-300000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Unix(1<<62, 0), // a "never" that wraps around in 64-bit microseconds
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(0, 12, 31, 23, 59, 59, 0, time.UTC),
 	} {
 		far := nt("tr_far", "tr")
 		far.RunAt = runAt
@@ -98,5 +103,29 @@ func testTimesOutOfRange(e *env) {
 	}
 	if n, err := e.s.PromoteDue(e.ctx, store.PromoteParams{Limit: 10, Now: base}); err != nil || n != 0 {
 		e.t.Errorf("PromoteDue = %d, %v; want nothing to promote", n, err)
+	}
+
+	// A lease extended, or a retry scheduled, to such a time is refused for
+	// that entry alone; the task keeps its lease.
+	never := time.Unix(1<<62, 0)
+	e.insert(base, nt("tr_run", "tr"))
+	leased := e.fetch(base, 1, "tr")
+	if len(leased) != 1 {
+		e.t.Fatalf("fetch: got %v, want one task", ids(leased))
+	}
+	l := leased[0]
+	errs, err := e.s.ExtendLeases(e.ctx, store.ExtendParams{Leases: []store.LeaseRef{{TaskID: l.ID, LeaseID: l.LeaseID, ExpiresAt: never}}, Now: base})
+	e.noErr("ExtendLeases", err)
+	if len(errs) != 1 || !errors.Is(errs[0], store.ErrInvalid) {
+		e.t.Errorf("ExtendLeases to %v: %v, want ErrInvalid", never, errs)
+	}
+	errs, err = e.s.RecordOutcomes(e.ctx, store.OutcomeParams{Outcomes: []store.Outcome{{TaskID: l.ID, LeaseID: l.LeaseID,
+		State: store.StateRetryWaiting, OutcomeKind: store.OutcomeFailed, RunAt: never, Error: &store.ErrorInfo{Message: "x"}}}, Now: base})
+	e.noErr("RecordOutcomes", err)
+	if len(errs) != 1 || !errors.Is(errs[0], store.ErrInvalid) {
+		e.t.Errorf("retry at %v: %v, want ErrInvalid", never, errs)
+	}
+	if got := e.get(l.ID, store.StateRunning); !got.LeaseExpiresAt.Equal(l.LeaseExpiresAt) || got.LeaseID != l.LeaseID {
+		e.t.Errorf("after the refused calls the lease is %s until %v, want %s until %v", got.LeaseID, got.LeaseExpiresAt, l.LeaseID, l.LeaseExpiresAt)
 	}
 }
