@@ -164,3 +164,59 @@ func TestOpenNotADatabase(t *testing.T) {
 		t.Errorf("the text file was changed (%v)", err)
 	}
 }
+
+// TestOpenNewFileOwnerOnly: a database file Open creates, and the WAL and
+// shared-memory files beside it, are readable by their owner only: they
+// hold every task's payload. SQLite alone created them 0644 under the
+// usual umask.
+func TestOpenNewFileOwnerOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "new.db")
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.InsertTasks(t.Context(), store.InsertParams{Now: time.Now(), Tasks: []store.NewTask{{ID: "a", Type: "t", Payload: []byte(`"secret"`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Stat(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+			t.Errorf("%s: mode %v, want no access for group and others", filepath.Base(name), perm)
+		}
+	}
+}
+
+// TestOpenExistingFileKeepsItsMode: a database file that exists is opened
+// as it is; its mode is the operator's to choose.
+func TestOpenExistingFileKeepsItsMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.db")
+	if err := os.WriteFile(path, nil, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("mode after Open: %v, %v; want 0640", fi.Mode().Perm(), err)
+	}
+}
+
+// TestOpenMissingDirectoryNamed: a path in a directory that does not exist
+// fails with an error naming that directory, not SQLite's "unable to open
+// database file", and creates nothing.
+func TestOpenMissingDirectoryNamed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "nope")
+	_, err := Open(t.Context(), Config{Path: filepath.Join(dir, "q.db")})
+	if err == nil || !strings.Contains(err.Error(), "directory "+dir+" does not exist") {
+		t.Fatalf("Open in a missing directory: %v; want the directory named", err)
+	}
+	if _, serr := os.Stat(dir); !errors.Is(serr, os.ErrNotExist) {
+		t.Fatalf("directory created: %v", serr)
+	}
+}

@@ -21,7 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -117,6 +119,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	if err := createFile(cfg.Path); err != nil {
+		return nil, fmt.Errorf("open sqlite %s: %w", cfg.Path, err)
+	}
 	w, err := sql.Open("sqlite", cfg.dsn(true))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", cfg.Path, err)
@@ -153,6 +158,26 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, translate("open sqlite "+cfg.Path, err)
 	}
 	return s, nil
+}
+
+// createFile creates the database file, when there is none yet, readable
+// and writable by its owner only: it holds every task's payload, which
+// often carries customer data or credentials, and SQLite would create it
+// readable by every local user (0644 under the usual umask). SQLite gives
+// the WAL and shared-memory files the database file's mode. A missing
+// directory is named in the error; SQLite would only say "unable to open
+// database file".
+func createFile(name string) error {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	switch {
+	case err == nil:
+		return f.Close()
+	case errors.Is(err, fs.ErrExist):
+		return nil // opened as it is
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("directory %s does not exist: %w", filepath.Dir(name), err)
+	}
+	return err
 }
 
 // setWAL puts the database in WAL mode, which lasts in the file: only a
