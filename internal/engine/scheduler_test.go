@@ -150,7 +150,7 @@ func TestReaperWaitsForTheTypeConfiguration(t *testing.T) {
 	st.down.Store(true)
 	var logs logBuffer
 	e, err := New(Config{Store: st, NodeID: "cfg-test", PollInterval: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
 		DefaultPolicy: retry.Policy{MaxAttempts: 1, Backoff: retry.BackoffFixed, InitialDelay: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
