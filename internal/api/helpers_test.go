@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/sqlite"
 )
 
 // TestMain stops the throwaway PostgreSQL cluster (if a test started one)
@@ -37,6 +39,13 @@ type envOpts struct {
 	poll                  time.Duration
 	sync                  string
 	backend               string // backendtest.SQLite (also "") or backendtest.Postgres
+	// wrap, when set, wraps the real store the engine uses (to add a hook
+	// at a seam, say).
+	wrap func(store.Store) store.Store
+	// sqliteDir, when set, holds the SQLite file instead of t.TempDir(),
+	// whose name a fuzz input's test name ("seed#0") makes unusable: a
+	// SQLite path must not contain '#'.
+	sqliteDir string
 }
 
 // env is an API server over a real store (SQLite unless envOpts.backend
@@ -61,12 +70,25 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.backend == "" {
 		o.backend = backendtest.SQLite
 	}
-	st := backendtest.Open(t, o.backend, o.sync)
+	var st store.Store
+	if o.sqliteDir != "" && o.backend == backendtest.SQLite {
+		s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(o.sqliteDir, "retryq.db"), Synchronous: o.sync})
+		if err != nil {
+			t.Fatalf("open sqlite store: %v", err)
+		}
+		st = s
+	} else {
+		st = backendtest.Open(t, o.backend, o.sync)
+	}
 	if o.poll == 0 {
 		o.poll = 50 * time.Millisecond
 	}
 	clk := &offsetClock{}
-	eng, err := engine.New(engine.Config{Store: st, Clock: clk, PollInterval: o.poll, NodeID: "test-node", Version: "test"})
+	engStore := st
+	if o.wrap != nil {
+		engStore = o.wrap(st)
+	}
+	eng, err := engine.New(engine.Config{Store: engStore, Clock: clk, PollInterval: o.poll, NodeID: "test-node", Version: "test"})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
 	}

@@ -223,6 +223,14 @@ func testLeaseValidation(t *testing.T, backend string) {
 	id := e.enqueue(map[string]any{"type": "a"})["id"].(string)
 	lease := e.leaseOne("a", nil)["lease_id"].(string)
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "lease_id", "POST", "/v1/leases/garbage/heartbeat", nil)
+	// A lease id that is not text (a NUL byte, invalid UTF-8) was not
+	// issued by this server, on either backend: no database error leaks.
+	for _, bad := range []string{id + ".%00", id + ".%FF", "%FF." + strings.SplitN(lease, ".", 2)[1]} {
+		r := e.mustErr(http.StatusBadRequest, CodeInvalidField, "lease_id", "POST", "/v1/leases/"+bad+"/heartbeat", nil)
+		if strings.Contains(r.errMsg(), "SQLSTATE") || strings.Contains(r.errMsg(), "extend leases") {
+			t.Fatalf("heartbeat of lease %s: the answer leaks the database's error: %s", bad, r)
+		}
+	}
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "lease_seconds", "POST", "/v1/leases/"+lease+"/heartbeat", `{"lease_seconds":-2}`)
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "lease_id", "POST", "/v1/tasks/"+id+"/complete", `{}`)
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "lease_id", "POST", "/v1/tasks/"+id+"/complete", `{"lease_id":"nodot"}`)

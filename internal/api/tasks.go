@@ -220,16 +220,8 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	t, err := s.e.Get(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		return taskNotFound(id)
-	} else if err != nil {
-		return err
-	}
-	as, err := s.e.Attempts(r.Context(), id)
-	if errors.Is(err, store.ErrNotFound) {
-		return taskNotFound(id) // deleted in between
-	} else if err != nil {
+	t, as, err := s.taskWithHistory(r.Context(), id)
+	if err != nil {
 		return err
 	}
 	out := s.view(r.Context()).task(&t)
@@ -237,6 +229,50 @@ func (s *server) getTask(w http.ResponseWriter, r *http.Request) error {
 	out.Attempts = &hist
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// maxHistoryReads bounds how often taskWithHistory reads the history.
+const maxHistoryReads = 4
+
+// taskWithHistory reads a task and its history as of one moment. They are
+// two reads, and an outcome committed between them would pair the task as
+// it was with the history as it is (a running task whose attempt is
+// already recorded as failed, say). So the task is read again after its
+// history: every change that writes history also moves the task's state,
+// attempt, lease or update time, so an unchanged task means the history
+// read belongs to it. A task that keeps changing is answered after a few
+// tries with its latest reads.
+func (s *server) taskWithHistory(ctx context.Context, id string) (store.Task, []store.Attempt, error) {
+	t, err := s.e.Get(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return t, nil, taskNotFound(id)
+	} else if err != nil {
+		return t, nil, err
+	}
+	for i := 0; ; i++ {
+		as, err := s.e.Attempts(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return t, nil, taskNotFound(id) // deleted in between
+		} else if err != nil {
+			return t, nil, err
+		}
+		again, err := s.e.Get(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return t, nil, taskNotFound(id)
+		} else if err != nil {
+			return t, nil, err
+		}
+		if sameVersion(&t, &again) || i+1 >= maxHistoryReads {
+			return again, as, nil
+		}
+		t = again
+	}
+}
+
+// sameVersion reports whether two reads of a task found it unchanged, as
+// far as its history is concerned (a heartbeat moves only the lease expiry).
+func sameVersion(a, b *store.Task) bool {
+	return a.State == b.State && a.Attempt == b.Attempt && a.LeaseID == b.LeaseID && a.UpdatedAt.Equal(b.UpdatedAt)
 }
 
 // taskPage is a page of tasks.

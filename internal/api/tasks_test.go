@@ -1,14 +1,18 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/retryq/retryq/internal/backendtest"
+	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/store"
 )
 
 func TestEnqueueGetList(t *testing.T) { backendtest.Run(t, testEnqueueGetList) }
@@ -262,5 +266,53 @@ func TestRunAtOutsideRFC3339Range(t *testing.T) {
 	}
 	if err := json.Unmarshal(page.raw, &typed); err != nil {
 		t.Errorf("GET /v1/tasks: a client decoding run_at as time.Time fails: %v", err)
+	}
+}
+
+// hookedStore is a real store whose ListAttempts first runs a hook, once:
+// a test commits a transition there, between the two reads of a GET.
+type hookedStore struct {
+	store.Store
+	beforeAttempts atomic.Pointer[func()]
+}
+
+func (h *hookedStore) ListAttempts(ctx context.Context, id string) ([]store.Attempt, error) {
+	if f := h.beforeAttempts.Swap(nil); f != nil {
+		(*f)()
+	}
+	return h.Store.ListAttempts(ctx, id)
+}
+
+func TestGetTaskShowsOneMomentOfTaskAndHistory(t *testing.T) {
+	backendtest.Run(t, testGetTaskShowsOneMomentOfTaskAndHistory)
+}
+
+// A GET of a task reads the task and then its history: an outcome
+// committed in between must not pair the task as it was before with the
+// history as it is after (a running task whose attempt is already recorded
+// as finished).
+func testGetTaskShowsOneMomentOfTaskAndHistory(t *testing.T, backend string) {
+	hs := &hookedStore{}
+	e := newEnv(t, envOpts{backend: backend, wrap: func(st store.Store) store.Store { hs.Store = st; return hs }})
+	for _, outcome := range []string{"fail", "complete"} {
+		id := e.enqueue(map[string]any{"type": "snap"})["id"].(string)
+		lease := e.leaseOne("snap", map[string]any{"lease_seconds": 60})["lease_id"].(string)
+		hook := func() {
+			var err error
+			if outcome == "fail" {
+				_, err = e.eng.Fail(context.Background(), id, lease, engine.ReportedError{Code: "503", Message: "down"})
+			} else {
+				err = e.eng.Complete(context.Background(), id, lease)
+			}
+			if err != nil {
+				t.Errorf("%s in the hook: %v", outcome, err)
+			}
+		}
+		hs.beforeAttempts.Store(&hook)
+		g := e.must(http.StatusOK, "GET", "/v1/tasks/"+id, nil).m
+		as := g["attempts"].([]any)
+		if g["state"] == "running" && len(as) != 0 || g["state"] != "running" && len(as) != 1 {
+			t.Fatalf("%s: task in state %v with %d finished attempts: %v", outcome, g["state"], len(as), g)
+		}
 	}
 }

@@ -30,10 +30,13 @@ type LeaseRequest struct {
 // task and the store's lease.
 func LeaseToken(t *store.Task) string { return t.ID + "." + t.LeaseID }
 
-// ParseLeaseToken splits a token made by LeaseToken.
+// ParseLeaseToken splits a token made by LeaseToken. A token that is not
+// text (a NUL byte, invalid UTF-8) was not made by LeaseToken either: it is
+// refused here rather than sent to the store, which PostgreSQL would answer
+// with an encoding error.
 func ParseLeaseToken(tok string) (taskID, leaseID string, err error) {
 	i := strings.IndexByte(tok, '.')
-	if i <= 0 || i == len(tok)-1 || len(tok) > 200 {
+	if i <= 0 || i == len(tok)-1 || len(tok) > 200 || !store.ValidText(tok) {
 		return "", "", fieldErr("lease_id", "is not a lease id issued by this server")
 	}
 	return tok[:i], tok[i+1:], nil
