@@ -420,12 +420,12 @@ func (m *model) failExpect(t *modelTask, code string, retryable *bool, ra time.D
 		class, explicit = "permanent", true
 	case retryable != nil:
 		class = "transient"
-	case ra > 0:
-		class = "transient"
 	case code == "503" || code == "429":
 		class = "transient"
 	case code == "400":
-		class = "permanent"
+		class = "permanent" // an HTTP status decides, Retry-After or not
+	case ra > 0:
+		class = "transient"
 	}
 	if !explicit {
 		switch {

@@ -217,11 +217,13 @@ func (r ReportedError) failure() Failure {
 		} else {
 			f.Class = retry.ClassPermanent
 		}
+	} else if n, err := strconv.Atoi(r.Code); err == nil && n >= 400 && n <= 599 {
+		// An HTTP status is classified as in process and for push
+		// deliveries, whether or not a Retry-After came with it: a 404
+		// with Retry-After is still permanent.
+		f.Class = (&retry.HTTPError{StatusCode: n}).Class()
 	} else if r.RetryAfter > 0 {
 		f.Class = retry.ClassTransient
-	} else if n, err := strconv.Atoi(r.Code); err == nil && n >= 400 && n <= 599 {
-		var he = &retry.HTTPError{StatusCode: n}
-		f.Class, _, _ = retry.Classify(he)
 	}
 	return f
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,5 +96,34 @@ func TestDecideClassifiesTheTimeoutCauseAsADeadline(t *testing.T) {
 	out = e.Decide(task, &spec, Failure{Err: retry.Permanent(errAttemptTimeout)}, now)
 	if out.State != store.StateDead || out.DeadReason != store.DeadNonRetryable {
 		t.Errorf("Permanent(timeout cause): state %s reason %q, want dead non_retryable", out.State, out.DeadReason)
+	}
+}
+
+// TestReportedStatusClassifiedAsInProcess: a pull worker's reported HTTP
+// status is classified as the same response is in process and for push
+// deliveries (retry.HTTPError), whether or not a Retry-After came with it:
+// a 404 with Retry-After is permanent everywhere. A report whose code is
+// not a status is transient when it asks for a delay. Before, any report
+// with retry_after_seconds was transient, so a pull worker's 404 was
+// retried where an in-process handler's went to the DLQ.
+func TestReportedStatusClassifiedAsInProcess(t *testing.T) {
+	for _, c := range []struct {
+		code string
+		ra   time.Duration
+	}{
+		{"400", 30 * time.Second}, {"404", time.Second}, {"501", time.Second}, {"422", 0},
+		{"429", 30 * time.Second}, {"503", 0}, {"503", time.Second}, {"408", 0},
+	} {
+		n, _ := strconv.Atoi(c.code)
+		want := (&retry.HTTPError{StatusCode: n, RetryAfter: c.ra}).Class()
+		if got := (ReportedError{Code: c.code, Message: "m", RetryAfter: c.ra}).failure(); got.Class != want || got.RetryAfter != c.ra {
+			t.Errorf("reported %s with Retry-After %v: class %v, retry after %v; in process %v", c.code, c.ra, got.Class, got.RetryAfter, want)
+		}
+	}
+	if got := (ReportedError{Code: "quota", Message: "m", RetryAfter: time.Second}).failure(); got.Class != retry.ClassTransient {
+		t.Errorf("reported non-status code with Retry-After: class %v, want transient", got.Class)
+	}
+	if got := (ReportedError{Code: "quota", Message: "m"}).failure(); got.Class != retry.ClassUnknown {
+		t.Errorf("reported non-status code: class %v, want unknown", got.Class)
 	}
 }
