@@ -331,11 +331,13 @@ func (m *model) actHeartbeat() {
 		return
 	}
 	var body any
-	d := 30 * time.Second
+	// Without lease_seconds: the default of a lease of the task's type, and
+	// never shorter than the lease already is.
+	d, keep := m.defaultLease([]string{t.typ}), t.leaseExp
 	if m.rnd.IntN(2) == 0 {
 		ls := []float64{0.5, 5, 30, 90}[m.rnd.IntN(4)]
 		body = map[string]any{"lease_seconds": ls}
-		d = time.Duration(ls * float64(time.Second))
+		d, keep = time.Duration(ls*float64(time.Second)), time.Time{}
 	}
 	r, t0, t1 := m.call("POST", "/v1/leases/"+tok+"/heartbeat", body)
 	v := m.leaseVerdict(t, tok, t0, t1)
@@ -343,8 +345,15 @@ func (m *model) actHeartbeat() {
 	switch {
 	case r.status == http.StatusOK && v >= 0:
 		exp := m.timeOf(r.m["lease_expires_at"])
-		if !within(exp, t0.Add(d), t1.Add(d)) {
-			m.fatalf("heartbeat: expiry %v, want now + %s", r.m["lease_expires_at"], d)
+		lo, hi := t0.Add(d), t1.Add(d)
+		if keep.After(lo) {
+			lo = keep
+		}
+		if keep.After(hi) {
+			hi = keep
+		}
+		if !within(exp, lo, hi) {
+			m.fatalf("heartbeat: expiry %v, want now + %s (and not before %v)", r.m["lease_expires_at"], d, keep)
 		}
 		t.leaseExp = exp
 	case r.status == http.StatusConflict && v <= 0:

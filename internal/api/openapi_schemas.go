@@ -184,7 +184,7 @@ func openAPISchemas() map[string]any {
 			"id": str(""), "type": str(""), "payload": anyJSON(""), "attempt": integer("This attempt's number."),
 			"lease_id": str("Pass to heartbeat, complete and fail."), "lease_expires_at": timeT(""),
 		}, "id", "type", "payload", "attempt", "lease_id", "lease_expires_at"))}, "tasks"),
-		"HeartbeatRequest":  obj(map[string]any{"lease_seconds": secs("New lease length from now, at most 3600 (default 30)")}),
+		"HeartbeatRequest":  obj(map[string]any{"lease_seconds": secs("New lease length from now, at most 3600 (default: what a lease of the task's type gets without lease_seconds; a heartbeat without it never shortens the lease)")}),
 		"HeartbeatResponse": obj(map[string]any{"lease_expires_at": timeT("")}, "lease_expires_at"),
 		"CompleteRequest":   obj(map[string]any{"lease_id": str("")}, "lease_id"),
 		"CompleteResponse":  obj(map[string]any{"state": enum("succeeded")}, "state"),

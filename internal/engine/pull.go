@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -71,19 +72,7 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		return nil, fieldErr("lease_seconds", "must be between 0 and %d", int(MaxLeaseDuration.Seconds()))
 	}
 	if r.LeaseDuration == 0 {
-		r.LeaseDuration = defaultPullLease
-		var longest time.Duration
-		for _, typ := range r.Types {
-			if ent, err := e.types.get(ctx, typ); err == nil && ent.spec.Stored && ent.spec.Timeout > longest {
-				longest = ent.spec.Timeout
-			}
-		}
-		if longest > 0 {
-			// Capped like an explicit lease_seconds: a remote worker that
-			// vanishes must not hold a task for a day-long timeout. A
-			// longer attempt heartbeats.
-			r.LeaseDuration = min(longest, MaxLeaseDuration)
-		}
+		r.LeaseDuration = e.pullLeaseDefault(ctx, r.Types)
 	}
 	deadline := time.Now().Add(r.Wait)
 	sub := e.wake.subscribe()
@@ -142,7 +131,29 @@ func (e *Engine) releaseUnclaimed(tasks []store.Task) {
 	}
 }
 
-// Heartbeat extends a remote worker's lease by d (0 = 30s). It returns the new expiry.
+// pullLeaseDefault is the lease of a pull request or heartbeat without
+// lease_seconds: the longest timeout among the stored configurations of
+// types, capped at MaxLeaseDuration (a remote worker that vanishes must not
+// hold a task for a day-long timeout; a longer attempt heartbeats), else
+// defaultPullLease.
+func (e *Engine) pullLeaseDefault(ctx context.Context, types []string) time.Duration {
+	var longest time.Duration
+	for _, typ := range types {
+		if ent, err := e.types.get(ctx, typ); err == nil && ent.spec.Stored && ent.spec.Timeout > longest {
+			longest = ent.spec.Timeout
+		}
+	}
+	if longest > 0 {
+		return min(longest, MaxLeaseDuration)
+	}
+	return defaultPullLease
+}
+
+// Heartbeat extends a remote worker's lease to now + d and returns the new
+// expiry. Without d (0) the lease is extended by the default a lease of
+// the task's type gets (pullLeaseDefault), and never shortened: a worker
+// that leased for the type's five-minute timeout and heartbeats without
+// lease_seconds keeps at least five minutes, not 30 seconds.
 func (e *Engine) Heartbeat(ctx context.Context, token string, d time.Duration) (time.Time, error) {
 	taskID, leaseID, err := ParseLeaseToken(token)
 	if err != nil {
@@ -151,11 +162,25 @@ func (e *Engine) Heartbeat(ctx context.Context, token string, d time.Duration) (
 	if d < 0 || d > MaxLeaseDuration {
 		return time.Time{}, fieldErr("lease_seconds", "must be between 0 and %d", int(MaxLeaseDuration.Seconds()))
 	}
+	var keep time.Time // the current expiry, kept when later
 	if d == 0 {
+		t, err := e.Get(ctx, taskID)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return time.Time{}, fmt.Errorf("heartbeat lease: %w", err)
+		}
 		d = defaultPullLease
+		if err == nil {
+			d = e.pullLeaseDefault(ctx, []string{t.Type})
+			if t.LeaseID == leaseID {
+				keep = t.LeaseExpiresAt
+			}
+		}
 	}
 	now := e.now()
 	exp := now.Add(d)
+	if keep.After(exp) {
+		exp = keep
+	}
 	errs, err := e.st.ExtendLeases(ctx, store.ExtendParams{Leases: []store.LeaseRef{{TaskID: taskID, LeaseID: leaseID, ExpiresAt: exp}}, Now: now})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("heartbeat lease: %w", err)

@@ -113,3 +113,59 @@ func TestEndLongPolls(t *testing.T) {
 		t.Fatalf("LongPolls = %d after both returned", n)
 	}
 }
+
+// TestHeartbeatWithoutDurationKeepsTheLease: a heartbeat without
+// lease_seconds extends a lease by the default a lease of the task's type
+// gets (the type's timeout, five minutes here), and never shortens the
+// lease. It used to set every such lease to 30 s from now, so a worker that
+// leased for the type's timeout and heartbeated every minute lost its task.
+func TestHeartbeatWithoutDurationKeepsTheLease(t *testing.T) {
+	ctx := context.Background()
+	e := startWorkerEngine(t, openWorkerStoreOn(t, "sqlite"), Config{NoScheduler: true})
+	spec, err := e.TypeSpec(ctx, "pull.hb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Timeout = 5 * time.Minute
+	if _, err := e.PutType(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, e, "pull.hb", `1`)
+	mustEnqueue(t, e, "other", `1`)
+
+	// A lease of the configured type, then a heartbeat without a duration.
+	ts, err := e.Lease(ctx, LeaseRequest{WorkerID: "py", Types: []string{"pull.hb"}, Max: 1})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("lease: %v, %v", ts, err)
+	}
+	before := time.Now()
+	exp, err := e.Heartbeat(ctx, LeaseToken(&ts[0]), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := exp.Sub(before); got < 5*time.Minute-time.Second {
+		t.Fatalf("bodiless heartbeat of a type with a 5m timeout extended the lease by %v, want 5m", got)
+	}
+
+	// A lease taken for an hour is not cut short by a bodiless heartbeat.
+	ts, err = e.Lease(ctx, LeaseRequest{WorkerID: "py", Types: []string{"other"}, Max: 1, LeaseDuration: time.Hour})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("lease: %v, %v", ts, err)
+	}
+	exp, err = e.Heartbeat(ctx, LeaseToken(&ts[0]), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !exp.Equal(ts[0].LeaseExpiresAt) {
+		t.Fatalf("bodiless heartbeat moved an hour-long lease from %v to %v", ts[0].LeaseExpiresAt, exp)
+	}
+	if got, err := e.Get(ctx, ts[0].ID); err != nil || !got.LeaseExpiresAt.Equal(exp) {
+		t.Fatalf("stored expiry %v, %v; heartbeat answered %v", got.LeaseExpiresAt, err, exp)
+	}
+	// An explicit duration still sets the lease exactly, shorter or not.
+	before = time.Now()
+	exp, err = e.Heartbeat(ctx, LeaseToken(&ts[0]), 10*time.Second)
+	if err != nil || exp.Sub(before) > 11*time.Second {
+		t.Fatalf("heartbeat of 10s: %v, %v", exp, err)
+	}
+}
