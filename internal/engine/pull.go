@@ -204,7 +204,9 @@ func (e *Engine) leasedTask(ctx context.Context, id, token string) (store.Task, 
 	if err != nil {
 		return store.Task{}, err
 	}
-	if t.State != store.StateRunning || t.LeaseID != leaseID || !e.now().Before(t.LeaseExpiresAt) {
+	// A lease is current up to and including its expiry instant, as in
+	// the store (docs/storage.md).
+	if t.State != store.StateRunning || t.LeaseID != leaseID || e.now().After(t.LeaseExpiresAt) {
 		return store.Task{}, fmt.Errorf("task %s (state %s): %w", id, t.State, store.ErrLeaseLost)
 	}
 	return t, nil

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -167,5 +168,34 @@ func TestHeartbeatWithoutDurationKeepsTheLease(t *testing.T) {
 	exp, err = e.Heartbeat(ctx, LeaseToken(&ts[0]), 10*time.Second)
 	if err != nil || exp.Sub(before) > 11*time.Second {
 		t.Fatalf("heartbeat of 10s: %v, %v", exp, err)
+	}
+}
+
+// stoppedClock reads a time set by the test.
+type stoppedClock struct{ at atomic.Pointer[time.Time] }
+
+func (c *stoppedClock) Now() time.Time  { return *c.at.Load() }
+func (c *stoppedClock) set(t time.Time) { c.at.Store(&t) }
+
+// TestCompleteAtTheExpiryInstant: a lease is current up to and including
+// its expiry instant, in the store and so for complete and fail. The
+// engine's own check used to refuse a complete at that instant, while a
+// heartbeat at the same instant succeeded.
+func TestCompleteAtTheExpiryInstant(t *testing.T) {
+	ctx := context.Background()
+	clk := &stoppedClock{}
+	clk.set(time.Now().Truncate(time.Microsecond))
+	e := startWorkerEngine(t, openWorkerStoreOn(t, "sqlite"), Config{NoScheduler: true, Clock: clk})
+	mustEnqueue(t, e, "pull.edge", `1`)
+	ts, err := e.Lease(ctx, LeaseRequest{WorkerID: "py", Types: []string{"pull.edge"}, Max: 1, LeaseDuration: time.Minute})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("lease: %v, %v", ts, err)
+	}
+	clk.set(ts[0].LeaseExpiresAt)
+	if err := e.Complete(ctx, ts[0].ID, LeaseToken(&ts[0])); err != nil {
+		t.Fatalf("complete at the lease's expiry instant: %v", err)
+	}
+	if got, err := e.Get(ctx, ts[0].ID); err != nil || got.State != store.StateSucceeded {
+		t.Fatalf("task after complete: %s, %v", got.State, err)
 	}
 }
