@@ -7,8 +7,9 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-// maxErrorCodeLen bounds error_code filters.
-const maxErrorCodeLen = 200
+// maxErrorCodeLen bounds error_code filters: the longest code the engine
+// records.
+const maxErrorCodeLen = engine.MaxErrorCodeLen
 
 // listDead handles GET /v1/dlq: dead tasks, newest first.
 func (s *server) listDead(w http.ResponseWriter, r *http.Request) error {

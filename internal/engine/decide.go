@@ -40,6 +40,12 @@ type Failure struct {
 
 const maxMessageLen = 4096
 
+// MaxErrorCodeLen bounds a recorded error code, in bytes: a longer code is
+// cut to it (after the policy's lists have been matched against the whole
+// code), so that every recorded code can be named in a dead-letter filter,
+// which takes codes up to this length.
+const MaxErrorCodeLen = 200
+
 // truncate cuts s to at most n bytes, on a character boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -99,7 +105,7 @@ func (e *Engine) Decide(t *store.Task, spec *TypeSpec, f Failure, now time.Time)
 	out := store.Outcome{
 		TaskID:      t.ID,
 		LeaseID:     t.LeaseID,
-		Error:       &store.ErrorInfo{Code: code, Message: truncate(msg, maxMessageLen), Class: errClass},
+		Error:       &store.ErrorInfo{Code: truncate(code, MaxErrorCodeLen), Message: truncate(msg, maxMessageLen), Class: errClass},
 		Detail:      f.Detail,
 		OutcomeKind: store.OutcomeFailed,
 		ReapExpired: f.LeaseExpired,

@@ -127,3 +127,27 @@ func TestReportedStatusClassifiedAsInProcess(t *testing.T) {
 		t.Errorf("reported non-status code: class %v, want unknown", got.Class)
 	}
 }
+
+// TestDecideCutsLongErrorCodes: a recorded error code is at most
+// MaxErrorCodeLen bytes (cut on a character boundary), the longest code a
+// dead-letter filter takes, so that every group the DLQ summary shows can
+// be listed, redriven and purged by its code. The policy's lists still
+// match the whole code.
+func TestDecideCutsLongErrorCodes(t *testing.T) {
+	e, err := New(Config{Store: openWorkerStoreOn(t, "sqlite"), Rand: fixedRand(0.5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("é", MaxErrorCodeLen) // 2 bytes each
+	spec := e.defaultSpec("t")
+	spec.Policy.NoRetryOn = []string{long}
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	task := &store.Task{ID: "a", Type: "t", Attempt: 1, LeaseID: "l"}
+	out := e.Decide(task, &spec, ReportedError{Code: long, Message: "m"}.failure(), now)
+	if c := out.Error.Code; len(c) > MaxErrorCodeLen || !utf8.ValidString(c) || !strings.HasPrefix(long, c) || len(c) < MaxErrorCodeLen-1 {
+		t.Errorf("recorded code of %d bytes: %d bytes, valid %v", len(long), len(c), utf8.ValidString(c))
+	}
+	if out.State != store.StateDead || out.DeadReason != store.DeadNonRetryable {
+		t.Errorf("code in no_retry_on: state %s reason %q, want dead non_retryable (lists match the whole code)", out.State, out.DeadReason)
+	}
+}
