@@ -21,6 +21,7 @@ type Breaker struct {
 	roundStart  time.Time      // when the current round of probes began
 	inFlight    int            // probes let through and not yet answered
 	probeOK     int            // probe successes since half-open
+	gen         uint64         // bumped at every state change and probe round
 }
 
 // Snapshot is a consistent view of a breaker's counters.
@@ -57,6 +58,7 @@ func (b *Breaker) moveTo(to State, now time.Time, reason string, ts *transitions
 	ts.list[ts.n] = Transition{Name: b.name, From: b.state, To: to, At: now, Reason: reason}
 	ts.n++
 	b.state = to
+	b.gen++
 	switch to {
 	case Open:
 		b.openedAt = now
@@ -91,10 +93,23 @@ func (b *Breaker) advance(now time.Time, ts *transitions) {
 // of the cool-down, or, when all probes are out, the time unanswered
 // probes are given up on. A caller that gets ok must report the call's
 // outcome with [Breaker.Success] or [Breaker.Failure].
+//
+// Success and Failure cannot tell a probe's answer from the late answer of
+// a call let through before the breaker opened. [Breaker.Acquire] returns
+// a [Permit] that can, and that can also be released without an outcome.
 func (b *Breaker) Allow(now time.Time) (ok bool, retryAt time.Time) {
 	var ts transitions
 	b.mu.Lock()
-	b.advance(now, &ts)
+	ok, retryAt, _ = b.admit(now, &ts)
+	b.mu.Unlock()
+	b.report(&ts)
+	return ok, retryAt
+}
+
+// admit is Allow under the lock; probe reports a call let through as a
+// half-open probe.
+func (b *Breaker) admit(now time.Time, ts *transitions) (ok bool, retryAt time.Time, probe bool) {
+	b.advance(now, ts)
 	switch b.state {
 	case Closed:
 		ok = true
@@ -102,53 +117,57 @@ func (b *Breaker) Allow(now time.Time) (ok bool, retryAt time.Time) {
 		retryAt = b.openedAt.Add(b.cfg.CoolDown)
 	case HalfOpen:
 		if b.inFlight >= b.cfg.HalfOpenProbes && !now.Before(b.roundStart.Add(b.cfg.CoolDown)) {
-			b.roundStart, b.inFlight = now, 0 // probes never answered: start a new round
+			// Probes never answered: start a new round; their answers, if
+			// they ever come, belong to the old one.
+			b.roundStart, b.inFlight = now, 0
+			b.gen++
 		}
 		if b.inFlight < b.cfg.HalfOpenProbes {
 			b.inFlight++
-			ok = true
+			ok, probe = true, true
 		} else {
 			retryAt = b.roundStart.Add(b.cfg.CoolDown)
 		}
 	}
-	b.mu.Unlock()
-	b.report(&ts)
-	return ok, retryAt
+	return ok, retryAt, probe
 }
 
-// Success records a successful call at now.
-func (b *Breaker) Success(now time.Time) {
-	var ts transitions
-	b.mu.Lock()
-	switch b.state {
-	case Closed:
-		b.consecutive = 0
-		b.win.Add(now, 1, 0)
-	case HalfOpen:
-		b.inFlight = max(b.inFlight-1, 0)
-		b.probeOK++
-		if b.probeOK >= b.cfg.SuccessesToClose {
-			b.moveTo(Closed, now, "probes_succeeded", &ts)
-		}
-	}
-	b.mu.Unlock()
-	b.report(&ts)
-}
+// Success records a successful call at now. While half-open it counts as
+// a probe's success only if a probe is out.
+func (b *Breaker) Success(now time.Time) { b.result(now, false, nil) }
 
 // Failure records a failed call at now. Results arriving while the breaker
-// is open (from calls allowed before it opened) are ignored.
-func (b *Breaker) Failure(now time.Time) {
+// is open (from calls allowed before it opened), or while it is half-open
+// with no probe out, are ignored.
+func (b *Breaker) Failure(now time.Time) { b.result(now, true, nil) }
+
+// result records a call's outcome. A permit's outcome counts only in the
+// generation (state and probe round) it was admitted in; an outcome without
+// a permit counts in the current state, and while half-open only when a
+// probe is out.
+func (b *Breaker) result(now time.Time, failed bool, p *Permit) {
 	var ts transitions
 	b.mu.Lock()
-	switch b.state {
-	case Closed:
+	switch {
+	case p != nil && p.gen != b.gen:
+		// A call admitted in an earlier state or probe round.
+	case b.state == Closed && failed:
 		b.consecutive++
 		b.win.Add(now, 1, 1)
 		if reason := b.tripReason(now); reason != "" {
 			b.moveTo(Open, now, reason, &ts)
 		}
-	case HalfOpen:
+	case b.state == Closed:
+		b.consecutive = 0
+		b.win.Add(now, 1, 0)
+	case b.state == HalfOpen && b.inFlight > 0 && failed:
 		b.moveTo(Open, now, "probe_failed", &ts)
+	case b.state == HalfOpen && b.inFlight > 0:
+		b.inFlight--
+		b.probeOK++
+		if b.probeOK >= b.cfg.SuccessesToClose {
+			b.moveTo(Closed, now, "probes_succeeded", &ts)
+		}
 	}
 	b.mu.Unlock()
 	b.report(&ts)

@@ -279,3 +279,32 @@ func BenchmarkBreakerFailureRate(b *testing.B) {
 		br.Failure(now)
 	}
 }
+
+// A result that arrives while the breaker is half-open but no probe is out
+// comes from a call let through earlier (before the breaker opened, or a
+// probe given up on): it is not a probe's answer and must neither close nor
+// reopen the breaker.
+func TestLateResultWithNoProbeOutIsIgnored(t *testing.T) {
+	b := mustNew(t, Config{ConsecutiveFailures: 1, CoolDown: 10 * time.Second, SuccessesToClose: 1})
+	b.Allow(t0) // a slow call, let through while closed
+	b.Failure(t0)
+	half := t0.Add(10 * time.Second)
+	if b.State(half) != HalfOpen {
+		t.Fatal("not half-open after the cool-down")
+	}
+	b.Success(half.Add(time.Second)) // the slow call's late answer
+	if s := b.State(half.Add(time.Second)); s != HalfOpen {
+		t.Fatalf("a late success with no probe out moved the breaker to %v", s)
+	}
+	b.Failure(half.Add(2 * time.Second)) // another late answer
+	if s := b.State(half.Add(2 * time.Second)); s != HalfOpen {
+		t.Fatalf("a late failure with no probe out moved the breaker to %v", s)
+	}
+	if ok, _ := b.Allow(half.Add(2 * time.Second)); !ok {
+		t.Fatal("the probe was refused")
+	}
+	b.Success(half.Add(3 * time.Second))
+	if s := b.State(half.Add(3 * time.Second)); s != Closed {
+		t.Fatalf("the probe's success left the breaker %v", s)
+	}
+}

@@ -73,7 +73,9 @@ func (b *Budget) AllowRetry(now time.Time) (ok bool, next time.Time) {
 	}
 	next = now
 	if !rateOK {
-		next = now.Add(b.rateWait())
+		// Tokens accrue from the latest time seen: after the clock stepped
+		// back, none accrue until it is passed again.
+		next = later(now, b.last).Add(b.rateWait())
 	}
 	if b.cfg.ratioOn() {
 		next = b.ratioNext(now, next)

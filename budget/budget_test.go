@@ -237,3 +237,27 @@ func BenchmarkBudget(b *testing.B) {
 		bud.AllowRetry(now)
 	}
 }
+
+// After the clock steps back, a refused retry's next is still a time at
+// which the retry is allowed: the rate rule refills from the latest time
+// it saw, not from the earlier now.
+func TestNextAfterClockStepsBack(t *testing.T) {
+	b := mustNew(t, Config{RetriesPerMinute: 6})
+	late := t0.Add(time.Minute)
+	b.AllowRetry(t0)         // the rule starts refilling from t0
+	for i := 0; i < 6; i++ { // the bucket is full again at late; empty it
+		if ok, _ := b.AllowRetry(late); !ok {
+			t.Fatalf("retry %d refused", i)
+		}
+	}
+	ok, next := b.AllowRetry(t0.Add(30 * time.Second)) // the clock stepped back 30s
+	if ok {
+		t.Fatal("allowed with an empty bucket")
+	}
+	if !next.Equal(late.Add(10 * time.Second)) {
+		t.Fatalf("next = +%v, want +%v", next.Sub(t0), late.Add(10*time.Second).Sub(t0))
+	}
+	if ok, _ := b.AllowRetry(next); !ok {
+		t.Fatal("refused at next")
+	}
+}

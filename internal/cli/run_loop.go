@@ -100,7 +100,7 @@ func (r *runner) op(ctx context.Context) error {
 		return nil
 	}
 	err := r.last.err(r.o.timeout)
-	if r.br != nil {
+	if r.br != nil && r.breakerDecides(ctx, err) {
 		now := time.Now()
 		r.br.Failure(now)
 		if r.br.State(now) == breaker.Open {
@@ -109,6 +109,18 @@ func (r *runner) op(ctx context.Context) error {
 		}
 	}
 	return err
+}
+
+// breakerDecides reports whether a failed attempt is one the breaker
+// counts: one the policy would retry. An attempt that fails permanently or
+// is the last ends the run for that reason, and one ended by retryq's own
+// interruption is no failure of the command.
+func (r *runner) breakerDecides(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || r.attempts >= r.maxAttempts {
+		return false
+	}
+	class, _, _ := r.o.policy.Classify(err)
+	return class != retry.ClassPermanent
 }
 
 func (r *runner) hook(a retry.AttemptInfo) {
