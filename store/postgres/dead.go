@@ -64,7 +64,9 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	return page(op, rows, f.Limit)
 }
 
-// DeadSummary groups dead tasks by type, last error code and reason.
+// DeadSummary groups dead tasks by type, last error code and reason. Ties
+// are in byte order, as on SQLite: the code and reason columns have the
+// database's default collation, which need not be C.
 func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) ([]store.DeadGroup, error) {
 	const op = "summarize dead tasks"
 	if err := s.check(op); err != nil {
@@ -79,7 +81,7 @@ SELECT type, coalesce(last_error_code, '') AS code, dead_reason, count(*), min(u
 FROM tasks
 WHERE state = 'dead' AND ($1::timestamptz IS NULL OR updated_at >= $1)
 GROUP BY 1, 2, 3
-ORDER BY 4 DESC, 1, 2, 3`, since)
+ORDER BY 4 DESC, 1, coalesce(last_error_code, '') COLLATE "C", dead_reason COLLATE "C"`, since)
 	if err != nil {
 		return nil, translate(op, err)
 	}
