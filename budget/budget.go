@@ -2,6 +2,7 @@ package budget
 
 import (
 	"math"
+	"sort"
 	"sync"
 	"time"
 
@@ -18,7 +19,14 @@ type Budget struct {
 	mu     sync.Mutex
 	tokens float64   // rate rule bucket
 	last   time.Time // when tokens were last refilled
-	win    window.Counter
+	// win holds the ratio rule's deposits (A) and withdrawals (B) in
+	// Buckets+1 buckets of Window/Buckets: a deposit counts for the newest
+	// Buckets of them, a withdrawal for all of them. A withdrawal thus
+	// stays at least a whole Window, however late in its bucket it was
+	// made; expiring with its bucket after Window, it could leave up to a
+	// bucket early, and retries made at the end of one bucket and again a
+	// bucket-width later could reach twice the floor within one Window.
+	win window.Counter
 }
 
 // Stats is a view of a budget's state at some time.
@@ -41,7 +49,7 @@ func New(cfg Config) (*Budget, error) {
 		perNano: float64(cfg.RetriesPerMinute) / float64(time.Minute),
 		reserve: cfg.MinRetriesPerSecond * cfg.Window.Seconds(),
 		tokens:  float64(cfg.RetriesPerMinute),
-		win:     window.New(cfg.Window, cfg.Buckets),
+		win:     window.NewWidth(cfg.Window/time.Duration(cfg.Buckets), cfg.Buckets+1),
 	}, nil
 }
 
@@ -113,33 +121,64 @@ func (b *Budget) rateWait() time.Duration {
 	return wait
 }
 
-// ratioBalance is the ratio rule's balance for the window ending at now.
+// ratioSums returns the deposits' first attempts and the withdrawn
+// retries that count at now (see Budget.win).
+func (b *Budget) ratioSums(now time.Time) (firsts, retries int64) {
+	oldest := b.win.Epoch(now) - int64(b.cfg.Buckets) // holds withdrawals only
+	b.win.Each(now, func(_ time.Time, x window.Bucket) bool {
+		if x.Epoch > oldest {
+			firsts += x.A
+		}
+		retries += x.B
+		return true
+	})
+	return firsts, retries
+}
+
+// ratioBalance is the ratio rule's balance at now.
 func (b *Budget) ratioBalance(now time.Time) float64 {
-	firsts, retries := b.win.Sums(now)
+	firsts, retries := b.ratioSums(now)
 	return b.reserve + b.cfg.RetryRatio*float64(firsts) - float64(retries)
 }
 
 // ratioNext returns the earliest time >= from at which the ratio balance is
-// at least 1, assuming no new events: the balance only changes as buckets
-// leave the window, oldest first. It returns the zero Time if that never
-// happens (no floor, and the window's deposits are not enough).
+// at least 1, assuming no new events: the balance only changes as deposits
+// and withdrawals expire, a bucket's deposits one bucket-width before its
+// withdrawals. It returns the zero Time if that never happens (no floor,
+// and the deposits are not enough).
 func (b *Budget) ratioNext(now, from time.Time) time.Time {
-	bal, start := b.ratioBalance(now), now
-	var at time.Time
+	type change struct {
+		at    time.Time
+		delta float64
+	}
+	var changes []change
+	oldest, width := b.win.Epoch(now)-int64(b.cfg.Buckets), b.win.Width()
 	b.win.Each(now, func(expires time.Time, x window.Bucket) bool {
-		// The balance is bal during [start, expires).
-		if bal >= 1 && from.Before(expires) {
-			at = later(start, from)
-			return false
+		if x.Epoch > oldest && x.A != 0 {
+			changes = append(changes, change{expires.Add(-width), -b.cfg.RetryRatio * float64(x.A)})
 		}
-		bal += float64(x.B) - b.cfg.RetryRatio*float64(x.A)
-		start = expires
+		if x.B != 0 {
+			changes = append(changes, change{expires, float64(x.B)})
+		}
 		return true
 	})
-	if at.IsZero() && b.reserve >= 1 { // once every bucket has left, only the floor remains
-		at = later(start, from)
+	sort.SliceStable(changes, func(i, j int) bool { return changes[i].at.Before(changes[j].at) })
+	bal, start := b.ratioBalance(now), now
+	for i := 0; i < len(changes); {
+		// The balance is bal during [start, changes[i].at).
+		at := changes[i].at
+		if bal >= 1 && from.Before(at) {
+			return later(start, from)
+		}
+		for ; i < len(changes) && changes[i].at.Equal(at); i++ {
+			bal += changes[i].delta
+		}
+		start = at
 	}
-	return at
+	if b.reserve >= 1 { // once everything has expired, only the floor remains
+		return later(start, from)
+	}
+	return time.Time{}
 }
 
 func later(a, b time.Time) time.Time {
@@ -159,7 +198,7 @@ func (b *Budget) Stats(now time.Time) Stats {
 		s.RateTokens = b.tokens
 	}
 	if b.cfg.ratioOn() {
-		s.FirstAttempts, s.Retries = b.win.Sums(now)
+		s.FirstAttempts, s.Retries = b.ratioSums(now)
 		s.RatioBalance = b.ratioBalance(now)
 	}
 	return s

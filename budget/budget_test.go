@@ -57,8 +57,10 @@ func TestRatioOfFirstAttempts(t *testing.T) {
 			t.Fatalf("retry %d refused with balance %+v", i, b.Stats(t0))
 		}
 	}
+	// The deposits leave the window at +10s, the withdrawals a bucket
+	// (1s) later.
 	ok, next := b.AllowRetry(t0)
-	if ok || !next.Equal(t0.Add(10*time.Second)) {
+	if ok || !next.Equal(t0.Add(11*time.Second)) {
 		t.Fatalf("exhausted: %v next %v", ok, next.Sub(t0))
 	}
 	if ok, _ := b.AllowRetry(next.Add(-time.Nanosecond)); ok {
@@ -82,8 +84,8 @@ func TestRatioNextSkipsDeposits(t *testing.T) {
 			t.Fatalf("retry %d refused", i)
 		}
 	}
-	if ok, next := b.AllowRetry(at); ok || !next.Equal(t0.Add(15*time.Second)) {
-		t.Fatalf("next = %v, want +15s", next.Sub(t0))
+	if ok, next := b.AllowRetry(at); ok || !next.Equal(t0.Add(16*time.Second)) {
+		t.Fatalf("next = %v, want +16s", next.Sub(t0))
 	}
 }
 
@@ -105,7 +107,7 @@ func TestBothRules(t *testing.T) {
 	// The ratio reserve (2 retries) runs out before the rate bucket (60).
 	b.AllowRetry(t0)
 	b.AllowRetry(t0)
-	if ok, next := b.AllowRetry(t0); ok || !next.Equal(t0.Add(10*time.Second)) {
+	if ok, next := b.AllowRetry(t0); ok || !next.Equal(t0.Add(11*time.Second)) {
 		t.Fatalf("ratio rule: %v %v", ok, next.Sub(t0))
 	}
 	// Now the rate rule: 60 tokens, spend them with plenty of first attempts.
@@ -259,5 +261,42 @@ func TestNextAfterClockStepsBack(t *testing.T) {
 	}
 	if ok, _ := b.AllowRetry(next); !ok {
 		t.Fatal("refused at next")
+	}
+}
+
+// TestRatioRuleHoldsOverAnyWindow: the ratio rule's floor bounds the
+// retries of any interval one Window long, wherever it starts. Withdrawals
+// used to expire with their bucket, so retries made at the end of one
+// bucket left the window up to a bucket early: with a floor of 10 per 10s,
+// 10 retries at +0.999s and 10 more at +10s were both allowed (20 within
+// 9.001s), and with one bucket the same doubling took a nanosecond.
+func TestRatioRuleHoldsOverAnyWindow(t *testing.T) {
+	for _, buckets := range []int{1, 3, 10} {
+		b := mustNew(t, Config{RetryRatio: 0.1, MinRetriesPerSecond: 1, Window: 10 * time.Second, Buckets: buckets})
+		var allowed []time.Time
+		// Ask often, just before and at bucket edges, for 60 s.
+		for ms := 0; ms <= 60_000; ms += 1 {
+			now := t0.Add(time.Duration(ms) * time.Millisecond)
+			if ms%1000 != 999 && ms%1000 != 0 && ms%137 != 0 {
+				continue
+			}
+			if ok, _ := b.AllowRetry(now); ok {
+				allowed = append(allowed, now)
+			}
+		}
+		for i := range allowed {
+			n := 0
+			for j := i; j < len(allowed) && allowed[j].Sub(allowed[i]) < 10*time.Second; j++ {
+				n++
+			}
+			if n > 10 {
+				t.Fatalf("%d buckets: %d retries within 10s from %v (floor 10 per 10s)", buckets, n, allowed[i].Sub(t0))
+			}
+		}
+		// A withdrawal lasts up to a bucket more than Window, so with one
+		// bucket the rule allows about half the floor over time.
+		if len(allowed) < 25 {
+			t.Fatalf("%d buckets: only %d retries in 60s; the floor allows about 10 per 10s", buckets, len(allowed))
+		}
 	}
 }

@@ -9,9 +9,11 @@
 //   - Ratio: retries at most RetryRatio of first attempts, with a floor of
 //     MinRetriesPerSecond (the retry budget of gRPC and Finagle). Every
 //     first attempt deposits RetryRatio tokens, every retry withdraws one,
-//     and a reserve of MinRetriesPerSecond × Window is always there; deposits
-//     and withdrawals expire after Window, so the budget reflects recent
-//     traffic only.
+//     and a reserve of MinRetriesPerSecond × Window is always there. The
+//     window moves in Buckets steps: deposits expire with their bucket,
+//     after Window at most, and withdrawals one bucket later, so that the
+//     retries of any interval one Window long never exceed what the rule
+//     allows, and the budget reflects recent traffic only.
 //
 // Callers report first attempts with [Budget.RecordAttempt] and ask before
 // each retry with [Budget.AllowRetry], which spends from the budget when it

@@ -30,5 +30,5 @@ func Example() {
 	// retry 0 allowed
 	// retry 1 allowed
 	// retry 2 allowed
-	// retry 3 refused until 10s
+	// retry 3 refused until 11s
 }

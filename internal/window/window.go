@@ -47,6 +47,19 @@ func New(length time.Duration, n int) Counter {
 	return Counter{width: int64(length) / int64(n), slots: make([]Bucket, n)}
 }
 
+// NewWidth returns a Counter of n buckets of the given width; the caller
+// guarantees width > 0 and n > 0.
+func NewWidth(width time.Duration, n int) Counter {
+	return Counter{width: int64(width), slots: make([]Bucket, n)}
+}
+
+// Width returns the width of a bucket.
+func (c *Counter) Width() time.Duration { return time.Duration(c.width) }
+
+// Epoch returns the epoch of now's bucket: the newest bucket of the window
+// ending at now (never earlier than the latest seen).
+func (c *Counter) Epoch(now time.Time) int64 { return c.epoch(now) }
+
 // Len returns the number of buckets.
 func (c *Counter) Len() int { return len(c.slots) }
 
