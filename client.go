@@ -88,8 +88,14 @@ func WithMaxAttempts(n int) EnqueueOption {
 	return func(r *engine.EnqueueRequest) { r.MaxAttempts = n }
 }
 
-// WithIdempotencyKey makes enqueue idempotent: a second enqueue with the same
-// key returns the existing task.
+// WithIdempotencyKey makes enqueue idempotent. While a task holding the key
+// exists, in any state (succeeded, dead and cancelled too, and after a
+// manual retry or a redrive), an enqueue with the same key inserts nothing
+// and returns that task as it stands, with Duplicate set, whatever type and
+// payload it was given: keys are shared by all types, and the first task
+// wins (compare Task.Type and Task.Payload when that matters). Deleting the
+// task (retention of finished tasks, a purge of the dead-letter queue) frees
+// the key: a later enqueue with it creates a new task.
 func WithIdempotencyKey(k string) EnqueueOption {
 	return func(r *engine.EnqueueRequest) { r.IdempotencyKey = k }
 }
@@ -123,6 +129,13 @@ func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueReque
 
 // Enqueue durably enqueues one task. payload is marshalled to JSON
 // (json.RawMessage and []byte are taken as JSON as they are).
+//
+// When ctx ends before the task's insert was sent to the database, Enqueue
+// returns ctx's error and nothing is enqueued; once the insert is under
+// way, Enqueue waits for its commit (at most the lease duration) and
+// reports its result. Another error can leave it unknown whether the task
+// was stored (the connection was lost during the commit): enqueue with an
+// idempotency key to be able to try again safely.
 func (c *Client) Enqueue(ctx context.Context, typ string, payload any, opts ...EnqueueOption) (EnqueueResult, error) {
 	r, err := request(typ, payload, opts)
 	if err != nil {
@@ -142,7 +155,9 @@ type NewTask struct {
 	Options []EnqueueOption
 }
 
-// EnqueueMany enqueues a batch atomically in one transaction.
+// EnqueueMany enqueues a batch atomically in one transaction. A task whose
+// idempotency key is taken, by a stored task or an earlier task of the
+// batch, is not inserted: its result is that task, with Duplicate set.
 func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueResult, error) {
 	rs := make([]engine.EnqueueRequest, len(tasks))
 	for i, t := range tasks {

@@ -172,7 +172,7 @@ type Engine struct {
 
 	wake     *broadcaster // wakes fetchers: tasks may be due
 	sched    *schedPoke   // wakes the scheduler: a retry or lease deadline appeared
-	inserts  *batcher[store.NewTask, store.InsertResult]
+	inserts  *batcher[*insertCall, store.InsertResult]
 	outcomes *batcher[store.Outcome, struct{}]
 	leases   *leaseTable
 	push     *pusher // push-target deliveries (push.go)

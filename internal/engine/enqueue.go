@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode"
 
@@ -129,17 +130,60 @@ func (e *Engine) prepare(ctx context.Context, prefix string, r EnqueueRequest, n
 // Enqueue validates and durably enqueues one task. Concurrent calls are
 // coalesced into shared commits. A repeated idempotency key returns the
 // existing task with Duplicate set.
+//
+// A caller whose ctx ends is never told its enqueue failed when it was
+// made: while the task still waits for the insert loop, Enqueue returns
+// ctx's error and the task is dropped; once its insert has been sent to the
+// store, Enqueue waits for that commit (bounded by the lease duration) and
+// returns its result.
 func (e *Engine) Enqueue(ctx context.Context, r EnqueueRequest) (store.InsertResult, error) {
+	if err := ctx.Err(); err != nil {
+		return store.InsertResult{}, fmt.Errorf("enqueue task: %w", err)
+	}
 	nt, err := e.prepare(ctx, "", r, e.now())
 	if err != nil {
 		return store.InsertResult{}, err
 	}
-	res, err := e.inserts.do(ctx, nt)
-	if err != nil {
+	c := &insertCall{nt: nt}
+	reply := make(chan batchReply[store.InsertResult], 1)
+	call := batchCall[*insertCall, store.InsertResult]{req: c, after: func(res store.InsertResult, err error) {
+		reply <- batchReply[store.InsertResult]{res: res, err: err}
+	}}
+	if err := e.inserts.send(ctx, call); err != nil {
 		return store.InsertResult{}, fmt.Errorf("enqueue task: %w", err)
 	}
-	return res, nil
+	var rep batchReply[store.InsertResult]
+	select {
+	case rep = <-reply:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callQueued, callAbandoned) {
+			return store.InsertResult{}, fmt.Errorf("enqueue task: %w", ctx.Err())
+		}
+		rep = <-reply // taken: its commit is bounded (commitInserts)
+	}
+	if rep.err != nil {
+		return store.InsertResult{}, fmt.Errorf("enqueue task: %w", rep.err)
+	}
+	return rep.res, nil
 }
+
+// insertCall is one Enqueue waiting for the insert loop. Its state is
+// callQueued until commitInserts takes it into an insert (callTaken) or
+// its caller, whose context ended first, gives it up (callAbandoned): a
+// caller is never told its enqueue was cancelled after it was inserted.
+type insertCall struct {
+	nt    store.NewTask
+	state atomic.Int32
+}
+
+const (
+	callQueued int32 = iota
+	callTaken
+	callAbandoned
+)
+
+// errAbandoned answers an enqueue whose caller gave it up; nobody reads it.
+var errAbandoned = errors.New("enqueue abandoned by its caller")
 
 // EnqueueMany validates and enqueues a batch atomically: all tasks are
 // inserted in one transaction, or none when any is invalid.
@@ -163,19 +207,49 @@ func (e *Engine) EnqueueMany(ctx context.Context, rs []EnqueueRequest) ([]store.
 	if err != nil {
 		return nil, fmt.Errorf("enqueue tasks: %w", err)
 	}
-	e.afterInsert(res, now)
+	e.afterInsert(res, now, false)
 	return res, nil
 }
 
-// commitInserts inserts one batch of enqueues. The commit is bounded by
-// the lease duration, as outcome commits are: the batch runs detached from
-// its callers' contexts (one caller giving up must not fail the others),
-// and without a bound a database that hangs (a network path cut without a
-// reset, a table lock held by an operator's session) would hold this insert
-// loop, and the enqueues queued behind it, for as long as the kernel takes
-// to notice, which can be many minutes. The tasks leased at insert would be
-// stale by then anyway: their lease is as long as the bound.
-func (e *Engine) commitInserts(ctx context.Context, nts []store.NewTask) ([]store.InsertResult, []error, error) {
+// commitInserts inserts the tasks of one batch of enqueues, except those
+// whose callers gave them up while they were queued (see insertCall).
+func (e *Engine) commitInserts(ctx context.Context, calls []*insertCall) ([]store.InsertResult, []error, error) {
+	res, errs := make([]store.InsertResult, len(calls)), make([]error, len(calls))
+	nts, idx := make([]store.NewTask, 0, len(calls)), make([]int, 0, len(calls))
+	for i, c := range calls {
+		if !c.state.CompareAndSwap(callQueued, callTaken) {
+			errs[i] = errAbandoned
+			continue
+		}
+		nts, idx = append(nts, c.nt), append(idx, i)
+	}
+	if len(nts) == 0 {
+		return res, errs, nil
+	}
+	got, gotErrs, err := e.insertGroup(ctx, nts)
+	for j, i := range idx {
+		switch {
+		case err != nil:
+			errs[i] = err
+		case j < len(gotErrs) && gotErrs[j] != nil:
+			errs[i] = gotErrs[j]
+		case j < len(got):
+			res[i] = got[j]
+		}
+	}
+	return res, errs, nil
+}
+
+// insertGroup inserts the tasks of the enqueues commitInserts took. The
+// commit is bounded by the lease duration, as outcome commits are: the
+// batch runs detached from its callers' contexts (one caller giving up
+// must not fail the others), and without a bound a database that hangs (a
+// network path cut without a reset, a table lock held by an operator's
+// session) would hold this insert loop, and the enqueues queued behind it,
+// for as long as the kernel takes to notice, which can be many minutes.
+// The tasks leased at insert would be stale by then anyway: their lease is
+// as long as the bound.
+func (e *Engine) insertGroup(ctx context.Context, nts []store.NewTask) ([]store.InsertResult, []error, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.LeaseDuration)
 	defer cancel()
 	now := e.now()
@@ -191,8 +265,7 @@ func (e *Engine) commitInserts(ctx context.Context, nts []store.NewTask) ([]stor
 		return nil, nil, err
 	}
 	e.ctr.insertCommits.Add(1)
-	e.ctr.inserted.Add(int64(len(nts)))
-	e.afterInsert(res, now)
+	e.afterInsert(res, now, true)
 	return res, nil, nil
 }
 
@@ -211,20 +284,24 @@ func (e *Engine) insertEachAlone(ctx context.Context, nts []store.NewTask, now t
 		}
 		res[i] = r[0]
 		e.ctr.insertCommits.Add(1)
-		e.ctr.inserted.Add(1)
-		e.afterInsert(r, now)
+		e.afterInsert(r, now, true)
 	}
 	return res, errs, nil
 }
 
-// afterInsert wakes fetchers for ready tasks and the scheduler for future ones.
-func (e *Engine) afterInsert(res []store.InsertResult, now time.Time) {
+// afterInsert counts the inserted tasks of a coalesced commit (counted)
+// and wakes fetchers for ready tasks and the scheduler for future ones.
+// Duplicates of existing tasks count and wake nothing.
+func (e *Engine) afterInsert(res []store.InsertResult, now time.Time, counted bool) {
 	ready := false
 	var earliest time.Time
 	debug := e.debugging()
 	for i := range res {
 		if res[i].Duplicate {
 			continue
+		}
+		if counted {
+			e.ctr.inserted.Add(1)
 		}
 		t := &res[i].Task
 		if t.State == store.StatePending {
