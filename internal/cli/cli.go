@@ -15,6 +15,17 @@ const (
 	exitUsage = 2
 )
 
+// exitStatusHelp ends "retryq help": what scripts may expect of the exit
+// status of every command.
+const exitStatusHelp = `
+Exit status:
+  0  success (also a worker or server stopped by SIGINT or SIGTERM)
+  1  failure: the server answered with an error or could not be reached,
+     a confirmation was declined, the database or a file could not be used
+  2  usage error: an unknown command, a bad flag or argument
+"retryq run" exits with its command's status instead; see "retryq help run".
+`
+
 // Env is what a command may touch of the outside world.
 type Env struct {
 	Stdin  io.Reader
@@ -97,5 +108,6 @@ func (env *Env) usage(w io.Writer) {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, name, commands[name].summary)
 	}
 	b.WriteString("\nRun \"retryq help COMMAND\" or \"retryq COMMAND -h\" for a command's flags.\n")
+	b.WriteString(exitStatusHelp)
 	_, _ = io.WriteString(w, b.String())
 }

@@ -57,3 +57,16 @@ func TestRegisterTwicePanics(t *testing.T) {
 	}()
 	register(&command{name: "run"})
 }
+
+// TestHelpDocumentsExitStatuses: scripts branch on the exit status, so
+// "retryq help" says what 0, 1 and 2 mean, and that "retryq run" passes its
+// command's status through; "retryq help worker" says how the worker exits.
+func TestHelpDocumentsExitStatuses(t *testing.T) {
+	status, stdout, _ := runMain("help")
+	wantOutput(t, "retryq help", stdout, "Exit status:", "\n  0  ", "\n  1  ", "\n  2  ", "retryq help run")
+	if status != 0 {
+		t.Errorf("retryq help: status %d", status)
+	}
+	_, stdout, _ = runMain("help", "worker")
+	wantOutput(t, "retryq help worker", stdout, "Exit status: 0 ", "1 when the server refuses")
+}

@@ -271,11 +271,13 @@ func runDLQSummary(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintln(env.Stdout, "the dead-letter queue is empty")
 		return exitOK
 	}
-	writeDLQSummary(env, s)
+	writeDLQSummary(env, s, sinceT)
 	return exitOK
 }
 
-func writeDLQSummary(env *Env, s *apiDLQSummary) {
+// writeDLQSummary prints the summary (read since the given time, when not
+// zero) and the commands that inspect and redrive its largest group.
+func writeDLQSummary(env *Env, s *apiDLQSummary, since time.Time) {
 	now := time.Now()
 	tb := newTable("TYPE", "ERROR", "REASON", "COUNT", "OLDEST", "NEWEST").alignRight(3)
 	for _, g := range s.Groups {
@@ -285,13 +287,28 @@ func writeDLQSummary(env *Env, s *apiDLQSummary) {
 	tb.write(env.Stdout)
 	fmt.Fprintf(env.Stdout, "\n%d dead task(s) in %d group(s)\n", s.Total, len(s.Groups))
 	if len(s.Groups) > 0 {
+		// The commands select the largest group by all three of its keys.
+		// A group without an error code cannot be told apart from the
+		// other codes of its type and reason (an empty --error-code does
+		// not filter), so the note then says how many tasks they select.
 		g := s.Groups[0]
+		f := dlqFilter{typ: g.Type, errorCode: g.ErrorCode, reason: g.Reason}
 		cmd := []string{"--type", shellQuote(g.Type)}
 		if g.ErrorCode != "" {
 			cmd = append(cmd, "--error-code", shellQuote(g.ErrorCode))
 		}
-		fmt.Fprintf(env.Stdout, "inspect: retryq dlq list %s\nredrive: retryq dlq redrive %s\n",
-			strings.Join(cmd, " "), strings.Join(cmd, " "))
+		if g.Reason != "" {
+			cmd = append(cmd, "--reason", shellQuote(g.Reason))
+		}
+		if !since.IsZero() {
+			cmd = append(cmd, "--since", since.UTC().Format(time.RFC3339Nano))
+		}
+		note := ""
+		if n := countMatching(s, &f); n != g.Count {
+			note = fmt.Sprintf("  (selects %d dead task(s) of every error code: no filter selects only those without one)", n)
+		}
+		fmt.Fprintf(env.Stdout, "inspect: retryq dlq list %s%s\nredrive: retryq dlq redrive %s%s\n",
+			strings.Join(cmd, " "), note, strings.Join(cmd, " "), note)
 	}
 }
 

@@ -1,8 +1,15 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+	"unicode"
+
+	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/store"
 )
 
 // TestCLIDLQ: summary and list of dead tasks; redrive refuses without a
@@ -85,5 +92,112 @@ func TestCLIDLQ(t *testing.T) {
 	}
 	if out := s.cliOK(t, "dlq", "redrive", "--all", "--yes"); !strings.Contains(out, "no dead tasks match") {
 		t.Errorf("redrive of an empty DLQ:\n%s", out)
+	}
+}
+
+// TestDLQSummaryPrintsNoControlCharacters: error codes are whatever a pull
+// worker reported, so one may carry terminal escape sequences. The summary
+// prints neither them nor any other control character, in the table or in
+// the suggested commands under it.
+func TestDLQSummaryPrintsNoControlCharacters(t *testing.T) {
+	s := startAPIServer(t, nil)
+	code := "E\x1b]0;owned\x07\x1b[2J\r\nrm -rf ~\u202e"
+	killTasks(t, s, "pay.charge", code, 1)
+	out := s.cliOK(t, "dlq", "summary")
+	if i := strings.IndexFunc(out, func(r rune) bool {
+		return r != '\n' && (unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r))
+	}); i >= 0 {
+		t.Errorf("dlq summary printed control character %q:\n%q", out[i:i+1], out)
+	}
+	wantOutput(t, "dlq summary", out, "1 dead task(s) in 1 group(s)", "retryq dlq redrive --type pay.charge --error-code ")
+}
+
+// exhaustTasks makes n tasks of typ dead for max_attempts (one attempt
+// allowed, failed as retryable with code) and returns their ids.
+func exhaustTasks(t *testing.T, s *apiServer, typ, code string, n int) []string {
+	t.Helper()
+	ctx := context.Background()
+	reqs := make([]engine.EnqueueRequest, n)
+	for i := range reqs {
+		reqs[i] = engine.EnqueueRequest{Type: typ, Payload: json.RawMessage(`{}`), MaxAttempts: 1}
+	}
+	if _, err := s.rs.eng.EnqueueMany(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	yes := true
+	for i := 0; i < n+10 && len(ids) < n; i++ {
+		ts, err := s.rs.eng.Lease(ctx, engine.LeaseRequest{WorkerID: "exhauster", Types: []string{typ}, Max: n, Wait: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range ts {
+			out, err := s.rs.eng.Fail(ctx, ts[j].ID, engine.LeaseToken(&ts[j]),
+				engine.ReportedError{Code: code, Message: "still failing", Retryable: &yes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.State != store.StateDead || out.DeadReason != store.DeadMaxAttempts {
+				t.Fatalf("task %s after its only attempt: %s %q", ts[j].ID, out.State, out.DeadReason)
+			}
+			ids = append(ids, ts[j].ID)
+		}
+	}
+	if len(ids) != n {
+		t.Fatalf("exhausted %d of %d tasks", len(ids), n)
+	}
+	return ids
+}
+
+// summaryRedriveHint returns the arguments of the redrive command that
+// "dlq summary" suggests for its largest group.
+func summaryRedriveHint(t *testing.T, out string) []string {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "redrive: retryq "); ok {
+			if i := strings.Index(rest, "  "); i >= 0 {
+				rest = rest[:i] // a note follows the command
+			}
+			return strings.Fields(rest)
+		}
+	}
+	t.Fatalf("no redrive hint in:\n%s", out)
+	return nil
+}
+
+// TestCLIDLQSummaryHintSelectsTheLargestGroup: the redrive command that
+// "dlq summary" suggests for its largest group selects that group, not
+// every dead task of the type and error code whatever the reason; when the
+// group has no error code (no filter can select that alone) the hint says
+// how many tasks the command selects.
+func TestCLIDLQSummaryHintSelectsTheLargestGroup(t *testing.T) {
+	s := startAPIServer(t, nil)
+	exhaustTasks(t, s, "ocr.page", "503", 3)
+	killTasks(t, s, "ocr.page", "503", 2)
+
+	out := s.cliOK(t, "dlq", "summary")
+	args := summaryRedriveHint(t, out)
+	st, stdout, errOut := cli(t, "n\n", append(args, "--server", s.url)...)
+	if st != 1 || !strings.Contains(errOut, "Redrive 3 dead task(s)") {
+		t.Errorf("suggested %q (summary:\n%s): status %d\nstdout: %s\nstderr: %s", args, out, st, stdout, errOut)
+	}
+
+	// The largest group now has no error code.
+	since := time.Now().UTC().Format(time.RFC3339Nano) // after the 503s died
+	exhaustTasks(t, s, "ocr.page", "", 4)
+	out = s.cliOK(t, "dlq", "summary")
+	args = summaryRedriveHint(t, out)
+	st, stdout, errOut = cli(t, "n\n", append(args, "--server", s.url)...)
+	if st != 1 || !strings.Contains(errOut, "Redrive 7 dead task(s)") ||
+		!strings.Contains(out, "selects 7 dead task(s) of every error code") {
+		t.Errorf("suggested %q (summary:\n%s): status %d\nstdout: %s\nstderr: %s", args, out, st, stdout, errOut)
+	}
+
+	// A summary read --since suggests commands over the same deaths.
+	out = s.cliOK(t, "dlq", "summary", "--since", since)
+	args = summaryRedriveHint(t, out)
+	st, stdout, errOut = cli(t, "n\n", append(args, "--server", s.url)...)
+	if st != 1 || !strings.Contains(errOut, "Redrive 4 dead task(s)") || strings.Contains(out, "selects") {
+		t.Errorf("suggested %q (summary --since:\n%s): status %d\nstdout: %s\nstderr: %s", args, out, st, stdout, errOut)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 var (
 	terminationSignals           = []os.Signal{os.Interrupt}
+	brokenPipeSignals            = []os.Signal(nil)
 	sigTERM            os.Signal = os.Kill
 	sigKILL            os.Signal = os.Kill
 )

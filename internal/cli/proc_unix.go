@@ -12,6 +12,12 @@ import (
 // terminationSignals are the signals retryq forwards to the running attempt.
 var terminationSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
 
+// brokenPipeSignals are the signals a write to a pipe nobody reads raises.
+// The worker catches them so that such a write to its standard output or
+// error fails instead of killing it (Go's default for fds 1 and 2); caught,
+// not ignored, so that the commands it starts get the default disposition.
+var brokenPipeSignals = []os.Signal{syscall.SIGPIPE}
+
 // sigTERM and sigKILL are used to stop a timed-out attempt.
 var (
 	sigTERM os.Signal = syscall.SIGTERM

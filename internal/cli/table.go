@@ -106,15 +106,74 @@ func (f *fieldList) write(w io.Writer) {
 	_, _ = io.WriteString(w, b.String())
 }
 
-// cleanCell replaces control characters (newlines, tabs, escapes) with
+// unprintable reports whether r must not reach a terminal as it is: a
+// control character (newlines, tabs, escapes, C1 controls), a
+// bidirectional formatting character (which reorders what follows it on
+// screen) or utf8.RuneError (invalid UTF-8).
+func unprintable(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError
+}
+
+// dropEscapes removes the terminal escape sequences from s: CSI sequences
+// (colours, cursor moves: ESC [ or U+009B, parameters, a final byte), string
+// sequences (window titles, hyperlinks: ESC ] P X ^ _ or U+009D, up to BEL
+// or ESC \) and two-byte escapes (ESC and one byte from @ to ~). Other
+// control characters are left to the caller.
+func dropEscapes(s string) string {
+	if !strings.ContainsRune(s, '\x1b') && !strings.ContainsRune(s, '\u009b') && !strings.ContainsRune(s, '\u009d') {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == '\u009b' || r == '\x1b' && i+1 < len(s) && s[i+1] == '[':
+			j := i + size
+			if r == '\x1b' {
+				j++
+			}
+			for j < len(s) && s[j] >= 0x20 && s[j] <= 0x3f { // parameters, intermediates
+				j++
+			}
+			if j < len(s) && s[j] >= 0x40 && s[j] <= 0x7e { // the final byte
+				j++
+			}
+			i = j
+		case r == '\u009d' || r == '\x1b' && i+1 < len(s) && strings.IndexByte("]PX^_", s[i+1]) >= 0:
+			j := i + size
+			if r == '\x1b' {
+				j++
+			}
+			for j < len(s) && s[j] != '\a' && !(s[j] == '\x1b' && j+1 < len(s) && s[j+1] == '\\') && s[j] != '\n' {
+				j++
+			}
+			switch {
+			case j < len(s) && s[j] == '\a':
+				j++
+			case j < len(s) && s[j] == '\x1b':
+				j += 2
+			}
+			i = j
+		case r == '\x1b' && i+1 < len(s) && s[i+1] >= 0x40 && s[i+1] <= 0x7e:
+			i += 2
+		default:
+			b.WriteString(s[i : i+size])
+			i += size
+		}
+	}
+	return b.String()
+}
+
+// cleanCell drops terminal escape sequences, replaces the other
+// unprintable characters (newlines, tabs, bidirectional overrides) with
 // spaces and, when limit > 0, shortens s to limit runes with an ellipsis.
 func cleanCell(s string, limit int) string {
 	s = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || r == utf8.RuneError {
+		if unprintable(r) {
 			return ' '
 		}
 		return r
-	}, s)
+	}, dropEscapes(s))
 	if limit > 0 && utf8.RuneCountInString(s) > limit {
 		r := []rune(s)
 		s = string(r[:limit-1]) + "…"

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ func TestTableAlignment(t *testing.T) {
 	want := "" +
 		"NAME     COUNT  NOTE\n" +
 		"a            1  first\n" +
-		"längere   1234  line break [31m\n" +
+		"längere   1234  line break\n" +
 		"b\n"
 	if b.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
@@ -55,5 +56,52 @@ func TestTailBufferLastLine(t *testing.T) {
 	big.Write([]byte(strings.Repeat("x", 100) + "\nabc"))
 	if got := big.lastLine(); got != "abc" || len(big.b) != 8 {
 		t.Errorf("bounded tail: %q (%d bytes kept)", got, len(big.b))
+	}
+}
+
+// TestShellQuoteUnprintable: a string with characters a terminal must not
+// receive raw is quoted without them (as $'...' with \xHH escapes), and
+// bash reads the quoted form back as the original bytes.
+func TestShellQuoteUnprintable(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("bash not installed")
+	}
+	for _, s := range []string{
+		"E\x1b]0;owned\x07\x1b[2J\r\nrm -rf ~", "it's \\ a\ttab", "bidi \u202eevil", "bad \xff utf-8", "é\x1bé",
+	} {
+		q := shellQuote(s)
+		if i := strings.IndexFunc(q, unprintable); i >= 0 {
+			t.Errorf("shellQuote(%q) = %q: holds an unprintable character", s, q)
+			continue
+		}
+		out, err := exec.Command(bash, "-c", "printf %s "+q).Output()
+		if err != nil || string(out) != s {
+			t.Errorf("shellQuote(%q) = %q: bash reads it back as %q (%v)", s, q, out, err)
+		}
+	}
+}
+
+// TestTailBufferLastLineWithoutEscapeSequences: the message of a failed
+// command is its last line on stderr as it would read on a terminal.
+// Colour codes are dropped rather than left as "[31m", a line that only
+// resets the colour does not hide the error above it, and of a line that
+// redrew itself with carriage returns (a progress bar) only its last
+// version counts.
+func TestTailBufferLastLineWithoutEscapeSequences(t *testing.T) {
+	for _, tt := range []struct{ stderr, want string }{
+		{"\x1b[1;31merror:\x1b[0m disk full\n\x1b[0m\n", "error: disk full"},
+		{"fetching 10%\rfetching 55%\rerror: connection reset\r\n", "error: connection reset"},
+		{"\x1b]0;title\x07upstream said 503\x1b[K\n", "upstream said 503"},
+		{"bad \x1b input\n", "bad   input"},
+	} {
+		tb := &tailBuffer{max: 4096}
+		tb.Write([]byte(tt.stderr))
+		if got := tb.lastLine(); got != tt.want {
+			t.Errorf("lastLine of %q = %q, want %q", tt.stderr, got, tt.want)
+		}
+	}
+	if got := cleanCell("\x1b[31mred\x1b[0m and \u009b31mC1\u009bm", 0); got != "red and C1" {
+		t.Errorf("cleanCell with colour codes = %q", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 func init() {
@@ -259,14 +260,40 @@ func nextPageCommand(name string, args []string, cursor string) string {
 	return strings.Join(append(parts, "--cursor", cursor), " ")
 }
 
-// shellQuote quotes s for a POSIX shell when it needs it.
+// shellQuote quotes s for a POSIX shell when it needs it. A string with
+// characters a terminal must not receive raw (escape sequences, line
+// breaks, bidirectional overrides, invalid UTF-8: an error code reported by
+// a worker may hold anything) is written in ANSI-C quoting, $'...' with
+// \xHH escapes, which interactive shells (bash, zsh, ksh) read back as
+// the same bytes.
 func shellQuote(s string) string {
 	if s != "" && strings.IndexFunc(s, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,@%+", r))
 	}) < 0 {
 		return s
 	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	if strings.IndexFunc(s, unprintable) < 0 {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	}
+	var b strings.Builder
+	b.WriteString("$'")
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case unprintable(r):
+			for _, c := range []byte(s[i : i+size]) {
+				fmt.Fprintf(&b, `\x%02x`, c)
+			}
+		case r == '\'' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	b.WriteByte('\'')
+	return b.String()
 }
 
 const tasksGetUsage = `Usage: retryq tasks get ID [--json]

@@ -39,12 +39,18 @@ message; codes listed in --permanent-exit are reported as not retryable, the
 others as retryable. The server decides with the type's retry policy whether
 and when the task runs again. If the lease is lost (the task was cancelled,
 or the lease expired and another worker took it), CMD is stopped and its
-outcome dropped.
+outcome dropped. An outcome the server cannot take yet (it is unreachable
+or answers 5xx, say while it restarts) is retried until the lease would
+expire.
 
 SIGINT or SIGTERM stops leasing and lets running commands finish for up to
 --grace; commands still running then are stopped (SIGTERM, then SIGKILL to
 their process group) and their attempts failed as retryable. A second
 signal stops them at once.
+
+Exit status: 0 after SIGINT or SIGTERM; 1 when the server refuses the
+worker's lease requests (a bad token, an unknown route, a type that has a
+push target), once the running commands are done; 2 on a usage error.
 
 Example:
   retryq worker --types img.resize --exec './resize.sh' --concurrency 4 --permanent-exit 2,64
@@ -57,8 +63,9 @@ const (
 	maxMessageRunes  = 1000                   // longest reported error message
 	killGrace        = 5 * time.Second        // SIGTERM → SIGKILL for a command being stopped
 	maxLeaseBackoff  = 5 * time.Second        // longest pause between failing lease requests
-	reportAttempts   = 5                      // tries to report an outcome through network errors
+	reportAttempts   = 5                      // fewest tries to report an outcome through network errors
 	reportRetryPause = 500 * time.Millisecond // first pause between those tries
+	maxReportPause   = 5 * time.Second        // longest pause between those tries
 )
 
 type workerOptions struct {
@@ -143,7 +150,10 @@ func runWorker(ctx context.Context, env *Env, args []string) int {
 	return w.run(ctx)
 }
 
-// lockedWriter serializes writes of concurrent commands and log lines.
+// lockedWriter serializes writes of concurrent commands and log lines. A
+// write that fails (standard output is a pipe whose reader is gone) is
+// reported as done: output that cannot be shown is dropped, the commands
+// producing it keep running.
 type lockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
@@ -152,7 +162,8 @@ type lockedWriter struct {
 func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	_, _ = l.w.Write(p)
+	return len(p), nil
 }
 
 // pullWorker is a running "retryq worker".
@@ -183,12 +194,22 @@ type leasedTask struct {
 	Payload json.RawMessage `json:"payload"`
 	Attempt int             `json:"attempt"`
 	LeaseID string          `json:"lease_id"`
+
+	// holdsUntil is when the lease expires at the earliest: the time the
+	// lease (or its last successful heartbeat) was asked for plus --lease,
+	// on this machine's clock. Only handle's goroutines touch it.
+	holdsUntil time.Time
 }
 
 func (w *pullWorker) run(ctx context.Context) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, terminationSignals...)
 	defer signal.Stop(sigs)
+	if len(brokenPipeSignals) > 0 {
+		pipes := make(chan os.Signal, 1) // never read: Notify drops what does not fit
+		signal.Notify(pipes, brokenPipeSignals...)
+		defer signal.Stop(pipes)
+	}
 
 	leaseCtx, stopLeasing := context.WithCancel(ctx)
 	defer stopLeasing()
@@ -265,6 +286,7 @@ func (w *pullWorker) leaseLoop(ctx context.Context) int {
 			}
 			break
 		}
+		asked := time.Now()
 		tasks, err := w.lease(ctx, free)
 		for range free - len(tasks) {
 			<-w.sem
@@ -297,6 +319,7 @@ func (w *pullWorker) leaseLoop(ctx context.Context) int {
 		}
 		for i := range tasks {
 			t := tasks[i]
+			t.holdsUntil = asked.Add(w.o.lease)
 			w.running.Add(1)
 			go func() {
 				defer w.running.Done()
@@ -329,14 +352,11 @@ func (w *pullWorker) handle(t leasedTask) {
 	start := time.Now()
 	lost := make(chan struct{})
 	hbCtx, stopHB := context.WithCancel(context.Background())
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		w.heartbeat(hbCtx, t, lost)
-	}()
+	hbDone := make(chan time.Time, 1)
+	go func() { hbDone <- w.heartbeat(hbCtx, t, lost) }()
 	res := w.execute(t, lost)
 	stopHB()
-	<-hbDone
+	t.holdsUntil = <-hbDone
 	took := time.Since(start).Round(time.Millisecond)
 	select {
 	case <-lost:
@@ -381,41 +401,53 @@ func (w *pullWorker) logReport(t leasedTask, err error, what string) {
 }
 
 // heartbeat extends the lease every lease/3 until ctx ends; it closes lost
-// when the server says the lease is gone.
-func (w *pullWorker) heartbeat(ctx context.Context, t leasedTask, lost chan<- struct{}) {
+// when the server says the lease is gone. It returns when the lease holds
+// until at the earliest, after its last successful extension.
+func (w *pullWorker) heartbeat(ctx context.Context, t leasedTask, lost chan<- struct{}) time.Time {
 	tick := time.NewTicker(w.o.lease / 3)
 	defer tick.Stop()
 	path := "/v1/leases/" + url.PathEscape(t.LeaseID) + "/heartbeat"
 	body := map[string]any{"lease_seconds": w.o.lease.Seconds()}
+	holdsUntil := t.holdsUntil
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return holdsUntil
 		case <-tick.C:
 		}
+		asked := time.Now()
 		_, err := w.c.call(ctx, "POST", path, nil, body, nil)
 		switch {
-		case err == nil, ctx.Err() != nil:
+		case err == nil:
+			holdsUntil = asked.Add(w.o.lease)
+		case ctx.Err() != nil:
 		case isAPIError(err, 409, ""), isAPIError(err, 404, ""):
 			close(lost)
-			return
+			return holdsUntil
 		default:
 			w.logf("task %s: heartbeat failed (will retry): %v", t.ID, err)
 		}
 	}
 }
 
-// report posts an outcome, retrying through network errors and 5xx for a
-// bounded number of tries.
+// report posts an outcome, retrying through network errors and 5xx.
 func (w *pullWorker) report(t leasedTask, action string, body any) error {
 	return w.reportInto(t, action, body, nil)
 }
 
+// reportInto posts an outcome and decodes the answer into out. Network
+// errors and 5xx answers (a server restarting, a database failing over)
+// are retried, with pauses doubling from reportRetryPause up to
+// maxReportPause, until the lease would expire (the server refuses the
+// outcome after that) but at least reportAttempts times; a forced stop
+// (the grace period over, a second signal) ends the retries early.
 func (w *pullWorker) reportInto(t leasedTask, action string, body, out any) error {
 	path := "/v1/tasks/" + url.PathEscape(t.ID) + "/" + action
 	pause := reportRetryPause
 	var err error
-	for i := 0; i < reportAttempts; i++ {
+	// Bounded by time (the lease, at most an hour) and by count: an hour of
+	// pauses of up to 5s is some 720 tries.
+	for i := 0; i < 1000; i++ {
 		if _, err = w.c.call(context.Background(), "POST", path, nil, body, out); err == nil {
 			return nil
 		}
@@ -423,8 +455,24 @@ func (w *pullWorker) reportInto(t leasedTask, action string, body, out any) erro
 		if errors.As(err, &ae) && ae.Status < 500 {
 			return err
 		}
-		time.Sleep(pause) // bounded: reportAttempts tries, pauses doubling from 0.5s
-		pause *= 2
+		if i+1 >= reportAttempts && (w.killCtx.Err() != nil || time.Now().Add(pause).After(t.holdsUntil)) {
+			return err
+		}
+		if i == 0 {
+			w.logf("task %s: reporting its outcome failed, retrying until its lease would expire (%s): %v",
+				t.ID, t.holdsUntil.Format("15:04:05"), err)
+		}
+		tm := time.NewTimer(pause)
+		select {
+		case <-tm.C:
+		case <-w.killCtx.Done():
+			if i+1 >= reportAttempts {
+				tm.Stop()
+				return err
+			}
+			<-tm.C
+		}
+		pause = min(2*pause, maxReportPause)
 	}
 	return err
 }
@@ -537,13 +585,16 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// lastLine returns the last non-empty line, cleaned and bounded.
+// lastLine returns the last line that reads as not empty on a terminal,
+// cleaned and bounded: escape sequences (colours) are dropped, and of a
+// line redrawn with carriage returns (a progress bar) only the last
+// drawing counts.
 func (t *tailBuffer) lastLine() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	lines := strings.Split(string(t.b), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		if l := strings.TrimSpace(strings.TrimRight(lines[i], "\r")); l != "" {
+	segs := strings.FieldsFunc(string(t.b), func(r rune) bool { return r == '\n' || r == '\r' })
+	for i := len(segs) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(cleanCell(segs[i], 0)); l != "" {
 			return cleanCell(l, maxMessageRunes)
 		}
 	}

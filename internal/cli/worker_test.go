@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -259,4 +260,165 @@ func TestWorkerProcess(t *testing.T) {
 	}
 	wantOutput(t, "worker log", stderr.String(), "proc-worker leasing cli.ok,cli.flaky,cli.perm,cli.lease,cli.slow",
 		"→ retry in", "→ dead (max_attempts)", "→ dead (non_retryable)", "succeeded in", "stopped")
+}
+
+// TestWorkerReportsThroughServerRestart: the server goes away while a
+// task's command runs and comes back on the same address and database
+// about ten seconds later. The command's success is reported once the
+// server is back (its lease of 60s still holds): the task succeeds after
+// one attempt. The worker used to give up reporting after about 7.5s, so
+// the outcome was dropped, the task stayed running until its lease
+// expired, and a task on its last attempt went dead although it succeeded.
+func TestWorkerReportsThroughServerRestart(t *testing.T) {
+	for _, k := range []string{"RETRYQ_SERVER", "RETRYQ_API_TOKEN", "RETRYQ_READ_TOKEN", "RETRYQ_DB", "RETRYQ_LISTEN"} {
+		t.Setenv(k, "")
+	}
+	dir := t.TempDir()
+	o := &serverOptions{
+		db: "sqlite:" + filepath.Join(dir, "q.db"), listen: "127.0.0.1:0", nodeID: "test-node",
+		logFormat: "text", logLevel: "warn", maxBody: 1 << 20, poll: 100 * time.Millisecond,
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := func() *runningServer {
+		rs, err := startServer(context.Background(), o, log)
+		if err != nil {
+			t.Fatalf("start server on %s: %v", o.listen, err)
+		}
+		var once sync.Once
+		t.Cleanup(func() { once.Do(rs.shutdown) })
+		return rs
+	}
+	rs := start()
+	o.listen = rs.addr // the restarted server takes the same address
+	s := &apiServer{rs: rs, url: "http://" + rs.addr}
+	p := retry.Policy{Backoff: retry.BackoffFixed, InitialDelay: time.Second, MaxDelay: time.Second, Jitter: retry.JitterNone, MaxAttempts: 1}
+	if _, err := rs.eng.PutType(context.Background(), engine.TypeSpec{Type: "cli.restart", Policy: p}); err != nil {
+		t.Fatal(err)
+	}
+
+	handler := filepath.Join(dir, "handler.sh")
+	writeTestFile(t, handler, `
+touch "$OUT/started"
+i=0
+while [ ! -f "$OUT/release" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
+touch "$OUT/finished"
+[ -f "$OUT/release" ]
+`)
+	cmd := exec.Command(os.Args[0], "worker", "--server", s.url, "--types", "cli.restart", "--exec", "sh "+handler,
+		"--lease", "60s", "--worker-id", "restart-worker", "--grace", "5s")
+	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "OUT="+dir, "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
+	var stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	diag := func() string { return "worker stderr:\n" + stderr.String() }
+	exists := func(name string) func() bool {
+		return func() bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
+	}
+
+	var task apiTask
+	s.cliJSON(t, &task, "enqueue", "cli.restart", "--payload", `{}`)
+	pollUntil(t, 20*time.Second, "the command to start", exists("started"), diag)
+
+	// The server goes away; the command then succeeds.
+	rs.shutdown()
+	writeTestFile(t, filepath.Join(dir, "release"), "")
+	pollUntil(t, 20*time.Second, "the command to finish", exists("finished"), diag)
+	// An outage of 9s: longer than the 7.5s the worker used to retry for.
+	outageEnd := time.Now().Add(9 * time.Second)
+	pollUntil(t, 10*time.Second, "the outage to last 9s", func() bool { return time.Now().After(outageEnd) }, diag)
+
+	rs2 := start()
+	s.rs = rs2
+	pollUntil(t, 20*time.Second, "the task to succeed once the server is back", func() bool {
+		s.cliJSON(t, &task, "tasks", "get", task.ID)
+		return task.State != "running"
+	}, diag)
+	if task.State != "succeeded" || task.Attempt != 1 || len(task.Attempts) != 1 || task.Attempts[0].WorkerID != "restart-worker" {
+		t.Errorf("task after the server's restart: %+v\n%s", task, diag())
+	}
+}
+
+// TestWorkerSurvivesClosedStdout: the worker's standard output is a pipe
+// whose reader went away (a log shipper that died, "| head"). Commands
+// writing to it must not kill the worker, which would leave its commands
+// running unsupervised in their own process groups and their tasks'
+// leases to expire: the output is dropped, the task succeeds, and the
+// worker still stops cleanly on SIGTERM.
+func TestWorkerSurvivesClosedStdout(t *testing.T) {
+	s := startAPIServer(t, nil)
+	dir := t.TempDir()
+	handler := filepath.Join(dir, "handler.sh")
+	writeTestFile(t, handler, `i=0; while [ $i -lt 2000 ]; do echo "line $i of a chatty command"; i=$((i+1)); done`)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.Close() // nobody reads the worker's stdout
+	defer pw.Close()
+	cmd := exec.Command(os.Args[0], "worker", "--server", s.url, "--types", "cli.chatty", "--exec", "sh "+handler,
+		"--worker-id", "chatty-worker", "--grace", "5s")
+	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
+	var stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = pw, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	diag := func() string { return "worker stderr:\n" + stderr.String() }
+
+	var task apiTask
+	s.cliJSON(t, &task, "enqueue", "cli.chatty")
+	pollUntil(t, 20*time.Second, "the task to finish", func() bool {
+		select {
+		case <-exited:
+			return true
+		default:
+		}
+		s.cliJSON(t, &task, "tasks", "get", task.ID)
+		return task.State != "pending" && task.State != "running"
+	}, diag)
+	select {
+	case <-exited:
+		t.Fatalf("the worker died writing to a closed stdout: %v\n%s", waitErr, diag())
+	default:
+	}
+	if task.State != "succeeded" {
+		t.Errorf("task with its output going nowhere: %+v", task)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("worker exit after SIGTERM: %v\n%s", waitErr, diag())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the worker did not exit after SIGTERM\n%s", diag())
+	}
 }
