@@ -416,9 +416,13 @@ func readJSONArg(env *Env, flagName, v string) (json.RawMessage, error) {
 	src := "value"
 	switch {
 	case v == "@-":
-		b, err := io.ReadAll(io.LimitReader(env.Stdin, maxResponseBytes))
+		b, err := io.ReadAll(io.LimitReader(env.Stdin, maxResponseBytes+1))
 		if err != nil {
 			return nil, fmt.Errorf("%s: read standard input: %w", flagName, err)
+		}
+		if len(b) > maxResponseBytes {
+			// Not cut short and then called invalid JSON.
+			return nil, fmt.Errorf("%s: standard input is larger than %d bytes", flagName, maxResponseBytes)
 		}
 		data, src = b, "standard input"
 	case strings.HasPrefix(v, "@"):

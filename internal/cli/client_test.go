@@ -284,3 +284,14 @@ func compactJSON(t *testing.T, raw []byte) string {
 	}
 	return b.String()
 }
+
+// TestPayloadFromStdinTooLarge: a payload on standard input larger than
+// the CLI reads is refused as too large, like a payload file, instead of
+// being cut at the limit and then reported as invalid JSON.
+func TestPayloadFromStdinTooLarge(t *testing.T) {
+	big := `"` + strings.Repeat("a", maxResponseBytes) + `"`
+	st, _, errOut := cli(t, big, "enqueue", "big.job", "--payload", "@-", "--server", "http://127.0.0.1:1")
+	if st != 2 && st != 1 || !strings.Contains(errOut, "standard input is larger than") {
+		t.Fatalf("status %d, stderr %q; want an error saying the input is too large", st, errOut)
+	}
+}
