@@ -31,24 +31,66 @@ var errTaskCancelled = fmt.Errorf("task cancelled: %w", errLeaseLost)
 type leaseTable struct {
 	mu sync.Mutex
 	m  map[string]*heldLease
+	// gone remembers, for a while, leases and attempts cancelled while
+	// this process held no lease of them: a lease a worker here took is
+	// added to the table only after its fetch (or insert) committed, so
+	// it may come in after its cancellation did.
+	gone      map[string]goneLease
+	lastPurge time.Time
 }
+
+// goneLease is a cancelled lease, named by its id or by its attempt (the
+// attempt's number and start, in Unix microseconds as stored), and when it
+// was recorded.
+type goneLease struct {
+	leaseID string
+	attempt int
+	started int64
+	at      time.Time
+}
+
+// goneTTL is how long a cancelled lease is remembered: far longer than
+// the moment between a fetch's commit and its tasks' entry in the table.
+const goneTTL = time.Minute
 
 type heldLease struct {
 	leaseID string
 	cancel  context.CancelCauseFunc // nil while the task waits in a prefetch buffer
 	lost    bool                    // the lease is gone (found by a heartbeat, expired, cancelled, replaced)
 	expires time.Time               // as last granted or extended
+	// attempt and started name the attempt the lease was granted for (the
+	// task's attempt number and start, as stored); zero when unknown.
+	attempt int
+	started time.Time
 }
 
-func newLeaseTable() *leaseTable { return &leaseTable{m: make(map[string]*heldLease)} }
+func newLeaseTable() *leaseTable {
+	return &leaseTable{m: make(map[string]*heldLease), gone: make(map[string]goneLease)}
+}
 
 // add records a lease granted to this process. A lease the table held for
 // the same task before is gone (the store granted a new one): it is marked
 // lost and its handler, if running, is cancelled.
 func (lt *leaseTable) add(taskID, leaseID string, expires time.Time) {
+	lt.addLease(taskID, &heldLease{leaseID: leaseID, expires: expires})
+}
+
+// addTask records the lease of a task leased to this process, with the
+// attempt it was granted for (see cancelledAttempt).
+func (lt *leaseTable) addTask(t *store.Task) {
+	lt.addLease(t.ID, &heldLease{leaseID: t.LeaseID, expires: t.LeaseExpiresAt, attempt: t.Attempt, started: t.StartedAt})
+}
+
+func (lt *leaseTable) addLease(taskID string, h *heldLease) {
+	leaseID := h.leaseID
 	lt.mu.Lock()
+	if g, ok := lt.gone[taskID]; ok && g.matches(h) {
+		// Cancelled before it got here: it never starts.
+		delete(lt.gone, taskID)
+		h.lost = true
+	}
 	old := lt.m[taskID]
-	lt.m[taskID] = &heldLease{leaseID: leaseID, expires: expires}
+	lt.m[taskID] = h
 	var cancel context.CancelCauseFunc
 	if old != nil && old.leaseID != leaseID {
 		old.lost = true
@@ -110,22 +152,83 @@ func (lt *leaseTable) leaseOf(taskID string) string {
 }
 
 // cancelled records that taskID was cancelled while leaseID was held: if
-// this process still holds that lease, the lease is lost and its handler
-// (if started) is cancelled with errTaskCancelled. It reports whether the
-// lease was held here.
+// this process holds that lease, the lease is lost and its handler (if
+// started) is cancelled with errTaskCancelled. It reports whether the
+// lease was held here. A lease not (yet) here is remembered: a fetch or an
+// insert that leased it may still be on its way to the table (addLease).
 func (lt *leaseTable) cancelled(taskID, leaseID string) bool {
 	lt.mu.Lock()
 	h := lt.m[taskID]
-	if h == nil || h.leaseID != leaseID || h.lost {
+	if h == nil || h.leaseID != leaseID {
+		lt.remember(taskID, goneLease{leaseID: leaseID})
 		lt.mu.Unlock()
 		return false
 	}
+	lt.stopCancelled(h)
+	return true
+}
+
+// stopCancelled marks h lost and cancels its handler with errTaskCancelled
+// even when h was lost already: whoever marked it may not have cancelled
+// the handler yet, and a canceller must find the handler told when it
+// returns (cancelling twice is harmless). lt.mu is held; it is released.
+func (lt *leaseTable) stopCancelled(h *heldLease) {
 	h.lost = true
 	cancel := h.cancel
 	lt.mu.Unlock()
 	if cancel != nil {
 		cancel(errTaskCancelled)
 	}
+}
+
+// remember records a cancelled lease or attempt not held here, and forgets
+// those recorded more than goneTTL ago. lt.mu is held.
+func (lt *leaseTable) remember(taskID string, g goneLease) {
+	now := time.Now()
+	if now.Sub(lt.lastPurge) > time.Second {
+		for id, old := range lt.gone {
+			if now.Sub(old.at) > goneTTL {
+				delete(lt.gone, id)
+			}
+		}
+		lt.lastPurge = now
+	}
+	g.at = now
+	lt.gone[taskID] = g
+}
+
+// matches reports whether h is the cancelled lease or attempt g names.
+func (g goneLease) matches(h *heldLease) bool {
+	if g.leaseID != "" {
+		return g.leaseID == h.leaseID
+	}
+	return h.attempt > 0 && g.attempt == h.attempt && g.started == h.started.UnixMicro()
+}
+
+// cancelledAttempt records that taskID was cancelled while its attempt
+// number attempt, started at started, was the last one: if this process
+// holds the lease of that attempt, the lease is lost and its handler (if
+// started) is cancelled with errTaskCancelled. A canceller learns the
+// attempt from the cancelled task, so this finds the lease even when it
+// was granted after the canceller looked (leaseOf) and before the
+// cancellation committed, and even when it comes into the table after
+// this call (a fetch's tasks are added once it committed). A lease granted
+// after the cancellation, once the task was retried, is of another attempt
+// (numbered from 1 again, started later) and is left alone. It reports
+// whether such a lease was held here.
+func (lt *leaseTable) cancelledAttempt(taskID string, attempt int, started time.Time) bool {
+	if attempt <= 0 || started.IsZero() {
+		return false
+	}
+	lt.mu.Lock()
+	h := lt.m[taskID]
+	g := goneLease{attempt: attempt, started: started.UnixMicro()}
+	if h == nil || !g.matches(h) {
+		lt.remember(taskID, g)
+		lt.mu.Unlock()
+		return false
+	}
+	lt.stopCancelled(h)
 	return true
 }
 

@@ -229,3 +229,243 @@ func testWorkerStaleHandlerKeepsNewLease(t *testing.T, backend string) {
 	default:
 	}
 }
+
+// slowCancel is a store whose CancelTask waits for a signal before it goes
+// to the database: a cancellation held up in the writer's queue while a
+// worker of the same process leases the task.
+type slowCancel struct {
+	store.Store
+	called  chan struct{}
+	proceed chan struct{}
+}
+
+func (s *slowCancel) CancelTask(ctx context.Context, p store.CancelParams) (store.Task, error) {
+	s.called <- struct{}{}
+	<-s.proceed
+	return s.Store.CancelTask(ctx, p)
+}
+
+// TestCancelStopsHandlerLeasedWhileTheCancelWasInFlight: a task that a
+// local worker leases after Cancel looked for a local lease of it, and
+// before the cancellation committed, is cancelled under that running
+// handler; its handler must be told by the time Cancel returns, as for a
+// lease held before. It used to run on unaware until the next heartbeat
+// (a third of the lease later) or, prefetched, to start after Cancel had
+// returned.
+func TestCancelStopsHandlerLeasedWhileTheCancelWasInFlight(t *testing.T) {
+	backendtest.Run(t, testCancelStopsHandlerLeasedWhileTheCancelWasInFlight)
+}
+
+func testCancelStopsHandlerLeasedWhileTheCancelWasInFlight(t *testing.T, backend string) {
+	st := &slowCancel{Store: openWorkerStoreOn(t, backend), called: make(chan struct{}, 1), proceed: make(chan struct{})}
+	e := startWorkerEngine(t, st, Config{LeaseDuration: 30 * time.Second, NoScheduler: true})
+	ctx := context.Background()
+	id := mustEnqueue(t, e, "x", `1`) // pending: no worker yet
+	type result struct {
+		tk  store.Task
+		err error
+	}
+	cancelled := make(chan result, 1)
+	go func() {
+		tk, err := e.Cancel(ctx, id)
+		cancelled <- result{tk, err}
+	}()
+	recvWithin(t, st.called, 10*time.Second, "the cancellation to reach the store")
+	started := make(chan context.Context, 2)
+	runWorker(t, e, WorkerConfig{Types: []string{"x"}, Concurrency: 1, ShutdownGrace: 50 * time.Millisecond,
+		Handle: func(hctx context.Context, tk *store.Task) error {
+			started <- hctx
+			select {
+			case <-hctx.Done():
+				return hctx.Err()
+			case <-time.After(20 * time.Second):
+				return errors.New("never cancelled")
+			}
+		}})
+	hctx := recvWithin(t, started, 10*time.Second, "the handler to start")
+	close(st.proceed)
+	r := recvWithin(t, cancelled, 10*time.Second, "Cancel to return")
+	if r.err != nil || r.tk.State != store.StateCancelled {
+		t.Fatalf("cancel: %+v %v", r.tk, r.err)
+	}
+	if hctx.Err() == nil {
+		t.Fatal("the running handler of a task was not told when Cancel returned (it runs on until the next heartbeat)")
+	}
+	if cause := context.Cause(hctx); !errors.Is(cause, errTaskCancelled) {
+		t.Fatalf("handler's context cause %v, want %v", cause, errTaskCancelled)
+	}
+}
+
+// TestCancelBetweenFetchAndHandoverStopsTheTask: a task cancelled after a
+// local worker's fetch of it committed, and before the worker took the
+// fetched task in, must not start once Cancel has returned. It used to
+// start, and run until the next heartbeat found its lease gone.
+func TestCancelBetweenFetchAndHandoverStopsTheTask(t *testing.T) {
+	backendtest.Run(t, testCancelBetweenFetchAndHandoverStopsTheTask)
+}
+
+func testCancelBetweenFetchAndHandoverStopsTheTask(t *testing.T, backend string) {
+	st := &fetchHook{Store: openWorkerStoreOn(t, backend), fetched: make(chan struct{}), proceed: make(chan struct{})}
+	st.armed.Store(true)
+	e := startWorkerEngine(t, st, Config{LeaseDuration: 30 * time.Second, NoScheduler: true})
+	ctx := context.Background()
+	id := mustEnqueue(t, e, "x", `1`) // before the worker runs: fetched, not handed over
+	started := make(chan context.Context, 2)
+	runWorker(t, e, WorkerConfig{Types: []string{"x"}, Concurrency: 1, ShutdownGrace: 50 * time.Millisecond,
+		Handle: func(hctx context.Context, tk *store.Task) error {
+			started <- hctx
+			select {
+			case <-hctx.Done():
+				return hctx.Err()
+			case <-time.After(20 * time.Second):
+				return errors.New("never cancelled")
+			}
+		}})
+	recvWithin(t, st.fetched, 10*time.Second, "the fetch to commit")
+	if _, err := e.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	close(st.proceed) // the worker takes the fetched task in now
+	// The worker's next fetch finds nothing: by then the fetched copy was
+	// queued, and has started or been skipped.
+	fetches := e.Counters().Fetches
+	waitFor(t, "the worker's next fetch", func() bool { return e.Counters().Fetches > fetches })
+	waitFor(t, "the fetched copy to be started or skipped", func() bool { return e.leases.leaseOf(id) == "" || len(started) > 0 })
+	select {
+	case hctx := <-started:
+		if hctx.Err() == nil {
+			t.Fatal("a task cancelled before its fetched copy was taken in started after Cancel returned, unaware")
+		}
+		t.Fatal("a task cancelled before its fetched copy was taken in started after Cancel returned")
+	default:
+	}
+}
+
+// TestLeaseTableCancelledBeforeAdded: a cancellation of a lease, or of an
+// attempt, that this process has not added yet (its fetch or insert is
+// still on its way) makes that lease lost on arrival, so its task never
+// starts; a later lease of the same task (retried) is not affected; and a
+// canceller finds the handler of a lease already marked lost cancelled
+// when it returns.
+func TestLeaseTableCancelledBeforeAdded(t *testing.T) {
+	lt := newLeaseTable()
+	exp := time.Now().Add(time.Minute)
+	started := time.Now()
+	if lt.cancelled("T", "L1") {
+		t.Fatal("cancelled(L1) reported a lease not held")
+	}
+	lt.add("T", "L1", exp)
+	if lt.start("T", "L1", func(error) {}) {
+		t.Error("a lease cancelled (by id) before it was added may start")
+	}
+	lt.remove("T", "L1")
+
+	if lt.cancelledAttempt("U", 2, started) {
+		t.Fatal("cancelledAttempt reported a lease not held")
+	}
+	lt.addTask(&store.Task{ID: "U", LeaseID: "L2", LeaseExpiresAt: exp, Attempt: 2, StartedAt: started})
+	if lt.start("U", "L2", func(error) {}) {
+		t.Error("a lease of an attempt cancelled before it was added may start")
+	}
+	// Retried and leased again: attempt 1, a later start.
+	lt.addTask(&store.Task{ID: "U", LeaseID: "L3", LeaseExpiresAt: exp, Attempt: 1, StartedAt: started.Add(time.Millisecond)})
+	if !lt.start("U", "L3", func(error) {}) {
+		t.Error("the lease of the retried task's new attempt may not start")
+	}
+
+	// Marked lost (by a heartbeat) but not yet cancelled: a canceller
+	// cancels the handler itself.
+	lt.addTask(&store.Task{ID: "V", LeaseID: "L4", LeaseExpiresAt: exp, Attempt: 1, StartedAt: started})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	if !lt.start("V", "L4", cancel) {
+		t.Fatal("start refused")
+	}
+	lt.mu.Lock()
+	lt.m["V"].lost = true
+	lt.mu.Unlock()
+	lt.cancelledAttempt("V", 1, started)
+	if !errors.Is(context.Cause(ctx), errTaskCancelled) {
+		t.Errorf("handler of a lost lease after a cancellation: cause %v, want %v", context.Cause(ctx), errTaskCancelled)
+	}
+}
+
+// notifier is a backend's wake-up and cancellation notifications.
+type notifier interface {
+	store.Notifier
+	store.CancelNotifier
+}
+
+// notifyingFetchHook is a fetchHook that passes its backend's
+// notifications on.
+type notifyingFetchHook struct {
+	*fetchHook
+	notifier notifier
+}
+
+func (s *notifyingFetchHook) Wakeups(ctx context.Context) <-chan struct{} {
+	return s.notifier.Wakeups(ctx)
+}
+
+func (s *notifyingFetchHook) Cancellations(ctx context.Context) <-chan store.LeaseRef {
+	return s.notifier.Cancellations(ctx)
+}
+
+// TestCancelOnAnotherNodeBeforeHandoverStopsTheTask: on PostgreSQL, a
+// task cancelled on another node after this node's fetch of it committed,
+// and before the worker took the fetched task in, never starts here: the
+// cancellation's notification, come before the lease, is remembered. It
+// used to be dropped, and the task started and ran until the next
+// heartbeat found its lease gone.
+func TestCancelOnAnotherNodeBeforeHandoverStopsTheTask(t *testing.T) {
+	open := backendtest.Database(t, backendtest.Postgres, "")
+	pg := open()
+	hook := &fetchHook{Store: pg, fetched: make(chan struct{}), proceed: make(chan struct{})}
+	hook.armed.Store(true)
+	proceed := sync.OnceFunc(func() { close(hook.proceed) })
+	t.Cleanup(func() { _ = pg.Close() })
+	runnerStore := &notifyingFetchHook{fetchHook: hook, notifier: pg.(notifier)}
+	otherStore := open()
+	t.Cleanup(func() { _ = otherStore.Close() })
+	runner := startWorkerEngine(t, runnerStore, Config{NodeID: "runner", LeaseDuration: 30 * time.Second, NoScheduler: true})
+	other := startWorkerEngine(t, otherStore, Config{NodeID: "other", LeaseDuration: 30 * time.Second, NoScheduler: true})
+	// Wait until the runner listens: an enqueue on the other node wakes it.
+	sub := runner.wake.subscribe()
+	defer runner.wake.unsubscribe(sub)
+	waitFor(t, "the runner to listen for notifications", func() bool {
+		mustEnqueue(t, other, "ping", `1`)
+		select {
+		case <-sub:
+			return true
+		case <-time.After(100 * time.Millisecond):
+			return false
+		}
+	})
+	id := mustEnqueue(t, other, "x", `1`)
+	started := make(chan struct{}, 2)
+	runWorker(t, runner, WorkerConfig{Types: []string{"x"}, Concurrency: 1, ShutdownGrace: 50 * time.Millisecond,
+		Handle: func(hctx context.Context, tk *store.Task) error {
+			started <- struct{}{}
+			<-hctx.Done()
+			return hctx.Err()
+		}})
+	t.Cleanup(proceed) // before the worker stops: it waits in the fetch
+	recvWithin(t, hook.fetched, 10*time.Second, "the fetch to commit")
+	tk := mustGet(t, other, id)
+	if _, err := other.Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	// The notification reaches the runner: it remembers the lease.
+	waitFor(t, "the runner to remember the cancelled lease it has not taken in yet", func() bool {
+		runner.leases.mu.Lock()
+		defer runner.leases.mu.Unlock()
+		return runner.leases.gone[id].leaseID == tk.LeaseID
+	})
+	proceed()
+	fetches := runner.Counters().Fetches
+	waitFor(t, "the runner's next fetch", func() bool { return runner.Counters().Fetches > fetches })
+	waitFor(t, "the fetched copy to be started or skipped", func() bool { return runner.leases.leaseOf(id) == "" || len(started) > 0 })
+	if len(started) > 0 {
+		t.Fatal("a task cancelled on another node before its fetched copy was taken in started")
+	}
+}

@@ -97,6 +97,9 @@ func (e *Engine) Cancel(ctx context.Context, id string) (store.Task, error) {
 	if held != "" {
 		e.leases.cancelled(id, held)
 	}
+	// A worker here may have leased the task after the look above, before
+	// the cancellation committed: the cancelled task names that attempt.
+	e.leases.cancelledAttempt(id, t.Attempt, t.StartedAt)
 	return t, nil
 }
 

@@ -474,7 +474,7 @@ func (f *pushFetcher) run(ctx context.Context) {
 		for i := range tasks {
 			t := &tasks[i]
 			f.slots.inFlight.Add(1)
-			e.leases.add(t.ID, t.LeaseID, t.LeaseExpiresAt)
+			e.leases.addTask(t)
 			f.p.deliveries.Add(1)
 			go f.p.deliver(f, pt, t)
 		}

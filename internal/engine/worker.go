@@ -170,7 +170,7 @@ func (w *workerRun) deliver(t *store.Task) {
 	w.mu.Lock()
 	w.active[t.ID] = t
 	w.mu.Unlock()
-	w.e.leases.add(t.ID, t.LeaseID, t.LeaseExpiresAt)
+	w.e.leases.addTask(t)
 	w.queue <- t
 }
 
@@ -222,7 +222,7 @@ func (w *workerRun) loop(ctx context.Context) {
 			w.mu.Lock()
 			w.active[t.ID] = t
 			w.mu.Unlock()
-			e.leases.add(t.ID, t.LeaseID, t.LeaseExpiresAt)
+			e.leases.addTask(t)
 			w.queue <- t // executors drain the queue; it has room for capacity + Concurrency
 
 		}
