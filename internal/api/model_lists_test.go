@@ -146,7 +146,7 @@ func (m *model) counts() map[string]map[string]int {
 }
 
 func sameCounts(a, b map[string]map[string]int) bool {
-	return maps.EqualFunc(a, b, func(x, y map[string]int) bool { return maps.Equal(x, y) })
+	return maps.EqualFunc(a, b, maps.Equal[map[string]int])
 }
 
 // checkStatsCounts checks one statistics object against listed counts.
