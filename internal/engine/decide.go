@@ -64,9 +64,6 @@ func truncate(s string, n int) string {
 // path that ends an attempt in failure — in-process handlers, pull workers,
 // push deliveries, expired leases — goes through here.
 func (e *Engine) Decide(t *store.Task, spec *TypeSpec, f Failure, now time.Time) store.Outcome {
-	if pe := checkError(f.Err); pe != nil {
-		f = panicFailure(pe)
-	}
 	pol := &spec.Policy
 	class, code, retryAfter := f.Class, f.Code, f.RetryAfter
 	msg := f.Message
@@ -78,9 +75,14 @@ func (e *Engine) Decide(t *store.Task, spec *TypeSpec, f Failure, now time.Time)
 			msg = "lease expired before the attempt finished (worker crashed, hung or lost its connection)"
 		}
 	case f.Err != nil:
-		class, code, retryAfter = pol.Classify(timeoutAsDeadline(f.Err))
-		if msg == "" {
-			msg = f.Err.Error()
+		var pe *PanicError
+		var text string
+		if class, code, retryAfter, text, pe = classifyError(pol, f.Err); pe != nil {
+			// The error's own methods panicked: the handler's panic.
+			f = panicFailure(pe)
+			class, code, retryAfter, msg = f.Class, f.Code, 0, f.Message
+		} else if msg == "" {
+			msg = text
 		}
 	case f.Explicit && class == retry.ClassPermanent:
 	default:
@@ -176,28 +178,40 @@ type PanicError struct {
 
 func (p *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", p.Value) }
 
-// checkError calls what the engine calls on a failed attempt's error (its
-// message, and the Unwrap, Is and As methods behind the classification) and
-// returns a *PanicError if one of them panics, nil otherwise. A handler that
-// returns a nil pointer of an error type (a non-nil error whose methods
-// dereference it) has panicked as surely as one that panics itself; without
-// this check the panic would come later, outside the handler's recovery,
-// and end the process.
-func checkError(err error) (pe *PanicError) {
-	if err == nil {
-		return nil
-	}
+// classifyError classifies a failed attempt's error under pol and returns
+// its message. A handler that returns a nil pointer of an error type (a
+// non-nil error whose methods dereference it) has panicked as surely as
+// one that panics itself: the Error, Unwrap, Is and As methods called here
+// run under recover, and a panic in them comes back as a *PanicError
+// instead of ending the process outside the handler's recovery.
+func classifyError(pol *retry.Policy, err error) (class retry.Class, code string, retryAfter time.Duration, msg string, pe *PanicError) {
 	defer func() {
 		if r := recover(); r != nil {
-			pe = &PanicError{Value: fmt.Sprintf("the returned error (%T) panicked: %v", err, r), Stack: string(debug.Stack())}
+			pe = errorPanic(err, r)
 		}
 	}()
-	_ = err.Error()
-	_, _, _ = retry.Classify(err)
-	_ = errors.Is(err, context.DeadlineExceeded)
-	var p *PanicError
-	_ = errors.As(err, &p)
-	return nil
+	class, code, retryAfter = pol.Classify(timeoutAsDeadline(err))
+	return class, code, retryAfter, err.Error(), nil
+}
+
+// errorPanic is the *PanicError of an error whose method panicked with r.
+func errorPanic(err error, r any) *PanicError {
+	return &PanicError{Value: fmt.Sprintf("the returned error (%T) panicked: %v", err, r), Stack: string(debug.Stack())}
+}
+
+// inspectHandlerError reads what the worker needs from a handler's error
+// (a panic it carries, whether it is a deadline) under recover, like
+// classifyError: a panic in the error's methods is the handler's panic.
+func inspectHandlerError(err error) (pe *PanicError, deadline bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			pe, deadline = errorPanic(err, r), false
+		}
+	}()
+	if errors.As(err, &pe) {
+		return pe, false
+	}
+	return nil, errors.Is(err, context.DeadlineExceeded)
 }
 
 // panicFailure: panics are unknown errors (retried, counted apart) with code "panic".

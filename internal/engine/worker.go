@@ -346,11 +346,11 @@ func (w *workerRun) execute(t *store.Task) {
 		out = store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StateSucceeded, OutcomeKind: store.OutcomeSucceeded}
 	} else {
 		var f Failure
-		var pe *PanicError
+		pe, deadline := inspectHandlerError(err)
 		switch {
-		case errors.As(err, &pe):
+		case pe != nil:
 			f = panicFailure(pe)
-		case errors.Is(cause, errAttemptTimeout) && errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(cause, errAttemptTimeout) && deadline:
 			f = Failure{Err: fmt.Errorf("attempt timed out after %s: %w", spec.Timeout, err)}
 		default:
 			f = Failure{Err: err}
@@ -364,20 +364,16 @@ func (w *workerRun) execute(t *store.Task) {
 	})
 }
 
-// callHandler runs the handler, turning a panic into a *PanicError, and
-// so is an error returned whose methods panic (checkError).
+// callHandler runs the handler, turning a panic into a *PanicError. (An
+// error returned whose methods panic is turned into one where the worker
+// and Decide inspect it: inspectHandlerError, classifyError.)
 func callHandler(ctx context.Context, h HandleFunc, t *store.Task) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: string(debug.Stack())}
 		}
 	}()
-	if err = h(ctx, t); err != nil {
-		if pe := checkError(err); pe != nil {
-			return pe
-		}
-	}
-	return err
+	return h(ctx, t)
 }
 
 func (w *workerRun) shutdown() {
