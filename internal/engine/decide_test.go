@@ -53,13 +53,7 @@ func (e *nilDerefError) Unwrap() error { return e.cause }
 // process); the attempt fails as a handler panic, code "panic", class
 // unknown, retried by the policy.
 func TestDecideTreatsAPanickingErrorAsAPanic(t *testing.T) {
-	e, err := New(Config{Store: openWorkerStoreOn(t, "sqlite"), Rand: fixedRand(0.5)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := e.defaultSpec("t")
-	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	task := &store.Task{ID: "a", Type: "t", Attempt: 1, LeaseID: "l"}
+	e, spec, now, task := decideSetup(t)
 	var bad *nilDerefError
 	for _, f := range []Failure{{Err: bad}, {Err: fmt.Errorf("wrapped: %w", bad)}, {Err: retry.Permanent(bad)}} {
 		out := e.Decide(task, &spec, f, now)
@@ -87,13 +81,7 @@ func (r fixedRand) Float64() float64 { return float64(r) }
 // classified like ctx.Err() (transient, deadline_exceeded); a typed error
 // around it still wins.
 func TestDecideClassifiesTheTimeoutCauseAsADeadline(t *testing.T) {
-	e, err := New(Config{Store: openWorkerStoreOn(t, "sqlite"), Rand: fixedRand(0.5)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := e.defaultSpec("t")
-	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	task := &store.Task{ID: "a", Type: "t", Attempt: 1, LeaseID: "l"}
+	e, spec, now, task := decideSetup(t)
 	out := e.Decide(task, &spec, Failure{Err: fmt.Errorf("call: %w", errAttemptTimeout)}, now)
 	if out.State != store.StateRetryWaiting || out.Error.Code != retry.CodeDeadlineExceeded || out.Error.Class != "transient" ||
 		out.Error.Message != "call: attempt timed out" {
@@ -140,15 +128,9 @@ func TestReportedStatusClassifiedAsInProcess(t *testing.T) {
 // be listed, redriven and purged by its code. The policy's lists still
 // match the whole code.
 func TestDecideCutsLongErrorCodes(t *testing.T) {
-	e, err := New(Config{Store: openWorkerStoreOn(t, "sqlite"), Rand: fixedRand(0.5)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, spec, now, task := decideSetup(t)
 	long := strings.Repeat("é", MaxErrorCodeLen) // 2 bytes each
-	spec := e.defaultSpec("t")
 	spec.Policy.NoRetryOn = []string{long}
-	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
-	task := &store.Task{ID: "a", Type: "t", Attempt: 1, LeaseID: "l"}
 	out := e.Decide(task, &spec, ReportedError{Code: long, Message: "m"}.failure(), now)
 	if c := out.Error.Code; len(c) > MaxErrorCodeLen || !utf8.ValidString(c) || !strings.HasPrefix(long, c) || len(c) < MaxErrorCodeLen-1 {
 		t.Errorf("recorded code of %d bytes: %d bytes, valid %v", len(long), len(c), utf8.ValidString(c))
@@ -156,4 +138,16 @@ func TestDecideCutsLongErrorCodes(t *testing.T) {
 	if out.State != store.StateDead || out.DeadReason != store.DeadNonRetryable {
 		t.Errorf("code in no_retry_on: state %s reason %q, want dead non_retryable (lists match the whole code)", out.State, out.DeadReason)
 	}
+}
+
+// decideSetup returns an engine with a fixed jitter draw, the default
+// configuration of type "t", a fixed now and a running task of "t" on its
+// first attempt, for calling Decide.
+func decideSetup(t *testing.T) (*Engine, TypeSpec, time.Time, *store.Task) {
+	t.Helper()
+	e, err := New(Config{Store: openWorkerStoreOn(t, "sqlite"), Rand: fixedRand(0.5)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, e.defaultSpec("t"), time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), &store.Task{ID: "a", Type: "t", Attempt: 1, LeaseID: "l"}
 }

@@ -273,15 +273,7 @@ func testCancelStopsHandlerLeasedWhileTheCancelWasInFlight(t *testing.T, backend
 	recvWithin(t, st.called, 10*time.Second, "the cancellation to reach the store")
 	started := make(chan context.Context, 2)
 	runWorker(t, e, WorkerConfig{Types: []string{"x"}, Concurrency: 1, ShutdownGrace: 50 * time.Millisecond,
-		Handle: func(hctx context.Context, tk *store.Task) error {
-			started <- hctx
-			select {
-			case <-hctx.Done():
-				return hctx.Err()
-			case <-time.After(20 * time.Second):
-				return errors.New("never cancelled")
-			}
-		}})
+		Handle: blockUntilStopped(started)})
 	hctx := recvWithin(t, started, 10*time.Second, "the handler to start")
 	close(st.proceed)
 	r := recvWithin(t, cancelled, 10*time.Second, "Cancel to return")
@@ -312,15 +304,7 @@ func testCancelBetweenFetchAndHandoverStopsTheTask(t *testing.T, backend string)
 	id := mustEnqueue(t, e, "x", `1`) // before the worker runs: fetched, not handed over
 	started := make(chan context.Context, 2)
 	runWorker(t, e, WorkerConfig{Types: []string{"x"}, Concurrency: 1, ShutdownGrace: 50 * time.Millisecond,
-		Handle: func(hctx context.Context, tk *store.Task) error {
-			started <- hctx
-			select {
-			case <-hctx.Done():
-				return hctx.Err()
-			case <-time.After(20 * time.Second):
-				return errors.New("never cancelled")
-			}
-		}})
+		Handle: blockUntilStopped(started)})
 	recvWithin(t, st.fetched, 10*time.Second, "the fetch to commit")
 	if _, err := e.Cancel(ctx, id); err != nil {
 		t.Fatal(err)
@@ -467,5 +451,19 @@ func TestCancelOnAnotherNodeBeforeHandoverStopsTheTask(t *testing.T) {
 	waitFor(t, "the fetched copy to be started or skipped", func() bool { return runner.leases.leaseOf(id) == "" || len(started) > 0 })
 	if len(started) > 0 {
 		t.Fatal("a task cancelled on another node before its fetched copy was taken in started")
+	}
+}
+
+// blockUntilStopped is a handler that sends its context on started and
+// runs until that context ends (at most 20 s).
+func blockUntilStopped(started chan<- context.Context) HandleFunc {
+	return func(hctx context.Context, _ *store.Task) error {
+		started <- hctx
+		select {
+		case <-hctx.Done():
+			return hctx.Err()
+		case <-time.After(20 * time.Second):
+			return errors.New("never cancelled")
+		}
 	}
 }
