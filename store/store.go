@@ -303,13 +303,17 @@ type RetryParams struct {
 type DeadFilter struct {
 	Type      string
 	ErrorCode string
-	Reason    string
-	Since     time.Time // died (UpdatedAt) at or after
-	Before    time.Time // died before (purge's older_than)
-	IDs       []string
-	Limit     int    // 0 = no limit for redrive/purge; list requires > 0
-	Cursor    string // ListDead only
-	Now       time.Time
+	// NoErrorCode selects only tasks whose last error has no code (the
+	// summary's group with an empty ErrorCode); with ErrorCode set too,
+	// nothing matches.
+	NoErrorCode bool
+	Reason      string
+	Since       time.Time // died (UpdatedAt) at or after
+	Before      time.Time // died before (purge's older_than)
+	IDs         []string
+	Limit       int    // 0 = no limit for redrive/purge; list requires > 0
+	Cursor      string // ListDead only
+	Now         time.Time
 }
 
 // SummaryParams is the input of DeadSummary.

@@ -13,7 +13,7 @@ const maxErrorCodeLen = engine.MaxErrorCodeLen
 
 // listDead handles GET /v1/dlq: dead tasks, newest first.
 func (s *server) listDead(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r, "type", "error_code", "reason", "since", "limit", "cursor")
+	q, err := parseQuery(r, "type", "error_code", "no_error_code", "reason", "since", "limit", "cursor")
 	if err != nil {
 		return err
 	}
@@ -23,6 +23,12 @@ func (s *server) listDead(w http.ResponseWriter, r *http.Request) error {
 	}
 	if f.ErrorCode, err = q.text("error_code", maxErrorCodeLen); err != nil {
 		return err
+	}
+	if f.NoErrorCode, err = q.boolean("no_error_code"); err != nil {
+		return err
+	}
+	if f.NoErrorCode && f.ErrorCode != "" {
+		return errCodeAndNoCode()
 	}
 	if f.Reason, err = q.reason(); err != nil {
 		return err
@@ -87,16 +93,25 @@ func (s *server) deadSummary(w http.ResponseWriter, r *http.Request) error {
 // empty is refused rather than read as no filter: a client whose list of
 // ids came out empty must not redrive or purge the whole DLQ.
 type dlqFilterBody struct {
-	Type      string   `json:"type"`
-	ErrorCode string   `json:"error_code"`
-	Reason    string   `json:"reason"`
-	Since     *string  `json:"since"`
-	IDs       []string `json:"ids"`
-	Limit     int      `json:"limit"`
+	Type        string   `json:"type"`
+	ErrorCode   string   `json:"error_code"`
+	NoErrorCode bool     `json:"no_error_code"`
+	Reason      string   `json:"reason"`
+	Since       *string  `json:"since"`
+	IDs         []string `json:"ids"`
+	Limit       int      `json:"limit"`
+}
+
+// errCodeAndNoCode refuses a filter asking for a code and for none.
+func errCodeAndNoCode() error {
+	return fieldError("no_error_code", "cannot be combined with error_code")
 }
 
 func (b *dlqFilterBody) filter() (store.DeadFilter, error) {
-	f := store.DeadFilter{Type: b.Type, ErrorCode: b.ErrorCode, IDs: b.IDs, Limit: b.Limit}
+	f := store.DeadFilter{Type: b.Type, ErrorCode: b.ErrorCode, NoErrorCode: b.NoErrorCode, IDs: b.IDs, Limit: b.Limit}
+	if b.NoErrorCode && b.ErrorCode != "" {
+		return f, errCodeAndNoCode()
+	}
 	var err error
 	if b.Type != "" {
 		if err := engine.ValidateType("type", b.Type); err != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq/internal/backendtest"
+	"github.com/retryq/retryq/store"
 )
 
 // kill leases one task of typ and fails it permanently with code.
@@ -121,5 +122,42 @@ func TestDLQEmptyIDsRefused(t *testing.T) {
 	l := e.must(http.StatusOK, "GET", "/v1/dlq", nil).m
 	if ts := l["tasks"].([]any); len(ts) != 1 {
 		t.Fatalf("dead tasks after refused calls: %d, want 1", len(ts))
+	}
+}
+
+// TestDLQNoErrorCode: no_error_code selects the dead tasks whose last
+// error has no code, the summary's group with an empty error_code, which no
+// error_code filter can name (an empty one means no filter), in listing,
+// redrive and purge; combined with error_code it is a 400.
+func TestDLQNoErrorCode(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for i := 0; i < 3; i++ {
+		e.enqueue(map[string]any{"type": "a"})
+	}
+	coded := e.kill("a", "E1")
+	plain1, plain2 := e.kill("a", ""), e.kill("a", "")
+
+	l := e.must(http.StatusOK, "GET", "/v1/dlq?no_error_code=true", nil).m
+	var got []string
+	for _, tk := range l["tasks"].([]any) {
+		got = append(got, tk.(map[string]any)["id"].(string))
+	}
+	if len(got) != 2 || got[0] == coded || got[1] == coded {
+		t.Fatalf("no_error_code listing = %v, want %s and %s", got, plain1, plain2)
+	}
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "no_error_code", "GET", "/v1/dlq?no_error_code=yes", nil)
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "no_error_code", "GET", "/v1/dlq?no_error_code=true&error_code=E1", nil)
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "no_error_code", "POST", "/v1/dlq/redrive", map[string]any{"no_error_code": true, "error_code": "E1"})
+
+	r := e.must(http.StatusOK, "POST", "/v1/dlq/redrive", map[string]any{"no_error_code": true, "limit": 1}).m
+	if r["redriven"] != 1.0 {
+		t.Fatalf("redrive = %v, want 1", r)
+	}
+	r = e.must(http.StatusOK, "POST", "/v1/dlq/purge", map[string]any{"no_error_code": true}).m
+	if r["purged"] != 1.0 {
+		t.Fatalf("purge = %v, want 1", r)
+	}
+	if e.state(coded) != store.StateDead {
+		t.Fatalf("the task with a code was touched: %s", e.state(coded))
 	}
 }

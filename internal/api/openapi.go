@@ -72,6 +72,7 @@ var (
 	qSince    = qp("since", "RFC 3339 time: only rows at or after it.", map[string]any{"type": "string", "format": "date-time"})
 	qState    = qp("state", "Comma-separated states: "+stateNames()+".", str(""))
 	qCode     = qp("error_code", "Only dead tasks whose last error has this code.", str(""))
+	qNoCode   = qp("no_error_code", "true: only dead tasks whose last error has no code (not with error_code).", boolean(""))
 	qReason   = qp("reason", "Only dead tasks with this dead reason.", enum("non_retryable", "max_attempts", "retry_window"))
 	qNodeSnce = qp("since", "RFC 3339 time: nodes seen at or after it (default: one hour ago).", map[string]any{"type": "string", "format": "date-time"})
 )
@@ -96,7 +97,7 @@ func openAPIOps() []openAPIOp {
 		{method: "GET", path: "/v1/types/{type}", tag: "types", summary: "Get a type's effective configuration (defaults with stored=false when never configured).", params: []any{pType}, status: 200, resp: "TypeConfig"},
 		{method: "PUT", path: "/v1/types/{type}", tag: "types", summary: "Store (replace) a type's configuration.", params: []any{pType}, body: "TypeRequest", status: 200, resp: "TypeConfig"},
 
-		{method: "GET", path: "/v1/dlq", tag: "dlq", summary: "List dead tasks, newest first.", params: []any{qTypeF, qCode, qReason, qSince, qLimit, qCursor}, status: 200, resp: "TaskPage"},
+		{method: "GET", path: "/v1/dlq", tag: "dlq", summary: "List dead tasks, newest first.", params: []any{qTypeF, qCode, qNoCode, qReason, qSince, qLimit, qCursor}, status: 200, resp: "TaskPage"},
 		{method: "GET", path: "/v1/dlq/summary", tag: "dlq", summary: "Dead tasks grouped by type, error code and reason, largest group first.", params: []any{qSince}, status: 200, resp: "DLQSummary"},
 		{method: "POST", path: "/v1/dlq/redrive", tag: "dlq", summary: "Put matching dead tasks back to pending. An empty filter matches every dead task.", body: "DLQFilter", bodyOptional: true, status: 200, resp: "RedriveResponse"},
 		{method: "POST", path: "/v1/dlq/purge", tag: "dlq", summary: "Delete matching dead tasks and their history. An empty filter matches every dead task.", body: "PurgeRequest", bodyOptional: true, status: 200, resp: "PurgeResponse"},

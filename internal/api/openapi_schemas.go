@@ -84,12 +84,13 @@ func openAPISchemas() map[string]any {
 	}, "type")
 	filterProps := func(extra map[string]any) map[string]any {
 		p := map[string]any{
-			"type":       str(""),
-			"error_code": str(""),
-			"reason":     enum("non_retryable", "max_attempts", "retry_window"),
-			"since":      timeT("Died at or after."),
-			"ids":        arr(str("")),
-			"limit":      integer("At most this many tasks; 0 = no limit."),
+			"type":          str(""),
+			"error_code":    str(""),
+			"no_error_code": boolean("Only dead tasks whose last error has no code (not with error_code)."),
+			"reason":        enum("non_retryable", "max_attempts", "retry_window"),
+			"since":         timeT("Died at or after."),
+			"ids":           arr(str("")),
+			"limit":         integer("At most this many tasks; 0 = no limit."),
 		}
 		for k, v := range extra {
 			p[k] = v

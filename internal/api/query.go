@@ -122,6 +122,18 @@ func (q query) text(name string, max int) (string, error) {
 	return v, nil
 }
 
+// boolean reads an optional "true" or "false" (default false).
+func (q query) boolean(name string) (bool, error) {
+	switch v := q[name]; v {
+	case "", "false":
+		return false, nil
+	case "true":
+		return true, nil
+	default:
+		return false, fieldError(name, "want true or false (got %q)", truncate(v, 32))
+	}
+}
+
 // reason reads an optional dead reason.
 func (q query) reason() (string, error) {
 	return checkReason("reason", q["reason"])

@@ -47,6 +47,7 @@ func runDLQ(ctx context.Context, env *Env, args []string) int {
 // dlqFilter is the selection of dead tasks given on the command line.
 type dlqFilter struct {
 	typ, errorCode, reason, since string
+	noErrorCode                   bool
 	ids                           []string
 	sinceTime                     time.Time
 }
@@ -54,6 +55,7 @@ type dlqFilter struct {
 func (f *dlqFilter) register(fs *flag.FlagSet, withIDs bool) {
 	fs.StringVar(&f.typ, "type", "", "only tasks of this `type`")
 	fs.StringVar(&f.errorCode, "error-code", "", "only tasks whose last error has this `code` (e.g. 503, exit:1, timeout)")
+	fs.BoolVar(&f.noErrorCode, "no-error-code", false, "only tasks whose last error has no code (the summary's \"-\" rows)")
 	fs.StringVar(&f.reason, "reason", "", "only tasks dead for this `reason`: non_retryable, max_attempts or retry_window")
 	fs.StringVar(&f.since, "since", "", "only tasks that died at or after this `time`: RFC 3339, or a duration ago such as 1h")
 	if withIDs {
@@ -70,6 +72,9 @@ func (f *dlqFilter) check(now time.Time) string {
 	}
 	if len(f.errorCode) > 200 {
 		return "--error-code: at most 200 bytes"
+	}
+	if f.noErrorCode && f.errorCode != "" {
+		return "--no-error-code: cannot be combined with --error-code"
 	}
 	if f.reason != "" && !slices.Contains(deadReasons, f.reason) {
 		return fmt.Sprintf("--reason: want one of %s, got %q", strings.Join(deadReasons, ", "), f.reason)
@@ -91,7 +96,7 @@ func (f *dlqFilter) check(now time.Time) string {
 
 // empty reports whether the filter selects every dead task.
 func (f *dlqFilter) empty() bool {
-	return f.typ == "" && f.errorCode == "" && f.reason == "" && f.since == "" && len(f.ids) == 0
+	return f.typ == "" && f.errorCode == "" && !f.noErrorCode && f.reason == "" && f.since == "" && len(f.ids) == 0
 }
 
 // describe is the filter in words, for confirmations.
@@ -102,6 +107,9 @@ func (f *dlqFilter) describe() string {
 	}
 	if f.errorCode != "" {
 		parts = append(parts, "error code "+f.errorCode)
+	}
+	if f.noErrorCode {
+		parts = append(parts, "no error code")
 	}
 	if f.reason != "" {
 		parts = append(parts, "reason "+f.reason)
@@ -138,7 +146,7 @@ func parseSince(flagName, v string, now time.Time) (time.Time, string) {
 	return now.Add(-d), ""
 }
 
-const dlqListUsage = `Usage: retryq dlq list [--type T] [--error-code C] [--reason R] [--since T] [--limit N] [--cursor C] [--json]
+const dlqListUsage = `Usage: retryq dlq list [--type T] [--error-code C | --no-error-code] [--reason R] [--since T] [--limit N] [--cursor C] [--json]
 
 Lists dead tasks, newest first, with their reason and last error.
 `
@@ -172,6 +180,9 @@ func runDLQList(ctx context.Context, env *Env, args []string) int {
 		if v != "" {
 			q.Set(k, v)
 		}
+	}
+	if f.noErrorCode {
+		q.Set("no_error_code", "true")
 	}
 	var page apiTaskPage
 	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/dlq", q, nil, &page); !ok {
@@ -287,15 +298,15 @@ func writeDLQSummary(env *Env, s *apiDLQSummary, since time.Time) {
 	tb.write(env.Stdout)
 	fmt.Fprintf(env.Stdout, "\n%d dead task(s) in %d group(s)\n", s.Total, len(s.Groups))
 	if len(s.Groups) > 0 {
-		// The commands select the largest group by all three of its keys.
-		// A group without an error code cannot be told apart from the
-		// other codes of its type and reason (an empty --error-code does
-		// not filter), so the note then says how many tasks they select.
+		// The commands select the largest group by all three of its keys
+		// (a group without an error code by --no-error-code).
 		g := s.Groups[0]
-		f := dlqFilter{typ: g.Type, errorCode: g.ErrorCode, reason: g.Reason}
+		f := dlqFilter{typ: g.Type, errorCode: g.ErrorCode, noErrorCode: g.ErrorCode == "", reason: g.Reason}
 		cmd := []string{"--type", shellQuote(g.Type)}
 		if g.ErrorCode != "" {
 			cmd = append(cmd, "--error-code", shellQuote(g.ErrorCode))
+		} else {
+			cmd = append(cmd, "--no-error-code")
 		}
 		if g.Reason != "" {
 			cmd = append(cmd, "--reason", shellQuote(g.Reason))
@@ -321,14 +332,14 @@ func countMatching(s *apiDLQSummary, f *dlqFilter) int {
 	n := 0
 	for _, g := range s.Groups {
 		if (f.typ == "" || g.Type == f.typ) && (f.errorCode == "" || g.ErrorCode == f.errorCode) &&
-			(f.reason == "" || g.Reason == f.reason) {
+			(!f.noErrorCode || g.ErrorCode == "") && (f.reason == "" || g.Reason == f.reason) {
 			n += g.Count
 		}
 	}
 	return n
 }
 
-const dlqBatchUsage = `Usage: retryq dlq %[1]s [--type T] [--error-code C] [--reason R] [--since T] [--id ID]... %[2]s[--all] [--yes] [--json]
+const dlqBatchUsage = `Usage: retryq dlq %[1]s [--type T] [--error-code C | --no-error-code] [--reason R] [--since T] [--id ID]... %[2]s[--all] [--yes] [--json]
 
 %[3]s
 
@@ -380,7 +391,7 @@ func runDLQBatch(ctx context.Context, env *Env, action string, args []string) in
 		return usageError(env, name, fmt.Sprintf("--batch: must be between 1 and 10000 (got %d)", batch))
 	}
 	if f.empty() && !set["older-than"] && !all {
-		return usageError(env, name, fmt.Sprintf("refusing to %s every dead task: give a filter (--type, --error-code, --reason, --since, --id%s) or --all",
+		return usageError(env, name, fmt.Sprintf("refusing to %s every dead task: give a filter (--type, --error-code, --no-error-code, --reason, --since, --id%s) or --all",
 			action, map[bool]string{true: ", --older-than"}[action == "purge"]))
 	}
 	c, err := cf.client(env)
@@ -435,6 +446,9 @@ func runDLQBatch(ctx context.Context, env *Env, action string, args []string) in
 	}
 	if len(f.ids) > 0 {
 		body["ids"] = f.ids
+	}
+	if f.noErrorCode {
+		body["no_error_code"] = true
 	}
 	if set["older-than"] {
 		body["older_than_seconds"] = olderThan.Seconds()

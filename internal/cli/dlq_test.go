@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,15 +183,24 @@ func TestCLIDLQSummaryHintSelectsTheLargestGroup(t *testing.T) {
 		t.Errorf("suggested %q (summary:\n%s): status %d\nstdout: %s\nstderr: %s", args, out, st, stdout, errOut)
 	}
 
-	// The largest group now has no error code.
+	// The largest group now has no error code: --no-error-code selects it
+	// alone.
 	since := time.Now().UTC().Format(time.RFC3339Nano) // after the 503s died
 	exhaustTasks(t, s, "ocr.page", "", 4)
 	out = s.cliOK(t, "dlq", "summary")
 	args = summaryRedriveHint(t, out)
 	st, stdout, errOut = cli(t, "n\n", append(args, "--server", s.url)...)
-	if st != 1 || !strings.Contains(errOut, "Redrive 7 dead task(s)") ||
-		!strings.Contains(out, "selects 7 dead task(s) of every error code") {
+	if st != 1 || !strings.Contains(errOut, "Redrive 4 dead task(s)") || !slices.Contains(args, "--no-error-code") ||
+		strings.Contains(out, "selects") {
 		t.Errorf("suggested %q (summary:\n%s): status %d\nstdout: %s\nstderr: %s", args, out, st, stdout, errOut)
+	}
+	st, stdout, errOut = cli(t, "", "dlq", "list", "--no-error-code", "--error-code", "503", "--server", s.url)
+	if st != 2 || !strings.Contains(errOut, "--no-error-code: cannot be combined with --error-code") {
+		t.Errorf("--no-error-code with --error-code: status %d\nstdout: %s\nstderr: %s", st, stdout, errOut)
+	}
+	out = s.cliOK(t, "dlq", "list", "--no-error-code", "--json")
+	if n := strings.Count(out, `"id":`); n != 4 || strings.Contains(out, `"503"`) {
+		t.Errorf("dlq list --no-error-code: %d tasks\n%s", n, out)
 	}
 
 	// A summary read --since suggests commands over the same deaths.

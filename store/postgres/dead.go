@@ -26,6 +26,9 @@ func deadWhere(f store.DeadFilter, args []any) (string, []any) {
 	if f.ErrorCode != "" {
 		add("t.last_error_code = ?", f.ErrorCode)
 	}
+	if f.NoErrorCode {
+		conds = append(conds, "(t.last_error_code IS NULL OR t.last_error_code = '')")
+	}
 	if f.Reason != "" {
 		add("t.dead_reason = ?", f.Reason)
 	}

@@ -23,6 +23,9 @@ func deadWhere(f store.DeadFilter) (string, []any) {
 		conds = append(conds, "last_error_code = ?")
 		args = append(args, f.ErrorCode)
 	}
+	if f.NoErrorCode {
+		conds = append(conds, "(last_error_code IS NULL OR last_error_code = '')")
+	}
 	if f.Reason != "" {
 		conds = append(conds, "dead_reason = ?")
 		args = append(args, f.Reason)

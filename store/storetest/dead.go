@@ -16,6 +16,7 @@ var deadTests = []testCase{
 	{"Dead/Purge", testPurge},
 	{"Dead/LimitTakesOldestDeath", testDeadLimitOrder},
 	{"Dead/NegativeLimit", testNegativeLimit},
+	{"Dead/NoErrorCode", testDeadNoErrorCode},
 }
 
 var retentionTests = []testCase{
@@ -333,4 +334,38 @@ func testNegativeLimit(e *env) {
 	e.isErr("DeleteFinished(Limit -1)", err, store.ErrInvalid)
 	e.eq("dead tasks left", e.counts()[store.StateDead], 3)
 	e.eq("succeeded tasks left", e.counts()[store.StateSucceeded], 1)
+}
+
+// testDeadNoErrorCode: NoErrorCode selects the dead tasks whose last error
+// has no code, the summary's group with an empty ErrorCode, in ListDead,
+// RedriveDead and PurgeDead; with ErrorCode set as well nothing matches.
+func testDeadNoErrorCode(e *env) {
+	e.deadFixture()
+	for i, id := range []string{"n_1", "n_2", "n_3"} {
+		died := base.Add(time.Duration(10+i) * time.Minute)
+		e.mustRecord(died, kill(e.start(died, nt(id, "webhook")), "", store.DeadNonRetryable))
+	}
+	var groups int
+	sum, err := e.s.DeadSummary(e.ctx, store.SummaryParams{})
+	e.noErr("DeadSummary", err)
+	for _, g := range sum {
+		if g.ErrorCode == "" {
+			groups++
+			e.eq("tasks in the no-code group", g.Count, 3)
+		}
+	}
+	e.eq("summary groups without a code", groups, 1)
+	e.eqIDs("ListDead NoErrorCode", e.listDead(store.DeadFilter{NoErrorCode: true, Limit: 2, Now: base}), "n_3", "n_2", "n_1")
+	e.eqIDs("ListDead NoErrorCode and ErrorCode", e.listDead(store.DeadFilter{NoErrorCode: true, ErrorCode: "E1", Limit: 10, Now: base}))
+	n, err := e.s.RedriveDead(e.ctx, store.DeadFilter{Type: "webhook", NoErrorCode: true, Limit: 2, Now: base.Add(time.Hour)})
+	e.noErr("RedriveDead", err)
+	e.eq("redriven", n, 2)
+	e.get("n_1", store.StatePending)
+	e.get("n_2", store.StatePending)
+	e.get("d_4", store.StateDead)
+	n, err = e.s.PurgeDead(e.ctx, store.DeadFilter{NoErrorCode: true, Now: base.Add(time.Hour)})
+	e.noErr("PurgeDead", err)
+	e.eq("purged", n, 1)
+	e.notFound("n_3")
+	e.eq("dead left", len(e.listDead(store.DeadFilter{Limit: 100, Now: base})), 6)
 }
