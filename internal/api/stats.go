@@ -118,7 +118,9 @@ func (s *server) nodes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	now := s.now()
+	// The registry's clock: the database's on PostgreSQL, which every
+	// node's heartbeat is written at.
+	now := s.e.RegistryNow(r.Context())
 	since, err := q.time("since")
 	if err != nil {
 		return err

@@ -125,3 +125,42 @@ func testNodesStoppedNotAlive(t *testing.T, backend string) {
 		t.Errorf("running node = %v; want alive", n)
 	}
 }
+
+// skewedClock is real time shifted by a fixed offset: a node whose wall
+// clock is wrong.
+type skewedClock struct{ off time.Duration }
+
+func (c skewedClock) Now() time.Time { return time.Now().Add(c.off) }
+
+// TestNodesAliveOnDatabaseClock: on a shared database server a node's
+// registry times are on the database's clock, as the leader lease's are, so
+// a running node whose wall clock is minutes behind is still reported alive
+// and seen "now", not as gone minutes ago.
+func TestNodesAliveOnDatabaseClock(t *testing.T) {
+	e := newEnv(t, envOpts{backend: backendtest.Postgres})
+	other, err := engine.New(engine.Config{Store: e.st, NodeID: "slow-clock", Version: "test",
+		Clock: skewedClock{off: -5 * time.Minute}, PollInterval: 50 * time.Millisecond, NoScheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close() }()
+	var n map[string]any
+	waitFor(t, "the node to register", 10*time.Second, func() bool {
+		for _, x := range e.must(http.StatusOK, "GET", "/v1/nodes", nil).m["nodes"].([]any) {
+			if x.(map[string]any)["id"] == "slow-clock" {
+				n = x.(map[string]any)
+				return true
+			}
+		}
+		return false
+	})
+	if n["alive"] != true {
+		t.Fatalf("running node with a clock 5m behind = %v; want alive", n)
+	}
+	if seen := mustTime(t, n["last_seen"]); time.Since(seen).Abs() > time.Minute {
+		t.Errorf("last_seen = %v, %v from now; want the database's time of its last heartbeat", seen, time.Since(seen))
+	}
+}

@@ -253,13 +253,28 @@ func (e *Engine) acquireLeader(ctx context.Context, ttl time.Duration) (store.Le
 	return e.st.AcquireLeader(ctx, store.LeaderParams{Name: leaderName, NodeID: e.holder, TTL: ttl, Now: now})
 }
 
+// RegistryNow is the time of the node registry: the database server's time
+// when the store has a clock that every node shares (store.DatabaseClock),
+// as for the leader lease, so that a node whose wall clock is wrong is not
+// shown as gone (or as alive long after it stopped); else, and when the
+// database cannot tell its time, this node's clock. Heartbeats are written
+// at this time and GET /v1/nodes judges them against it.
+func (e *Engine) RegistryNow(ctx context.Context) time.Time {
+	if dc, ok := e.st.(store.DatabaseClock); ok {
+		if t, err := dc.DatabaseNow(ctx); err == nil {
+			return t
+		}
+	}
+	return e.now()
+}
+
 // nodeLoop keeps this node's registry row fresh: every 5 seconds, and at
 // once when the node gains or loses the leadership. When the engine closes
 // it writes the row one last time with role "stopped", so that the registry
 // does not show a node that is gone as alive (or as a second leader).
 func (e *Engine) nodeLoop(ctx context.Context) {
 	host, _ := os.Hostname()
-	startedAt := e.now()
+	startedAt := e.RegistryNow(ctx)
 	tick := time.NewTicker(5 * time.Second)
 	defer tick.Stop()
 	node := func(role string) store.Node {
@@ -273,7 +288,7 @@ func (e *Engine) nodeLoop(ctx context.Context) {
 		if e.cfg.NoScheduler {
 			role = RoleWorker
 		}
-		err := e.st.HeartbeatNode(ctx, node(role), e.now())
+		err := e.st.HeartbeatNode(ctx, node(role), e.RegistryNow(ctx))
 		if err != nil && ctx.Err() == nil {
 			e.log.Warn("node heartbeat failed", "err", err)
 		}
@@ -281,7 +296,7 @@ func (e *Engine) nodeLoop(ctx context.Context) {
 		case <-ctx.Done():
 			// ctx is done: the last write gets a short context of its own.
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			err := e.st.HeartbeatNode(sctx, node(RoleStopped), e.now())
+			err := e.st.HeartbeatNode(sctx, node(RoleStopped), e.RegistryNow(sctx))
 			cancel()
 			if err != nil {
 				e.log.Warn("node registry: recording the stop failed", "err", err)
