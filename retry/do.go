@@ -134,7 +134,8 @@ func Do(ctx context.Context, op func(ctx context.Context) error, p Policy, opts 
 	}
 }
 
-// wait sleeps d on clock, returning ctx.Err() if ctx ends first.
+// wait sleeps d on clock, returning ctx.Err() if ctx ends first or has
+// ended by the time the timer fires.
 func wait(ctx context.Context, clock Clock, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
@@ -145,6 +146,8 @@ func wait(ctx context.Context, clock Clock, d time.Duration) error {
 		t.Stop()
 		return ctx.Err()
 	case <-t.C():
-		return nil
+		// When both are ready, select picks at random: an ended context
+		// must still stop Do rather than start an attempt.
+		return ctx.Err()
 	}
 }

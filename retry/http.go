@@ -64,9 +64,11 @@ func FromResponse(resp *http.Response, now time.Time) error {
 
 // ParseRetryAfter parses a Retry-After header value: delta-seconds ("120")
 // or an HTTP-date in any of the three formats of http.ParseTime, taken
-// relative to now. A date in the past gives (0, true). Anything else
-// (garbage, negative numbers, fractions, values beyond the range of
-// time.Duration) gives (0, false).
+// relative to now. A date in the past gives (0, true). A wait longer than
+// time.Duration can hold (delta-seconds past about 292 years, or a date
+// that far ahead) gives the longest Duration and true: it asks for more
+// than any shorter value, and a policy caps it at MaxDelay. Anything else
+// (garbage, negative numbers, fractions) gives (0, false).
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" {
@@ -75,7 +77,8 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if allDigits(v) {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n > uint64(math.MaxInt64/int64(time.Second)) {
-			return 0, false
+			// Only ErrRange is possible for digits: saturate.
+			return math.MaxInt64, true
 		}
 		return time.Duration(n) * time.Second, true
 	}
@@ -86,9 +89,5 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if !t.After(now) {
 		return 0, true
 	}
-	d := t.Sub(now)
-	if d == math.MaxInt64 { // Sub saturated: too far in the future
-		return 0, false
-	}
-	return d, true
+	return t.Sub(now), true // saturates at the longest Duration
 }

@@ -3,6 +3,7 @@ package retry
 import (
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,8 +21,8 @@ func TestParseRetryAfter(t *testing.T) {
 		{"120", 2 * time.Minute, true},
 		{" 0 ", 0, true},
 		{"9223372036", 9223372036 * time.Second, true},
-		{"9223372037", 0, false},
-		{"99999999999999999999999", 0, false},
+		{"9223372037", math.MaxInt64, true}, // beyond Duration: the longest
+		{"99999999999999999999999", math.MaxInt64, true},
 		{"-5", 0, false},
 		{"1.5", 0, false},
 		{"+5", 0, false},
@@ -32,7 +33,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{"Sun Jun  1 12:00:05 2025", 5 * time.Second, true},       // ANSI C asctime
 		{"Sat, 31 May 2025 12:00:00 GMT", 0, true},                // past
 		{"Sun, 01 Jun 2025 12:00:00 GMT", 0, true},                // now
-		{"Fri, 31 Dec 9999 23:59:59 GMT", 0, false},               // beyond Duration
+		{"Fri, 31 Dec 9999 23:59:59 GMT", math.MaxInt64, true},    // beyond Duration: the longest
 		{"Sun, 01 Jun 2025 12:00:30 PST", 0, false},               // not GMT
 	}
 	for _, tt := range tests {
@@ -93,5 +94,34 @@ func TestFromResponseRealServer(t *testing.T) {
 	d := p.Decide(Input{Attempt: 1, Now: time.Now(), Class: class, RetryAfter: ra}, nil)
 	if !d.Retry || d.Delay != 2*time.Second {
 		t.Fatalf("decision %+v", d)
+	}
+}
+
+// A Retry-After longer than time.Duration can hold (delta-seconds past
+// 292 years, or an HTTP-date that far ahead) asks for a longer wait than
+// any other value, so it must be honored as the longest, capped at
+// MaxDelay like every long Retry-After. It used to be dropped, so the next
+// attempt came after the short backoff instead: the server was retried
+// sooner the longer it asked to be left alone.
+func TestRetryAfterBeyondDurationRangeWaitsMaxDelay(t *testing.T) {
+	for _, v := range []string{"9223372037", "99999999999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", v)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}))
+		r, err := srv.Client().Get(srv.URL)
+		if err != nil {
+			srv.Close()
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		srv.Close()
+		p := Policy{Backoff: BackoffFixed, InitialDelay: time.Second, MaxDelay: time.Hour, Jitter: JitterNone}
+		now := time.Now()
+		class, _, ra := p.Classify(FromResponse(r, now))
+		d := p.Decide(Input{Attempt: 1, Now: now, Class: class, RetryAfter: ra}, nil)
+		if !d.Retry || d.Delay != time.Hour {
+			t.Errorf("Retry-After %q: decision %+v, want a retry after max_delay (1h)", v, d)
+		}
 	}
 }
