@@ -75,6 +75,9 @@ func classify(err error) classification {
 	}
 	var te *Error
 	if errors.As(err, &te) {
+		if te == nil { // a typed nil *Error returned as an error
+			return classification{}
+		}
 		c := classification{class: te.Class, code: te.Code, retryAfter: te.RetryAfter, explicit: te.Class != ClassUnknown}
 		if te.Err != nil && (c.class == ClassUnknown || c.code == "" || c.retryAfter == 0) {
 			inner := classify(te.Err)
@@ -98,6 +101,9 @@ func classify(err error) classification {
 	}
 	var he *HTTPError
 	if errors.As(err, &he) {
+		if he == nil { // a typed nil *HTTPError returned as an error
+			return classification{}
+		}
 		return classification{class: he.Class(), code: strconv.Itoa(he.StatusCode), retryAfter: he.RetryAfter}
 	}
 	if c, ok := classifyNet(err); ok {

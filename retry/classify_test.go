@@ -204,3 +204,16 @@ func TestClassText(t *testing.T) {
 		t.Error("out-of-range class")
 	}
 }
+
+// TestClassifyTypedNilErrors: a nil *Error or *HTTPError returned as an
+// error (a non-nil interface holding a nil pointer, a common Go mistake) is
+// classified as unknown instead of panicking in Classify, and so in Do.
+func TestClassifyTypedNilErrors(t *testing.T) {
+	var te *Error
+	var he *HTTPError
+	for _, err := range []error{te, he, fmt.Errorf("call: %w", he)} {
+		if class, code, ra := Classify(err); class != ClassUnknown || code != "" || ra != 0 {
+			t.Errorf("Classify(%T nil) = %v, %q, %v; want unknown", err, class, code, ra)
+		}
+	}
+}
