@@ -80,8 +80,8 @@ func (e *Engine) runScheduler(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		e.promote(ctx)
-		e.reap(ctx)
+		promoted := e.promote(ctx)
+		reaped := e.reap(ctx)
 		if !time.Now().Before(nextRetention) {
 			// One batch per pass, so that a backlog of finished tasks does
 			// not hold up promotion and reaping: while batches come back
@@ -94,16 +94,26 @@ func (e *Engine) runScheduler(ctx context.Context) {
 		}
 		// Sleep until the earliest of: the next due task, the next lease
 		// expiry, the next retention run, and the poll interval (the
-		// fallback for work made due by other nodes).
+		// fallback for work made due by other nodes). A due time already
+		// past that this pass could not deal with (promotion failed, or a
+		// lease it could not reap) is no reason to run again at once: the
+		// next pass would fail the same way, and the loop would spin on the
+		// database (and the log) for as long as the cause lasts. It is
+		// tried again after the poll interval, or at the next poke.
 		next = time.Now().Add(e.cfg.PollInterval)
+		now := e.now()
 		cctx, cancel := e.schedCallCtx(ctx)
 		wk, err := e.st.NextWakeup(cctx)
 		cancel()
 		if err == nil {
-			for _, t := range []time.Time{wk.NextRunAt, wk.NextLeaseExpiry} {
-				if !t.IsZero() && t.Before(next) {
-					next = t
+			for _, w := range []struct {
+				at   time.Time
+				done bool
+			}{{wk.NextRunAt, promoted}, {wk.NextLeaseExpiry, reaped}} {
+				if w.at.IsZero() || !w.at.Before(next) || (!w.done && !w.at.After(now)) {
+					continue
 				}
+				next = w.at
 			}
 		} else if ctx.Err() == nil {
 			e.log.Warn("scheduler: next wake-up lookup failed", "err", err)
@@ -128,9 +138,11 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	t.Reset(d)
 }
 
-// promote moves due scheduled and retry_waiting tasks to pending.
-func (e *Engine) promote(ctx context.Context) {
+// promote moves due scheduled and retry_waiting tasks to pending. It
+// reports false when a promotion failed.
+func (e *Engine) promote(ctx context.Context) (ok bool) {
 	total := 0
+	ok = true
 	for i := 0; i < 100 && ctx.Err() == nil; i++ { // bounded: at most 100 batches per wake-up
 		cctx, cancel := e.schedCallCtx(ctx)
 		n, err := e.st.PromoteDue(cctx, store.PromoteParams{Limit: promoteBatch, Now: e.now()})
@@ -139,6 +151,7 @@ func (e *Engine) promote(ctx context.Context) {
 			if ctx.Err() == nil {
 				e.log.Warn("promote due tasks failed", "err", err)
 			}
+			ok = false
 			break
 		}
 		total += n
@@ -153,10 +166,14 @@ func (e *Engine) promote(ctx context.Context) {
 	if total > 0 {
 		e.log.Debug("promoted due tasks", "count", total)
 	}
+	return ok
 }
 
-// reap applies the retry decision to tasks whose lease expired.
-func (e *Engine) reap(ctx context.Context) {
+// reap applies the retry decision to tasks whose lease expired. It reports
+// false when it left expired leases it could not reap (a failed store call,
+// a type whose configuration could not be read).
+func (e *Engine) reap(ctx context.Context) (ok bool) {
+	ok = true
 	for i := 0; i < 20 && ctx.Err() == nil; i++ {
 		now := e.now()
 		cctx, cancel := e.schedCallCtx(ctx)
@@ -166,10 +183,10 @@ func (e *Engine) reap(ctx context.Context) {
 			if ctx.Err() == nil {
 				e.log.Warn("list expired leases failed", "err", err)
 			}
-			return
+			return false
 		}
 		if len(tasks) == 0 {
-			return
+			return ok
 		}
 		// Decide under each type's own configuration. A type whose
 		// configuration cannot be read now (the database is briefly away)
@@ -194,8 +211,9 @@ func (e *Engine) reap(ctx context.Context) {
 			outs = append(outs, e.Decide(&kept[len(kept)-1], &ent.spec, Failure{LeaseExpired: true}, now))
 		}
 		full := len(tasks) == reapBatch
+		ok = ok && postponed == nil
 		if tasks = kept; len(tasks) == 0 {
-			return
+			return ok
 		}
 		cctx, cancel = e.schedCallCtx(ctx)
 		errs, err := e.st.RecordOutcomes(cctx, store.OutcomeParams{Outcomes: outs, Now: now})
@@ -204,7 +222,7 @@ func (e *Engine) reap(ctx context.Context) {
 			if ctx.Err() == nil {
 				e.log.Warn("record reaped outcomes failed", "err", err)
 			}
-			return
+			return false
 		}
 		woke := false
 		for j := range tasks {
@@ -225,9 +243,10 @@ func (e *Engine) reap(ctx context.Context) {
 			e.sched.poke(time.Time{})
 		}
 		if !full {
-			return
+			return ok
 		}
 	}
+	return ok // bounded: more expired leases may be left for the next pass, at once
 }
 
 // retention deletes one batch of finished tasks past their age and logs

@@ -192,3 +192,79 @@ func TestReaperWaitsForTheTypeConfiguration(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// stuckStore counts the scheduler's passes (one NextWakeup each) and, while
+// promoteDown is set, fails PromoteDue as a database does that still
+// answers reads but refuses writes (a full disk, a lock held elsewhere).
+type stuckStore struct {
+	*typeOutageStore
+	promoteDown atomic.Bool
+	passes      atomic.Int64
+}
+
+func (s *stuckStore) PromoteDue(ctx context.Context, p store.PromoteParams) (int, error) {
+	if s.promoteDown.Load() {
+		return 0, fmt.Errorf("promote due tasks: %w", store.ErrUnavailable)
+	}
+	return s.Store.PromoteDue(ctx, p)
+}
+
+func (s *stuckStore) NextWakeup(ctx context.Context) (store.Wakeup, error) {
+	s.passes.Add(1)
+	return s.Store.NextWakeup(ctx)
+}
+
+// TestStuckDueWorkDoesNotSpinTheScheduler: a due time already past that
+// the scheduler's pass could not deal with (a lease the reaper leaves
+// expired because its type's configuration cannot be read; a due task
+// whose promotion fails) is still the earliest wake-up NextWakeup reports.
+// The scheduler must not take it as a reason to run its next pass at once,
+// over and over, for as long as the cause lasts: it tries again after the
+// poll interval. Before, it ran ~200 passes a second here (under -race),
+// each with its store calls and its warning.
+func TestStuckDueWorkDoesNotSpinTheScheduler(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, st *stuckStore) string // returns the stuck task's id
+		state store.State                               // the stuck task's state meanwhile
+	}{
+		{"reap postponed", func(t *testing.T, st *stuckStore) string {
+			now := time.Now()
+			res, err := st.InsertTasks(context.Background(), store.InsertParams{Now: now, Tasks: []store.NewTask{{ID: NewID(now), Type: "cfg.t", Payload: []byte("null"), RunAt: now}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := st.FetchTasks(context.Background(), store.FetchParams{Types: []string{"cfg.t"}, Limit: 1, WorkerID: "gone", LeaseDuration: time.Millisecond, Now: now}); err != nil || len(got) != 1 {
+				t.Fatalf("fetch: %d tasks, %v", len(got), err)
+			}
+			st.down.Store(true)
+			return res[0].Task.ID
+		}, store.StateRunning},
+		{"promotion failing", func(t *testing.T, st *stuckStore) string {
+			now := time.Now()
+			res, err := st.InsertTasks(context.Background(), store.InsertParams{Now: now.Add(-time.Second), Tasks: []store.NewTask{{ID: NewID(now), Type: "cfg.t", Payload: []byte("null"), RunAt: now.Add(-time.Millisecond)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.promoteDown.Store(true)
+			return res[0].Task.ID
+		}, store.StateScheduled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &stuckStore{typeOutageStore: &typeOutageStore{Store: openWorkerStoreOn(t, "sqlite")}}
+			id := tc.setup(t, st)
+			const poll = 200 * time.Millisecond
+			e := startWorkerEngine(t, st, Config{NodeID: "stuck-test", PollInterval: poll})
+			waitFor(t, "the scheduler to lead", e.IsLeader)
+			start, before := time.Now(), st.passes.Load()
+			waitFor(t, "a second of scheduling", func() bool { return time.Since(start) >= time.Second })
+			passes, elapsed := st.passes.Load()-before, time.Since(start)
+			if limit := int64(elapsed/poll) + 3; passes > limit {
+				t.Fatalf("%d scheduler passes in %v; want at most %d (one per poll interval %v)", passes, elapsed, limit, poll)
+			}
+			if got, err := st.GetTask(context.Background(), id); err != nil || got.State != tc.state {
+				t.Fatalf("while stuck: %s, %v; want still %s", got.State, err, tc.state)
+			}
+		})
+	}
+}

@@ -152,7 +152,8 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		code, msg, class     *string
 	}
 	rowsIn := make([]row, n)
-	released := false
+	released := false // a task stored pending: wake the fetchers
+	delayed := false  // a retry stored retry_waiting: wake the scheduler
 	distinct := true
 	plain := true // every outcome a valid success without error (recordSuccessesSQL)
 	seen := make(map[string]bool, n)
@@ -199,6 +200,8 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		}
 		if state == store.StatePending {
 			released = true
+		} else if retry {
+			delayed = true
 		}
 		kind := o.OutcomeKind
 		if kind == "" {
@@ -314,6 +317,10 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			return nil
 		}
 	}
+	// Notify for the released tasks (fetchers) and for a new retry time
+	// (the scheduler, which may run on another node: it sleeps until the
+	// earliest due time it knows of, and would otherwise learn of this one
+	// only at its next poll, however soon the retry is due).
 	err := s.groupWrite(ctx, op, &groupWrite{
 		queue: func(b *pgx.Batch) {
 			for _, q := range queued {
@@ -321,7 +328,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			}
 		},
 		read:    read,
-		notify:  released, // wake fetchers for the released tasks
+		notify:  released || delayed,
 		outcome: true,
 		locks:   locks,
 		sorted:  distinct, // one statement over rows sorted by id
