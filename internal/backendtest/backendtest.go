@@ -48,6 +48,16 @@ func Run(t *testing.T, test func(t *testing.T, backend string)) {
 	}
 }
 
+// RunSerial is Run with the backends one after the other, for tests that
+// measure the whole process (its goroutines, say), which a parallel
+// subtest would disturb.
+func RunSerial(t *testing.T, test func(t *testing.T, backend string)) {
+	t.Helper()
+	for _, b := range Names {
+		t.Run(b, func(t *testing.T) { test(t, b) })
+	}
+}
+
 // Database makes a new, empty database of the backend and returns a
 // function that opens a store on it; called again, it reopens the same
 // database, as a restarted process would. sqliteSync is SQLite's
