@@ -70,8 +70,8 @@ func (f *dlqFilter) check(now time.Time) string {
 			return err.Error()
 		}
 	}
-	if len(f.errorCode) > 200 {
-		return "--error-code: at most 200 bytes"
+	if len(f.errorCode) > engine.MaxErrorCodeLen {
+		return fmt.Sprintf("--error-code: at most %d bytes", engine.MaxErrorCodeLen)
 	}
 	if f.noErrorCode && f.errorCode != "" {
 		return "--no-error-code: cannot be combined with --error-code"

@@ -30,9 +30,6 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 	if err := store.CheckNewTasks(p.Tasks); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := checkTime("now", p.Now); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
 	job := &insertJob{tasks: p.Tasks, now: p.Now}
 	err := s.submit(ctx, op, &writeReq{ins: job, fn: func(ctx context.Context, tx *sql.Tx) error {
 		return s.insertJobs(ctx, tx, []*insertJob{job})

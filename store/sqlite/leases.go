@@ -31,7 +31,7 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 				errs[i] = fmt.Errorf("extend lease of task %s: %w: zero ExpiresAt", l.TaskID, store.ErrInvalid)
 				continue
 			}
-			if err := checkTime("expiry", l.ExpiresAt); err != nil {
+			if err := store.CheckTime("expiry", l.ExpiresAt); err != nil {
 				errs[i] = fmt.Errorf("extend lease of task %s: %w", l.TaskID, err)
 				continue
 			}

@@ -112,7 +112,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 				errs[i] = fmt.Errorf("record outcome of task %s: %w: effective priority %d does not fit in 32 bits", o.TaskID, store.ErrInvalid, o.EffectivePrio)
 				continue
 			}
-			if err := checkTime("run time", ra); err != nil {
+			if err := store.CheckTime("run time", ra); err != nil {
 				errs[i] = fmt.Errorf("record outcome of task %s: %w", o.TaskID, err)
 				continue
 			}

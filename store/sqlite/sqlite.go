@@ -483,10 +483,6 @@ func tsNotNull(t time.Time) int64 {
 	return t.UnixMicro()
 }
 
-// checkTime is store.CheckTime: every time the store writes lies in years
-// 1 to 9999, well inside what 64-bit unix microseconds hold.
-func checkTime(what string, t time.Time) error { return store.CheckTime(what, t) }
-
 func fromTS(n sql.NullInt64) time.Time {
 	if !n.Valid {
 		return time.Time{}
