@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,7 +76,7 @@ func TestHeartbeatCallIsBounded(t *testing.T) {
 // the store (here the call hangs and ignores its context), a running
 // handler is cancelled once its lease, as last granted or extended, has
 // expired (another worker may be given the task from then on), not before,
-// and no outcome is sent under the lost lease.
+// and no outcome of the attempt is sent under the lost lease.
 func TestLeaseWatchdogStopsHandlerWhenHeartbeatHangs(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	st := newStuckExtends(t, false)
@@ -108,11 +111,190 @@ func TestLeaseWatchdogStopsHandlerWhenHeartbeatHangs(t *testing.T) {
 	}
 	w.stop() // every outcome is committed when RunWorker returns
 	for _, o := range st.of(id) {
-		if o.LeaseID == got.task.LeaseID {
+		// The attempt's own outcome is never sent; a release is (in case
+		// a late heartbeat kept the lease), and the store refuses it.
+		if o.LeaseID == got.task.LeaseID && o.State != store.StatePending {
 			t.Errorf("outcome %s sent under the lost lease", o.State)
 		}
 	}
 	if tk := mustGet(t, e, id); tk.State != store.StateRunning || tk.LeaseID != got.task.LeaseID {
 		t.Errorf("task: state %s lease %s, want still running under the expired lease (for the reaper)", tk.State, tk.LeaseID)
+	}
+}
+
+// outageExtends is a store whose heartbeats fail with ErrUnavailable for a
+// while (a database restarting or failing over): once a heartbeat of the
+// task watched has succeeded, every call in the span d starting with the
+// next call fails. calls receives each call's time and whether it failed.
+type outageExtends struct {
+	outcomeLog
+	d     time.Duration
+	mu    sync.Mutex
+	armed bool
+	from  time.Time // the outage's start; zero until it began
+	calls chan outageCall
+}
+
+type outageCall struct {
+	at     time.Time
+	failed bool
+	after  bool // the first call after the outage
+}
+
+func (s *outageExtends) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error, error) {
+	now := time.Now()
+	s.mu.Lock()
+	armed, from := s.armed, s.from
+	if armed && from.IsZero() {
+		s.from, from = now, now
+	}
+	failing := armed && now.Sub(from) < s.d
+	s.mu.Unlock()
+	if failing {
+		s.calls <- outageCall{at: now, failed: true}
+		return nil, fmt.Errorf("extend leases: %w", store.ErrUnavailable)
+	}
+	errs, err := s.Store.ExtendLeases(ctx, p)
+	if armed {
+		s.mu.Lock()
+		first := !s.from.IsZero() && s.d > 0
+		s.d = 0 // report the first call after the outage once
+		s.mu.Unlock()
+		if first {
+			s.calls <- outageCall{at: now, after: true}
+		}
+		return errs, err
+	}
+	if err == nil && len(errs) > 0 && errs[0] == nil {
+		s.mu.Lock()
+		s.armed = true
+		s.mu.Unlock()
+	}
+	return errs, err
+}
+
+// TestHeartbeatRetriedSoonAfterTransientFailure: a heartbeat that fails
+// because the database is briefly away is tried again well before the
+// leases it carried run out, not only a whole heartbeat interval later. A
+// database away for half the lease, from just after a heartbeat, then costs
+// no running attempt: before, the two heartbeats of the outage both failed,
+// the next came at the lease's expiry instant, and the watchdog stopped the
+// handler (its attempt later counted as a lease expiry by the reaper).
+func TestHeartbeatRetriedSoonAfterTransientFailure(t *testing.T) {
+	const lease = 900 * time.Millisecond
+	interval := lease / 3
+	st := &outageExtends{outcomeLog: outcomeLog{Store: openWorkerStoreOn(t, "sqlite")}, d: lease / 2,
+		calls: make(chan outageCall, 1024)}
+	e := startWorkerEngine(t, st, Config{LeaseDuration: lease, NoScheduler: true})
+	started, finish := make(chan struct{}, 1), make(chan struct{})
+	stopped := make(chan error, 1)
+	runWorker(t, e, WorkerConfig{Types: []string{"x"}, Concurrency: 1, ShutdownGrace: 50 * time.Millisecond,
+		Handle: func(ctx context.Context, _ *store.Task) error {
+			started <- struct{}{}
+			select {
+			case <-finish:
+				return nil
+			case <-ctx.Done():
+				stopped <- context.Cause(ctx)
+				return ctx.Err()
+			}
+		}})
+	id := mustEnqueue(t, e, "x", `1`)
+	recvWithin(t, started, 10*time.Second, "the handler to start")
+	first := recvWithin(t, st.calls, 10*lease, "the outage's first failed heartbeat")
+	var next outageCall
+	for i := 0; i < 1000; i++ { // bounded: the outage lasts lease/2
+		c := recvWithin(t, st.calls, 10*lease, "a heartbeat after the outage began")
+		if i == 0 {
+			if gap := c.at.Sub(first.at); gap >= interval/2 {
+				t.Errorf("a failed heartbeat was tried again only %v later (heartbeat interval %v)", gap, interval)
+			}
+		}
+		if c.after {
+			next = c
+			break
+		}
+	}
+	if next.at.IsZero() {
+		t.Fatal("no heartbeat after the outage")
+	}
+	close(finish)
+	deadline := time.Now().Add(10 * time.Second)
+	for mustGet(t, e, id).State != store.StateSucceeded {
+		select {
+		case cause := <-stopped:
+			t.Fatalf("handler stopped (%v) although the database was away for only %v of its %v lease", cause, lease/2, lease)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task not succeeded 10s after its handler returned: %s", mustGet(t, e, id).State)
+		}
+	}
+}
+
+// lateExtends is a store whose first heartbeat after arm is closed commits
+// late: it waits until the test lets it go (the watchdog has stopped the
+// handler meanwhile), then extends the leases as of the time it was sent,
+// whatever its caller's context says, as a call that commits after its
+// caller gave up does. committed is closed after that.
+type lateExtends struct {
+	outcomeLog
+	arm, letGo, committed chan struct{}
+	once                  sync.Once
+}
+
+func (s *lateExtends) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error, error) {
+	select {
+	case <-s.arm:
+	default:
+		return s.Store.ExtendLeases(ctx, p)
+	}
+	late := false
+	s.once.Do(func() { late = true })
+	if !late {
+		return s.Store.ExtendLeases(ctx, p)
+	}
+	<-s.letGo
+	errs, err := s.Store.ExtendLeases(context.WithoutCancel(ctx), p)
+	close(s.committed)
+	return errs, err
+}
+
+// TestWatchdogStopGivesBackALeaseALateHeartbeatKept: when the watchdog
+// stops a handler at its lease's expiry while a heartbeat sent before the
+// expiry is still on its way, and that heartbeat then commits, the lease
+// is current in the store although the handler is gone. The worker gives
+// the task back (pending, the attempt not counted) so that it runs again
+// at once; before, it dropped the task, which then sat running under the
+// extended lease that nobody held until the reaper counted the cut attempt
+// as a lease expiry.
+func TestWatchdogStopGivesBackALeaseALateHeartbeatKept(t *testing.T) {
+	const lease = 300 * time.Millisecond
+	st := &lateExtends{outcomeLog: outcomeLog{Store: openWorkerStoreOn(t, "sqlite")},
+		arm: make(chan struct{}), letGo: make(chan struct{}), committed: make(chan struct{})}
+	e := startWorkerEngine(t, st, Config{LeaseDuration: lease, NoScheduler: true})
+	started := make(chan *store.Task, 2)
+	var runs atomic.Int32
+	runWorker(t, e, WorkerConfig{Types: []string{"x"}, Concurrency: 1, ShutdownGrace: 50 * time.Millisecond,
+		Handle: func(ctx context.Context, tk *store.Task) error {
+			started <- tk
+			if runs.Add(1) > 1 {
+				return nil
+			}
+			<-ctx.Done()
+			if !errors.Is(context.Cause(ctx), errLeaseLost) {
+				return ctx.Err()
+			}
+			close(st.letGo) // the late heartbeat commits while the handler stops
+			<-st.committed
+			return ctx.Err()
+		}})
+	id := mustEnqueue(t, e, "x", `1`)
+	first := recvWithin(t, started, 10*time.Second, "the handler to start")
+	close(st.arm)
+	waitTask(t, e, id, "the task to run again and succeed", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
+	got := mustGet(t, e, id)
+	if got.Attempt != first.Attempt {
+		t.Errorf("task succeeded at attempt %d; want %d (the cut attempt given back, not counted)", got.Attempt, first.Attempt)
 	}
 }

@@ -13,6 +13,12 @@ import (
 // errLeaseLost is the cancellation cause of a handler whose lease was lost.
 var errLeaseLost = errors.New("lease lost: the task was reaped, cancelled or taken by another worker")
 
+// errLeaseExpired is the cancellation cause of a handler the lease
+// watchdog stopped: its lease's last known expiry passed without a
+// heartbeat extending it (as far as this process knows: one may still be
+// on its way).
+var errLeaseExpired = fmt.Errorf("lease expired without a heartbeat: %w", errLeaseLost)
+
 // errTaskCancelled is the cancellation cause of a handler whose task was
 // cancelled while it ran (a lost lease, told at once instead of found by
 // the next heartbeat).
@@ -272,7 +278,7 @@ func (lt *leaseTable) expire(now time.Time) (stopped []string, next time.Time) {
 	}
 	lt.mu.Unlock()
 	for _, c := range cancels {
-		c(errLeaseLost)
+		c(errLeaseExpired)
 	}
 	return stopped, next
 }
@@ -294,53 +300,85 @@ func (lt *leaseTable) snapshot() ([]store.LeaseRef, []*heldLease) {
 // bounded by the heartbeat interval, so a store that hangs (a pool wait, a
 // row lock, a silently dropped connection) delays the next heartbeat by at
 // most that much; leaseWatchdog stops the handlers whose leases run out
-// meanwhile.
+// meanwhile. A call that fails (the database is briefly away) is tried
+// again after a tenth of the interval rather than a whole interval later:
+// the leases it carried keep their last expiry, and two failures in a row
+// at the interval's pace would let them run out although the database may
+// be back long before.
 func (e *Engine) heartbeatLoop(ctx context.Context) {
 	interval := e.cfg.LeaseDuration / 3
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
+	retry := max(interval/10, time.Millisecond)
+	timer := time.NewTimer(interval)
+	defer timer.Stop()
+	next := time.Now().Add(interval)
+	fails := 0 // passes failed in a row
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
-		refs, held := e.leases.snapshot()
-		if len(refs) == 0 {
+		start := time.Now()
+		// While the store stays away, one failure in ten is logged (about
+		// one per interval).
+		if e.heartbeat(ctx, interval, fails%10 == 0) {
+			fails = 0
+			// On the interval's pace from the last pass's start, so that
+			// slow calls do not push each heartbeat later.
+			next = next.Add(interval)
+			if next.Before(start) {
+				next = start.Add(interval)
+			}
+		} else {
+			fails++
+			next = time.Now().Add(retry)
+		}
+		timer.Reset(max(time.Until(next), 0))
+	}
+}
+
+// heartbeat extends every in-process lease once, in batches of 1,000, each
+// call bounded by timeout. It reports false when a call failed (its leases
+// keep their last expiry), and logs the failure if logFailure is set.
+func (e *Engine) heartbeat(ctx context.Context, timeout time.Duration, logFailure bool) (ok bool) {
+	refs, held := e.leases.snapshot()
+	if len(refs) == 0 {
+		return true
+	}
+	ok = true
+	now := e.now()
+	for i := range refs {
+		refs[i].ExpiresAt = now.Add(e.cfg.LeaseDuration)
+	}
+	for start := 0; start < len(refs) && ctx.Err() == nil; start += 1000 {
+		end := min(start+1000, len(refs))
+		callCtx, cancel := context.WithTimeout(ctx, timeout)
+		errs, err := e.st.ExtendLeases(callCtx, store.ExtendParams{Leases: refs[start:end], Now: now})
+		cancel()
+		if err != nil {
+			// The database is away or slow: these leases keep their last
+			// expiry, and the watchdog stops their handlers once it
+			// passes (another worker may be given the tasks then).
+			if ctx.Err() == nil && logFailure {
+				e.log.Warn("heartbeat failed", "leases", end-start, "err", err)
+			}
+			ok = false
 			continue
 		}
-		now := e.now()
-		for i := range refs {
-			refs[i].ExpiresAt = now.Add(e.cfg.LeaseDuration)
-		}
-		for start := 0; start < len(refs) && ctx.Err() == nil; start += 1000 {
-			end := min(start+1000, len(refs))
-			callCtx, cancel := context.WithTimeout(ctx, interval)
-			errs, err := e.st.ExtendLeases(callCtx, store.ExtendParams{Leases: refs[start:end], Now: now})
-			cancel()
-			if err != nil {
-				// The database is away or slow: these leases keep their last
-				// expiry, and the watchdog stops their handlers once it
-				// passes (another worker may be given the tasks then).
-				if ctx.Err() == nil {
-					e.log.Warn("heartbeat failed", "leases", end-start, "err", err)
-				}
-				continue
+		for i, err := range errs {
+			if err == nil {
+				e.leases.extended(held[start+i], refs[start+i].ExpiresAt)
 			}
-			for i, err := range errs {
-				if err == nil {
-					e.leases.extended(held[start+i], refs[start+i].ExpiresAt)
-				}
-				if err != nil && e.leases.holds(refs[start+i].TaskID, held[start+i]) {
-					// Still held here, yet gone in the store: reaped,
-					// cancelled or expired. (A lease whose task finished
-					// since the snapshot is simply no longer held.)
-					e.log.Warn("lease lost; cancelling handler", "task_id", refs[start+i].TaskID, "err", err)
-					e.leases.markLost(held[start+i])
-				}
+			if err != nil && e.leases.holds(refs[start+i].TaskID, held[start+i]) {
+				// Still held here, yet gone in the store: reaped,
+				// cancelled or expired. (A lease whose task finished
+				// since the snapshot is simply no longer held.)
+				e.log.Warn("lease lost; cancelling handler", "task_id", refs[start+i].TaskID, "err", err)
+				e.leases.markLost(held[start+i])
 			}
 		}
 	}
+	return ok
 }
 
 // leaseWatchdog stops, independently of the heartbeat calls, the handlers

@@ -55,8 +55,17 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 	recCtx := context.WithoutCancel(leaseCtx)
 
 	if res.status == 0 && leaseCtx.Err() != nil {
-		if errors.Is(context.Cause(leaseCtx), errLeaseLost) {
+		if cause := context.Cause(leaseCtx); errors.Is(cause, errLeaseLost) {
 			e.log.Warn("push delivery aborted: lease lost (task cancelled or reaped)", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
+			if errors.Is(cause, errLeaseExpired) {
+				// The watchdog gave up on the lease; a late heartbeat may
+				// have kept it after all.
+				settled := make(chan struct{})
+				e.giveBackExpired(t, func() { close(settled) })
+				<-settled
+			} else {
+				e.ctr.leaseLost.Add(1)
+			}
 			return
 		}
 		// Shutdown cancelled the request: give the task back at once.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -72,5 +73,92 @@ func testPushStoppedDuringFetchReleasesLeases(t *testing.T, backend string) {
 	}
 	if n := hits.Load(); n != 0 {
 		t.Errorf("%d deliveries after the pusher stopped", n)
+	}
+}
+
+// lateHeartbeat is a store whose first heartbeat after one that extended a
+// lease commits only once the next outcome is on its way (held until then),
+// and that outcome waits for it: a heartbeat sent before the lease's expiry
+// that commits after the lease watchdog gave up on the lease.
+type lateHeartbeat struct {
+	store.Store
+	armed             atomic.Bool
+	late              sync.Once
+	letGo, committed  chan struct{}
+	letGoOnce         sync.Once
+	lateHeartbeatSeen atomic.Bool
+}
+
+func (s *lateHeartbeat) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error, error) {
+	if !s.armed.Load() {
+		errs, err := s.Store.ExtendLeases(ctx, p)
+		if err == nil && len(p.Leases) > 0 && errs[0] == nil {
+			s.armed.Store(true)
+		}
+		return errs, err
+	}
+	isLate := false
+	s.late.Do(func() { isLate = true })
+	if !isLate {
+		return s.Store.ExtendLeases(ctx, p)
+	}
+	s.lateHeartbeatSeen.Store(true)
+	select {
+	case <-s.letGo:
+	case <-time.After(10 * time.Second): // the outcome never came
+	}
+	errs, err := s.Store.ExtendLeases(context.WithoutCancel(ctx), p)
+	close(s.committed)
+	return errs, err
+}
+
+func (s *lateHeartbeat) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]error, error) {
+	if s.lateHeartbeatSeen.Load() {
+		s.letGoOnce.Do(func() { close(s.letGo) })
+		select {
+		case <-s.committed:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return s.Store.RecordOutcomes(ctx, p)
+}
+
+// TestPushWatchdogStopGivesBackALeaseALateHeartbeatKept: when the lease
+// watchdog aborts a delivery whose heartbeat is late, and that heartbeat
+// then commits after all, the delivery gives the lease back: the task is
+// delivered again at once, the cut attempt not counted, instead of sitting
+// running under a lease nobody holds.
+func TestPushWatchdogStopGivesBackALeaseALateHeartbeatKept(t *testing.T) {
+	backendtest.Run(t, testPushWatchdogStopGivesBackALeaseALateHeartbeatKept)
+}
+
+func testPushWatchdogStopGivesBackALeaseALateHeartbeatKept(t *testing.T, backend string) {
+	var requests atomic.Int32
+	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
+		if requests.Add(1) == 1 {
+			<-r.Context().Done() // held until the watchdog aborts it
+			return
+		}
+	})
+	st := &lateHeartbeat{Store: openWorkerStoreOn(t, backend), letGo: make(chan struct{}), committed: make(chan struct{})}
+	// No scheduler: the reaper would otherwise decide the expired lease.
+	e, err := New(Config{Store: st, NodeID: "push-late", LeaseDuration: 900 * time.Millisecond,
+		PollInterval: 20 * time.Millisecond, NoScheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p := &pushEnv{t: t, e: e}
+	p.putType("push.late", fastPolicy(3), Target{URL: srv.URL, TimeoutSeconds: 60})
+	id := p.enqueue("push.late", `{}`)
+	tk := p.wait(id, store.StateSucceeded)
+	if tk.Attempt != 1 {
+		t.Errorf("task succeeded at attempt %d; want 1 (the cut delivery given back, not counted)", tk.Attempt)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("target got %d requests, want 2", n)
 	}
 }

@@ -284,7 +284,12 @@ func (e *Engine) retention(ctx context.Context) (more bool) {
 }
 
 // retentionBatch bounds the tasks of each class one retention pass deletes.
-const retentionBatch = 10000
+// A pass is one transaction, which on SQLite holds the single writer (every
+// enqueue, fetch, heartbeat and outcome waits for it) and on PostgreSQL
+// must end within the scheduler's call bound: 10,000 a class held SQLite's
+// writer for seconds. While batches come back full the passes follow one
+// another at once, with other writes in between.
+const retentionBatch = 1000
 
 // schedCallCtx bounds one store call of the scheduler loops by the leader
 // lease's TTL: a call stuck on a dead connection must not keep the loops

@@ -49,7 +49,8 @@ var errAttemptTimeout = errors.New("attempt timed out")
 // gracefully: it stops fetching, releases prefetched tasks that have not
 // started, lets running handlers finish within ShutdownGrace, releases the
 // leases of those still running so another worker takes them at once, and
-// flushes every outcome before returning.
+// flushes every outcome before returning. A worker stopped that way, even
+// while it is still starting, returns nil.
 func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.Handle == nil {
 		return errors.New("run worker: Handle: required")
@@ -63,6 +64,9 @@ func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		}
 	}
 	if err := e.checkNoPushTargets(ctx, cfg.Types); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: nothing was fetched
+		}
 		return fmt.Errorf("run worker: %w", err)
 	}
 	if cfg.Concurrency <= 0 {
@@ -328,8 +332,12 @@ func (w *workerRun) execute(t *store.Task) {
 	case err != nil && errors.Is(cause, errLeaseLost):
 		// Stopped because the lease is gone (reaped, expired): the failure
 		// is the stop's, and the store would refuse it anyway.
-		e.ctr.leaseLost.Add(1)
 		e.log.Warn("handler stopped: lease lost", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
+		if errors.Is(cause, errLeaseExpired) {
+			w.giveBack(t) // counts the lease lost if it is
+		} else {
+			e.ctr.leaseLost.Add(1)
+		}
 		return
 	case err != nil && w.handlerCtx.Err() != nil:
 		// Cancelled at the end of the shutdown grace period: give the lease
@@ -427,6 +435,13 @@ drain:
 		}
 	}
 	w.pending.Wait()
+}
+
+// giveBack releases the lease of a handler the lease watchdog stopped
+// (errLeaseExpired).
+func (w *workerRun) giveBack(t *store.Task) {
+	w.pending.Add(1)
+	w.e.giveBackExpired(t, w.pending.Done)
 }
 
 // release gives leases back (pending again, attempt not counted).

@@ -262,3 +262,46 @@ func testWorkerStoppedDuringFetchReleasesLeases(t *testing.T, backend string) {
 		t.Errorf("after shutdown: state %s lease %q, want pending and released (the fetched lease was lost)", tk.State, tk.LeaseID)
 	}
 }
+
+// typeLoadHeld is a store whose GetType waits until release is closed,
+// after saying it was called: a type configuration slow to load.
+type typeLoadHeld struct {
+	store.Store
+	called, release chan struct{}
+	once            sync.Once
+}
+
+func (s *typeLoadHeld) GetType(ctx context.Context, typ string) (store.TypeConfig, error) {
+	s.once.Do(func() { close(s.called) })
+	<-s.release
+	return s.Store.GetType(ctx, typ)
+}
+
+// TestRunWorkerStoppedWhileStartingReturnsNil: a worker stopped while it
+// still reads its types' configuration (at start) is stopped as asked, like
+// one stopped later, and returns nil rather than a "context canceled" error
+// (a supervisor restarting workers would report it as a failure).
+func TestRunWorkerStoppedWhileStartingReturnsNil(t *testing.T) {
+	st := &typeLoadHeld{Store: openWorkerStoreOn(t, "sqlite"), called: make(chan struct{}), release: make(chan struct{})}
+	defer close(st.release)
+	e := startWorkerEngine(t, st, Config{NoScheduler: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- e.RunWorker(ctx, WorkerConfig{Types: []string{"slow.type"}, Handle: func(context.Context, *store.Task) error { return nil }})
+	}()
+	select {
+	case <-st.called:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker never read its type's configuration")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("RunWorker stopped while starting = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunWorker did not return after its context was cancelled")
+	}
+}
