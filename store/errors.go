@@ -18,6 +18,11 @@ var (
 	// ErrSchemaTooNew is returned by Open/Migrate when the database schema is
 	// newer than this binary knows.
 	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+	// ErrForeignSchema is returned by Open/Migrate/SchemaVersion when the
+	// database's schema_migrations table was not written by retryq (another
+	// application's migration tool uses the same name): retryq needs a
+	// database, or a PostgreSQL schema, of its own.
+	ErrForeignSchema = errors.New("schema_migrations is not retryq's: give retryq a database or schema of its own")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("store closed")
 	// ErrUnavailable wraps connection-level failures (database down, network

@@ -33,7 +33,9 @@ type Store interface {
 	RecordOutcomes(ctx context.Context, p OutcomeParams) ([]error, error)
 
 	// ExtendLeases moves the expiry of running leases. Entries for leases that
-	// are no longer current (or already expired at Now) are ErrLeaseLost.
+	// are no longer current (or already expired at Now), or whose ids are not
+	// text, are ErrLeaseLost. A lease named twice keeps the later entry's
+	// expiry.
 	ExtendLeases(ctx context.Context, p ExtendParams) ([]error, error)
 
 	// ExpiredLeases returns up to Limit running tasks whose lease expired
@@ -91,7 +93,8 @@ type Store interface {
 	// Stats returns per-type counts by state and attempt counts since Since.
 	Stats(ctx context.Context, p StatsParams) ([]TypeStats, error)
 
-	// PutType stores (inserts or replaces) a type's configuration.
+	// PutType stores (inserts or replaces) a type's configuration; it must
+	// pass CheckTypeConfig (ErrInvalid otherwise).
 	PutType(ctx context.Context, t TypeConfig, now time.Time) (TypeConfig, error)
 	// GetType returns a type's configuration or ErrNotFound.
 	GetType(ctx context.Context, typ string) (TypeConfig, error)

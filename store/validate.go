@@ -13,6 +13,14 @@ import (
 // ErrInvalid (the SQLite backend builds one query branch per type).
 const MaxFetchTypes = 256
 
+// MaxKeyBytes bounds, in bytes, the text a backend keys an index on: a
+// task's id, type and idempotency key, a type configuration's name, a
+// node's id and a leadership lease's name. Longer text is ErrInvalid
+// everywhere, rather than refused by one backend alone (a PostgreSQL btree
+// entry holds at most about 2.7 KB, id and type together included) while
+// another stores it.
+const MaxKeyBytes = 1024
+
 // Fits32 reports whether n fits in 32 bits, as priorities
 // (NewTask.Priority, Outcome.EffectivePrio) and NewTask.MaxAttempts must:
 // backends may store them as 32-bit integers, and a value that did not fit
@@ -24,7 +32,8 @@ func Fits32(n int) bool { return n >= math.MinInt32 && n <= math.MaxInt32 }
 // and a lease's ids must be valid UTF-8 without NUL bytes (PostgreSQL
 // refuses them in text, and an id that does not survive JSON could not be
 // looked up again); priority and max attempts must fit in 32 bits (Fits32);
-// RunAt must pass CheckTime; a lease needs a lease id and a positive
+// ids, types and keys are at most MaxKeyBytes long; RunAt must pass
+// CheckTime; a lease needs a lease id and a positive
 // duration (a leased task without
 // them could never be reaped); and an id may appear only once,
 // unless the later task repeats an earlier one's idempotency key (it is
@@ -45,6 +54,9 @@ func CheckNewTasks(tasks []NewTask) error {
 		for _, f := range []struct{ name, v string }{{"id", nt.ID}, {"type", nt.Type}, {"idempotency key", nt.IdempotencyKey}} {
 			if !ValidText(f.v) {
 				return bad("%s %q is not valid UTF-8 text (or holds a NUL byte)", f.name, f.v)
+			}
+			if len(f.v) > MaxKeyBytes {
+				return bad("%s is %d bytes long, more than %d", f.name, len(f.v), MaxKeyBytes)
 			}
 		}
 		if !Fits32(nt.Priority) || !Fits32(nt.MaxAttempts) {
@@ -109,8 +121,8 @@ func CheckTime(what string, t time.Time) error {
 }
 
 // CheckFetch validates FetchParams, the same way for every backend: a
-// positive Limit and LeaseDuration, a Now, and at most MaxFetchTypes
-// distinct types. It returns the distinct types, sorted (nil for any
+// positive Limit and LeaseDuration, a Now, a worker id and types that are
+// text (CheckText), and at most MaxFetchTypes distinct types. It returns the distinct types, sorted (nil for any
 // type). Errors wrap ErrInvalid.
 func CheckFetch(p FetchParams) ([]string, error) {
 	if p.Limit <= 0 {
@@ -122,8 +134,14 @@ func CheckFetch(p FetchParams) ([]string, error) {
 	if p.LeaseDuration <= 0 {
 		return nil, fmt.Errorf("lease duration must be positive (got %s): %w", p.LeaseDuration, ErrInvalid)
 	}
+	if err := CheckText("worker id", p.WorkerID); err != nil {
+		return nil, err
+	}
 	if len(p.Types) == 0 {
 		return nil, nil
+	}
+	if err := CheckText("type", p.Types...); err != nil {
+		return nil, err
 	}
 	types := slices.Compact(slices.Sorted(slices.Values(p.Types)))
 	if len(types) > MaxFetchTypes {
@@ -138,6 +156,71 @@ func CheckFetch(p FetchParams) ([]string, error) {
 func CheckLimit(limit int) error {
 	if limit < 0 {
 		return fmt.Errorf("limit must not be negative (got %d): %w", limit, ErrInvalid)
+	}
+	return nil
+}
+
+// CheckText refuses, with ErrInvalid, a value that is not valid UTF-8 text
+// or holds a NUL byte (ValidText), the same way for every backend, where a
+// method would store it (a worker id, a type's name, a node's fields, a
+// leadership lease's name and holder) or name it in a fetch. PostgreSQL
+// refuses such text outright, and SQLite would store bytes that do not
+// survive JSON. what names the field in the error.
+func CheckText(what string, values ...string) error {
+	for _, v := range values {
+		if !ValidText(v) {
+			return fmt.Errorf("%s %q is not valid UTF-8 text (or holds a NUL byte): %w", what, v, ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// CheckCursor refuses, with ErrInvalid, a pagination cursor that no
+// listing can have returned: cursors are task ids, which are text.
+func CheckCursor(cursor string) error {
+	return CheckText("cursor", cursor)
+}
+
+// CheckTypeConfig validates a TypeConfig for PutType, the same way for
+// every backend: a type name that is a key (CheckKey) and a priority that fits in 32
+// bits (Fits32, as a task's: a backend may store it as a 32-bit integer).
+// Errors wrap ErrInvalid.
+func CheckTypeConfig(t TypeConfig) error {
+	if t.Type == "" {
+		return fmt.Errorf("empty type: %w", ErrInvalid)
+	}
+	if err := CheckKey("type", t.Type); err != nil {
+		return err
+	}
+	if !Fits32(t.Priority) {
+		return fmt.Errorf("priority %d does not fit in 32 bits: %w", t.Priority, ErrInvalid)
+	}
+	return nil
+}
+
+// CheckKey is CheckText for text a backend keys an index on (a type's
+// name, a node's id, a leadership lease's name), which must also be at
+// most MaxKeyBytes long.
+func CheckKey(what, v string) error {
+	if err := CheckText(what, v); err != nil {
+		return err
+	}
+	if len(v) > MaxKeyBytes {
+		return fmt.Errorf("%s is %d bytes long, more than %d: %w", what, len(v), MaxKeyBytes, ErrInvalid)
+	}
+	return nil
+}
+
+// MaxDeadIDs bounds DeadFilter.IDs: a filter naming more ids is ErrInvalid
+// (CheckDeadIDs) on every backend (SQLite binds each id as a parameter of
+// one statement).
+const MaxDeadIDs = 16000
+
+// CheckDeadIDs refuses, with ErrInvalid, a DeadFilter naming more than
+// MaxDeadIDs ids.
+func CheckDeadIDs(f DeadFilter) error {
+	if len(f.IDs) > MaxDeadIDs {
+		return fmt.Errorf("at most %d ids (got %d): %w", MaxDeadIDs, len(f.IDs), ErrInvalid)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -93,5 +94,41 @@ func TestCheckFetch(t *testing.T) {
 	types, _ := CheckFetch(FetchParams{Limit: 1, LeaseDuration: time.Second, Now: now, Types: []string{"b", "a", "b"}})
 	if !slices.Equal(types, []string{"a", "b"}) {
 		t.Errorf("types = %q, want the distinct types sorted", types)
+	}
+}
+
+func TestCheckTextAndKeys(t *testing.T) {
+	for _, c := range []struct {
+		what string
+		err  error
+		ok   bool
+	}{
+		{"text", CheckText("x", "a", "é", ""), true},
+		{"a NUL byte", CheckText("x", "a", "b\x00"), false},
+		{"invalid UTF-8", CheckText("x", "\xff"), false},
+		{"a key at the bound", CheckKey("x", strings.Repeat("k", MaxKeyBytes)), true},
+		{"a key past the bound", CheckKey("x", strings.Repeat("k", MaxKeyBytes+1)), false},
+		{"a cursor", CheckCursor("t_1"), true},
+		{"an odd cursor", CheckCursor("t\x00"), false},
+		{"a type", CheckTypeConfig(TypeConfig{Type: "a", Priority: math.MinInt32}), true},
+		{"a type without a name", CheckTypeConfig(TypeConfig{}), false},
+		{"a type with a 33-bit priority", CheckTypeConfig(TypeConfig{Type: "a", Priority: math.MaxInt32 + 1}), false},
+		{"a type with an odd name", CheckTypeConfig(TypeConfig{Type: "a\xfe"}), false},
+		{"a task id past the bound", CheckNewTasks([]NewTask{{ID: strings.Repeat("i", MaxKeyBytes+1), Type: "a"}}), false},
+		{"a fetch by an odd worker", func() error {
+			_, err := CheckFetch(FetchParams{Limit: 1, LeaseDuration: time.Second, Now: time.Unix(1, 0), WorkerID: "w\x00"})
+			return err
+		}(), false},
+		{"a fetch of an odd type", func() error {
+			_, err := CheckFetch(FetchParams{Limit: 1, LeaseDuration: time.Second, Now: time.Unix(1, 0), Types: []string{"a", "\xff"}})
+			return err
+		}(), false},
+	} {
+		if c.ok && c.err != nil {
+			t.Errorf("%s: %v", c.what, c.err)
+		}
+		if !c.ok && !errors.Is(c.err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", c.what, c.err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 
 	"github.com/retryq/retryq/store"
@@ -38,7 +39,7 @@ func openDB(ctx context.Context, dsn string, o dbOptions) (store.Store, string, 
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		st, err := postgres.Open(ctx, postgres.Config{URL: dsn, AutoMigrate: o.migrate, PollOnly: o.pollOnly, Logger: o.logger})
 		if err != nil {
-			return nil, "", fmt.Errorf("open postgres: %w", err)
+			return nil, "", err // "open postgres: ..." already
 		}
 		return st, "postgres", nil
 	case strings.HasSuffix(dsn, ".db") && !strings.Contains(dsn, "://"):
@@ -48,16 +49,26 @@ func openDB(ctx context.Context, dsn string, o dbOptions) (store.Store, string, 
 	}
 }
 
-// redactDSN hides a password in a connection URL.
+// passwordParamRE matches a password given as a parameter: a URL's query
+// parameter or a keyword/value connection string's, quoted or not.
+var passwordParamRE = regexp.MustCompile(`(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&]*)`)
+
+// redactDSN hides the passwords in a database name it echoes in an error:
+// a password parameter, and the user information before the last '@' of a
+// URL, however mistyped its scheme (postgres:/u:pw@h). What cannot be told
+// apart from a password there is hidden with it.
 func redactDSN(dsn string) string {
+	dsn = passwordParamRE.ReplaceAllString(dsn, "${1}***")
 	at := strings.LastIndex(dsn, "@")
-	scheme := strings.Index(dsn, "://")
-	if at < 0 || scheme < 0 || at < scheme {
+	if at < 0 {
 		return dsn
 	}
-	userinfo := dsn[scheme+3 : at]
-	if i := strings.IndexByte(userinfo, ':'); i >= 0 {
-		return dsn[:scheme+3] + userinfo[:i] + ":***" + dsn[at:]
+	start := 0
+	if i := strings.Index(dsn[:at], "://"); i >= 0 {
+		start = i + 3
+	}
+	if i := strings.IndexByte(dsn[start:at], ':'); i >= 0 {
+		return dsn[:start+i] + ":***" + dsn[at:]
 	}
 	return dsn
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/retryq/retryq/store/postgres"
+	"github.com/retryq/retryq/store/sqlite"
 )
 
 func init() {
@@ -15,8 +16,11 @@ const migrateUsage = `Usage: retryq migrate [--db DSN]
 
 Applies the embedded schema migrations to the database, says how many it
 applied, and prints the applied and known schema versions. SQLite
-databases are migrated whenever they are opened; PostgreSQL databases are migrated here (or by the server
-unless --no-migrate). A database newer than this binary is refused.
+databases are migrated whenever they are opened (here too); PostgreSQL
+databases are migrated here (or by the server unless --no-migrate). Of
+several migrate commands run at once, one applies the migrations and the
+others wait for it. A database newer than this binary is refused, and so is
+a schema_migrations table another tool wrote.
 `
 
 func runMigrate(ctx context.Context, env *Env, args []string) int {
@@ -36,23 +40,27 @@ func runMigrate(ctx context.Context, env *Env, args []string) int {
 		return 1
 	}
 	defer st.Close()
-	before := -1 // the version before migrating here (PostgreSQL only)
-	if pg, ok := st.(*postgres.Store); ok {
-		if before, _, err = pg.SchemaVersion(ctx); err == nil {
-			err = pg.Migrate(ctx)
-		}
-		if err != nil {
-			fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
-			return 1
-		}
+	// The versions before and after the migrations this command applied:
+	// read under the migration lock (PostgreSQL) or by the open (SQLite),
+	// so a migration run by another process is not counted as this one's.
+	var from, to int
+	switch st := st.(type) {
+	case *postgres.Store:
+		from, to, err = st.Upgrade(ctx)
+	case *sqlite.Store:
+		from, to = st.OpenedVersion(), sqlite.KnownVersion()
+	}
+	if err != nil {
+		fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
+		return 1
 	}
 	applied, known, err := st.SchemaVersion(ctx)
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
 		return 1
 	}
-	if before >= 0 && applied > before {
-		fmt.Fprintf(env.Stdout, "%s: applied %d migration(s), schema version %d -> %d\n", kind, applied-before, before, applied)
+	if to > from {
+		fmt.Fprintf(env.Stdout, "%s: applied %d migration(s), schema version %d -> %d\n", kind, to-from, from, to)
 	}
 	fmt.Fprintf(env.Stdout, "%s schema version %d (this binary knows %d): up to date\n", kind, applied, known)
 	return exitOK

@@ -13,6 +13,7 @@ import (
 
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store/postgres"
+	"github.com/retryq/retryq/store/sqlite"
 )
 
 // pgExec runs one statement on url.
@@ -95,7 +96,8 @@ func TestMigratePostgres(t *testing.T) {
 	tooNew := fmt.Sprintf("schema version %d, this binary knows %d", known+1, known)
 
 	status, stdout, stderr = runMain("migrate", "--db", url)
-	if status != 1 || !strings.Contains(stderr, tooNew) || !strings.Contains(stderr, "newer than this binary") {
+	if status != 1 || !strings.Contains(stderr, tooNew) || !strings.Contains(stderr, "newer than this binary") ||
+		strings.Contains(stderr, "open postgres: open postgres") {
 		t.Errorf("migrate on a newer schema: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
 	}
 	if rows := migrationRows(t, url); len(rows) != known+1 {
@@ -154,14 +156,83 @@ func TestServerRefusesOldSchema(t *testing.T) {
 }
 
 // TestMigrateSQLite: migrate reports the version of a SQLite file (which is
-// migrated whenever it is opened).
+// migrated whenever it is opened), and says what it applied: everything to
+// a new file, nothing the second time.
 func TestMigrateSQLite(t *testing.T) {
 	clearServerEnv(t)
 	path := filepath.Join(t.TempDir(), "q.db")
-	for range 2 {
+	known := sqlite.KnownVersion()
+	applied := fmt.Sprintf("sqlite: applied %d migration(s), schema version 0 -> %d", known, known)
+	for i := range 2 {
 		status, stdout, stderr := runMain("migrate", "--db", "sqlite:"+path)
 		if status != 0 || !strings.Contains(stdout, "sqlite schema version") || !strings.Contains(stdout, "up to date") {
 			t.Fatalf("migrate sqlite: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
 		}
+		if first := i == 0; strings.Contains(stdout, applied) != first || (!first && strings.Contains(stdout, "applied")) {
+			t.Errorf("migrate sqlite, run %d: stdout %q, want %q only the first time", i+1, stdout, applied)
+		}
+	}
+}
+
+// TestMigrateConcurrentReportsOneApplier: of several `retryq migrate` run
+// at once on a fresh database, only the one that applied the migrations
+// says it did; the others waited for its lock and found the schema current.
+func TestMigrateConcurrentReportsOneApplier(t *testing.T) {
+	clearServerEnv(t)
+	url := pgtest.URL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	// The migrations' advisory lock (postgres.migrateLockKey), held so that
+	// every migrate has read the version before any applies.
+	const lockKey int64 = 0x7265747279710001
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	var wg sync.WaitGroup
+	statuses := make([]int, n)
+	outs := make([]string, n)
+	for i := range n {
+		wg.Go(func() {
+			var so, se string
+			statuses[i], so, se = runMain("migrate", "--db", url)
+			outs[i] = so + se
+		})
+	}
+	for waiting := 0; waiting < n; {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of %d migrate commands wait for the lock", waiting, n)
+		}
+		if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling pg_locks
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", lockKey); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	known := postgres.KnownVersion()
+	applied := fmt.Sprintf("postgres: applied %d migration(s), schema version 0 -> %d", known, known)
+	appliers := 0
+	for i := range n {
+		if statuses[i] != 0 || !strings.Contains(outs[i], "up to date") {
+			t.Errorf("migrate %d: status %d: %s", i, statuses[i], outs[i])
+		}
+		if strings.Contains(outs[i], "applied") {
+			appliers++
+			if !strings.Contains(outs[i], applied) {
+				t.Errorf("migrate %d: %s, want %q", i, outs[i], applied)
+			}
+		}
+	}
+	if appliers != 1 {
+		t.Errorf("%d migrate commands say they applied migrations, want 1:\n%s", appliers, strings.Join(outs, "\n"))
 	}
 }

@@ -268,17 +268,31 @@ func (e *Engine) RegistryNow(ctx context.Context) time.Time {
 	return e.now()
 }
 
+// nodeHeartbeat is the interval of the node registry's writes, and the
+// bound of each one.
+const nodeHeartbeat = 5 * time.Second
+
 // nodeLoop keeps this node's registry row fresh: every 5 seconds, and at
 // once when the node gains or loses the leadership. When the engine closes
 // it writes the row one last time with role "stopped", so that the registry
 // does not show a node that is gone as alive (or as a second leader).
+//
+// Each write (with its read of the database's time) gives up after the
+// heartbeat interval: one stuck on a dead connection would otherwise hold
+// the loop, and the row would show a role the node no longer has, until the
+// kernel gave up on the connection.
 func (e *Engine) nodeLoop(ctx context.Context) {
 	host, _ := os.Hostname()
-	startedAt := e.RegistryNow(ctx)
-	tick := time.NewTicker(5 * time.Second)
+	sctx, cancel := context.WithTimeout(ctx, nodeHeartbeat)
+	startedAt := e.RegistryNow(sctx)
+	cancel()
+	tick := time.NewTicker(nodeHeartbeat)
 	defer tick.Stop()
-	node := func(role string) store.Node {
-		return store.Node{ID: e.cfg.NodeID, Host: host, Version: e.cfg.Version, Role: role, StartedAt: startedAt}
+	write := func(ctx context.Context, role string) error {
+		ctx, cancel := context.WithTimeout(ctx, nodeHeartbeat)
+		defer cancel()
+		n := store.Node{ID: e.cfg.NodeID, Host: host, Version: e.cfg.Version, Role: role, StartedAt: startedAt}
+		return e.st.HeartbeatNode(ctx, n, e.RegistryNow(ctx))
 	}
 	for {
 		role := RoleStandby
@@ -288,15 +302,14 @@ func (e *Engine) nodeLoop(ctx context.Context) {
 		if e.cfg.NoScheduler {
 			role = RoleWorker
 		}
-		err := e.st.HeartbeatNode(ctx, node(role), e.RegistryNow(ctx))
-		if err != nil && ctx.Err() == nil {
+		if err := write(ctx, role); err != nil && ctx.Err() == nil {
 			e.log.Warn("node heartbeat failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			// ctx is done: the last write gets a short context of its own.
 			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			err := e.st.HeartbeatNode(sctx, node(RoleStopped), e.RegistryNow(sctx))
+			err := write(sctx, RoleStopped)
 			cancel()
 			if err != nil {
 				e.log.Warn("node registry: recording the stop failed", "err", err)

@@ -26,9 +26,13 @@ type leaderStore struct {
 	// promote, when set, runs before PromoteDue of loop instance gen
 	// (from 0) goes through.
 	promote func(ctx context.Context, gen int)
+	// heartbeat, when set, runs before HeartbeatNode call number call
+	// (from 1) goes through.
+	heartbeat func(ctx context.Context, call int)
 
 	mu        sync.Mutex
 	calls     int               // AcquireLeader calls started
+	nodeCalls int               // HeartbeatNode calls started
 	completed int               // AcquireLeader calls returned
 	loops     []context.Context // scheduler-loop instances, in order
 	releases  atomic.Int64      // ReleaseLeader calls
@@ -63,6 +67,17 @@ func (s *leaderStore) commit(ctx context.Context, p store.LeaderParams) (store.L
 func (s *leaderStore) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
 	s.releases.Add(1)
 	return s.Store.ReleaseLeader(ctx, p)
+}
+
+func (s *leaderStore) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) error {
+	s.mu.Lock()
+	s.nodeCalls++
+	call := s.nodeCalls
+	s.mu.Unlock()
+	if s.heartbeat != nil {
+		s.heartbeat(ctx, call)
+	}
+	return s.Store.HeartbeatNode(ctx, n, now)
 }
 
 func (s *leaderStore) PromoteDue(ctx context.Context, p store.PromoteParams) (int, error) {
@@ -312,6 +327,32 @@ func TestCloseRecordsStoppedRole(t *testing.T) {
 	if got := role(); got != RoleStopped {
 		t.Fatalf("role after Close = %q; want %q", got, RoleStopped)
 	}
+}
+
+// TestRegistryOutlivesAStuckHeartbeat: a registry write that hangs (its
+// connection cut silently, a lock held by an operator) gives up after the
+// registry's heartbeat interval, so the node's row still follows its role.
+// The writes had no bound of their own: the first one, stuck on a dead
+// connection, held the node loop until the engine closed (on a real cut,
+// until the kernel gave up on the connection, a quarter of an hour), and
+// the registry showed the leader as a standby, then as gone.
+func TestRegistryOutlivesAStuckHeartbeat(t *testing.T) {
+	t.Parallel()
+	st := newLeaderStore(t)
+	st.heartbeat = func(ctx context.Context, call int) {
+		if call == 1 {
+			<-ctx.Done() // the first write hangs until its caller gives up
+		}
+	}
+	e := startLeaderEngine(t, st, "stuck-registry", time.Second, nil)
+	waitFor(t, "the node to lead", e.IsLeader)
+	waitFor(t, "the registry to show the node as leader", func() bool {
+		ns, err := st.ListNodes(context.Background(), time.Time{})
+		if err != nil {
+			t.Fatalf("ListNodes: %v", err)
+		}
+		return len(ns) == 1 && ns[0].Role == RoleLeader
+	})
 }
 
 // TestSameNodeIDOneLeader: two engines that share a node id (a restart

@@ -16,6 +16,7 @@ import (
 // tasks matching f; placeholders are numbered after the given args.
 func deadWhere(f store.DeadFilter, args []any) (string, []any) {
 	conds := []string{"t.state = 'dead'"}
+	given := len(args)
 	add := func(cond string, v any) {
 		args = append(args, v)
 		conds = append(conds, strings.ReplaceAll(cond, "?", "$"+strconv.Itoa(len(args))))
@@ -39,7 +40,18 @@ func deadWhere(f store.DeadFilter, args []any) (string, []any) {
 		add("t.updated_at < ?", us(f.Before))
 	}
 	if len(f.IDs) > 0 {
-		add("t.id = ANY(?)", f.IDs)
+		ids := make([]string, 0, len(f.IDs))
+		for _, id := range f.IDs {
+			if store.ValidText(id) {
+				ids = append(ids, id)
+			}
+		}
+		add("t.id = ANY(?)", ids) // empty when no id is text: nothing matches
+	}
+	if !store.ValidText(f.Type) || !store.ValidText(f.ErrorCode) || !store.ValidText(f.Reason) {
+		// No stored task has such a type, code or reason, and the server
+		// would refuse the text and fail the call.
+		conds, args = []string{"false"}, args[:given]
 	}
 	return strings.Join(conds, " AND "), args
 }
@@ -52,6 +64,12 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	}
 	if f.Limit <= 0 {
 		return nil, "", fmt.Errorf("%s: limit must be positive (got %d): %w", op, f.Limit, store.ErrInvalid)
+	}
+	if err := store.CheckCursor(f.Cursor); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
+	}
+	if err := store.CheckDeadIDs(f); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(f, nil)
 	if f.Cursor != "" {
@@ -123,6 +141,9 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	if err := store.CheckNow(f.Now); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := store.CheckDeadIDs(f); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	where, args := deadWhere(f, []any{us(f.Now)})
 	limit, args := limitClause(f.Limit, args)
 	var n int64
@@ -155,6 +176,9 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := store.CheckDeadIDs(f); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	where, args := deadWhere(f, nil)
 	limit, args := limitClause(f.Limit, args)
 	tag, err := s.pool.Exec(ctx, `
@@ -172,9 +196,21 @@ DELETE FROM tasks AS t USING d WHERE t.id = d.id`, args...)
 
 // DeleteFinished deletes up to Limit (0 = no limit) tasks per finished class
 // older than its cut-off, oldest first, in one transaction.
+//
+// The classes' statements go as one batch (one implicit transaction, sent
+// at once), not in an explicit transaction: the deletion commits on the
+// server, and its row locks go, whatever becomes of the reply. In an
+// explicit transaction, a leader whose network path is cut (or whose
+// process is stopped) before the COMMIT would leave its session idle in it,
+// holding the locks of the tasks it selected (which the next leader's
+// retention skips, and a redrive or purge waits for) and of the retention
+// totals' rows until the server notices the dead peer (hours).
 func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
 	const op = "delete finished tasks"
 	var res store.RetentionResult
+	if err := s.check(op); err != nil {
+		return res, err
+	}
 	if err := store.CheckLimit(p.Limit); err != nil {
 		return res, fmt.Errorf("%s: %w", op, err)
 	}
@@ -187,15 +223,16 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (st
 		{store.StateCancelled, p.CancelledBefore, &res.Cancelled},
 		{store.StateDead, p.DeadBefore, &res.Dead},
 	}
-	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		for _, c := range classes {
-			*c.n = 0
-			if c.cutoff.IsZero() {
-				continue
-			}
-			args := []any{string(c.state), us(c.cutoff)}
-			limit, args := limitClause(p.Limit, args)
-			err := tx.QueryRow(ctx, `
+	b := &pgx.Batch{}
+	var counts []*int
+	for _, c := range classes {
+		*c.n = 0
+		if c.cutoff.IsZero() {
+			continue
+		}
+		args := []any{string(c.state), us(c.cutoff)}
+		limit, args := limitClause(p.Limit, args)
+		b.Queue(`
 WITH d AS MATERIALIZED (
 	SELECT id FROM tasks WHERE state = $1 AND updated_at < $2
 	ORDER BY updated_at, id`+limit+` FOR UPDATE SKIP LOCKED
@@ -209,8 +246,15 @@ WITH d AS MATERIALIZED (
 	INSERT INTO retention_totals AS r (type, state, deleted) SELECT type, $1, n FROM per ORDER BY type
 	ON CONFLICT (type, state) DO UPDATE SET deleted = r.deleted + EXCLUDED.deleted
 )
-SELECT coalesce(sum(n), 0)::bigint FROM per`, args...).Scan(c.n)
-			if err != nil {
+SELECT coalesce(sum(n), 0)::bigint FROM per`, args...)
+		counts = append(counts, c.n)
+	}
+	if len(counts) == 0 {
+		return res, nil
+	}
+	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
+		for _, n := range counts {
+			if err := br.QueryRow().Scan(n); err != nil {
 				return err
 			}
 		}

@@ -76,39 +76,65 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 	return tasks, nil
 }
 
-// PromoteDue moves due scheduled/retry_waiting tasks to pending.
+// PromoteDue moves due scheduled/retry_waiting tasks to pending, and
+// wakes the fetchers of every node when it moved any.
+//
+// It is one statement, outside any explicit transaction: the promotion
+// commits on the server (and its row locks go) whatever becomes of its
+// reply. In a transaction, a leader whose network path is cut (or whose
+// process is stopped) before the COMMIT would leave its session idle in the
+// transaction, holding the locks of every task it selected until the
+// server notices the dead peer (hours with default keepalives); the next
+// leader's promotion skips locked rows, so those tasks would wait as long.
 func (s *Store) PromoteDue(ctx context.Context, p store.PromoteParams) (int, error) {
 	const op = "promote due tasks"
+	if err := s.check(op); err != nil {
+		return 0, err
+	}
 	if p.Limit <= 0 {
 		return 0, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
 	}
 	if err := store.CheckNow(p.Now); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	var n int64
-	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
+	sql := promoteSQL
+	if !s.cfg.PollOnly {
+		sql = promoteNotifySQL
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, sql, us(p.Now), p.Limit).Scan(&n, nil); err != nil {
+		return 0, translate(op, err)
+	}
+	return n, nil
+}
+
+// promoteHead is the promotion of up to $2 tasks due at $1, up to the
+// result's columns.
+const promoteHead = `
 WITH due AS MATERIALIZED (
 	SELECT id FROM tasks
 	WHERE state IN ('scheduled', 'retry_waiting') AND run_at <= $1
 	ORDER BY run_at, id
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED
+), moved AS (
+	UPDATE tasks AS t SET state = 'pending', updated_at = $1
+	FROM due
+	WHERE t.id = due.id
+	RETURNING 1
+), counted AS (
+	SELECT count(*)::bigint AS n FROM moved
 )
-UPDATE tasks AS t SET state = 'pending', updated_at = $1
-FROM due
-WHERE t.id = due.id`, us(p.Now), p.Limit)
-		if err != nil {
-			return err
-		}
-		n = tag.RowsAffected()
-		if n > 0 {
-			return s.notify(ctx, tx)
-		}
-		return nil
-	})
-	return int(n), err
-}
+SELECT counted.n, `
+
+// promoteSQL promotes up to $2 tasks due at $1; it returns how many, and a
+// second column that promoteNotifySQL computes.
+const promoteSQL = promoteHead + `NULL::text FROM counted`
+
+// promoteNotifySQL is promoteSQL that also sends the wake-up notification
+// (at its commit) when it promoted any task: a column of the result, so
+// the server computes it for the one row.
+const promoteNotifySQL = promoteHead + `CASE WHEN counted.n > 0 THEN pg_notify('` + notifyChannel + `', '')::text END FROM counted`
 
 // NextWakeup returns the earliest due time and lease expiry.
 func (s *Store) NextWakeup(ctx context.Context) (store.Wakeup, error) {

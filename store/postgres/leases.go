@@ -36,16 +36,30 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 	if len(p.Leases) == 0 {
 		return errs, nil
 	}
-	ids := make([]string, 0, len(p.Leases))
-	leases := make([]string, 0, len(p.Leases))
-	exps := make([]time.Time, 0, len(p.Leases))
+	type ref struct{ id, lease string }
+	// The rows to send: one per lease, the last valid entry naming it (a
+	// lease named twice keeps the later expiry, as if the entries were
+	// applied in order; the server would otherwise pick either).
+	last := make(map[ref]int, len(p.Leases))
 	for i, l := range p.Leases {
 		switch {
 		case l.ExpiresAt.IsZero():
 			errs[i] = fmt.Errorf("extend lease of task %s: %w: zero ExpiresAt", l.TaskID, store.ErrInvalid)
 		case store.CheckTime("expiry", l.ExpiresAt) != nil:
 			errs[i] = fmt.Errorf("extend lease of task %s: %w", l.TaskID, store.CheckTime("expiry", l.ExpiresAt))
+		case !store.ValidText(l.TaskID) || !store.ValidText(l.LeaseID):
+			// No task or lease has such an id (and the server would refuse
+			// it as text, failing every other heartbeat of the call).
+			errs[i] = fmt.Errorf("extend lease of task %q lease %q: %w", l.TaskID, l.LeaseID, store.ErrLeaseLost)
 		default:
+			last[ref{l.TaskID, l.LeaseID}] = i
+		}
+	}
+	ids := make([]string, 0, len(last))
+	leases := make([]string, 0, len(last))
+	exps := make([]time.Time, 0, len(last))
+	for i, l := range p.Leases {
+		if j, ok := last[ref{l.TaskID, l.LeaseID}]; ok && j == i {
 			ids, leases, exps = append(ids, l.TaskID), append(leases, l.LeaseID), append(exps, us(l.ExpiresAt))
 		}
 	}
@@ -60,7 +74,6 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 	if err != nil {
 		return nil, translate(op, err)
 	}
-	type ref struct{ id, lease string }
 	ok := map[ref]bool{}
 	for rows.Next() {
 		var r ref

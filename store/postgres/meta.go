@@ -44,8 +44,8 @@ func (s *Store) PutType(ctx context.Context, t store.TypeConfig, now time.Time) 
 	if err := s.check(op); err != nil {
 		return store.TypeConfig{}, err
 	}
-	if t.Type == "" {
-		return store.TypeConfig{}, fmt.Errorf("put type: empty type: %w", store.ErrInvalid)
+	if err := store.CheckTypeConfig(t); err != nil {
+		return store.TypeConfig{}, fmt.Errorf("put type: %w", err)
 	}
 	if err := store.CheckNow(now); err != nil {
 		return store.TypeConfig{}, fmt.Errorf("%s: %w", op, err)
@@ -68,6 +68,9 @@ func (s *Store) GetType(ctx context.Context, typ string) (store.TypeConfig, erro
 	op := "get type " + typ
 	if err := s.check(op); err != nil {
 		return store.TypeConfig{}, err
+	}
+	if !store.ValidText(typ) {
+		return store.TypeConfig{}, fmt.Errorf("%s: %w", op, store.ErrNotFound) // PutType refuses such a name
 	}
 	t, err := scanType(s.pool.QueryRow(ctx, getTypeSQL, typ))
 	if err != nil {
@@ -104,6 +107,16 @@ func (s *Store) ListTypes(ctx context.Context) ([]store.TypeConfig, error) {
 // AcquireLeader takes or renews the named lease with one upsert whose update
 // only applies when the caller holds the lease or it expired before Now (a
 // lease is held up to and including its expiry instant).
+//
+// Each statement runs on its own, outside any explicit transaction. The
+// upsert locks the lease row even when its condition refuses the update, and
+// inside a transaction that lock would last until the COMMIT: a node whose
+// network path is cut (or whose process is stopped) between the upsert and
+// the COMMIT would leave its session idle in the transaction, holding the
+// lock until the server notices the dead peer (hours with default
+// keepalives), and no node could take or renew the lease meanwhile. A
+// statement on its own commits, and releases the lock, on the server
+// whatever becomes of its reply.
 func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.Lease, error) {
 	op := "acquire leader lease " + p.Name
 	if err := s.check(op); err != nil {
@@ -112,26 +125,38 @@ func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.
 	if p.Name == "" || p.NodeID == "" || p.TTL <= 0 {
 		return store.Lease{}, fmt.Errorf("%s: name, node id and a positive TTL are required: %w", op, store.ErrInvalid)
 	}
+	if err := store.CheckKey("name", p.Name); err != nil {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := store.CheckText("node id", p.NodeID); err != nil {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := store.CheckNow(p.Now); err != nil {
 		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
 	}
 	var l store.Lease
-	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `
+	err := s.pool.QueryRow(ctx, `
 INSERT INTO leader AS l (name, node_id, expires_at) VALUES ($1, $2, $3)
 ON CONFLICT (name) DO UPDATE SET node_id = EXCLUDED.node_id, expires_at = EXCLUDED.expires_at
 WHERE l.node_id = EXCLUDED.node_id OR l.expires_at < $4
 RETURNING name, node_id, expires_at`, p.Name, p.NodeID, us(p.Now.Add(p.TTL)), us(p.Now)).
+		Scan(&l.Name, &l.NodeID, &l.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Held by another node: report the current holder.
+		err = s.pool.QueryRow(ctx, "SELECT name, node_id, expires_at FROM leader WHERE name = $1", p.Name).
 			Scan(&l.Name, &l.NodeID, &l.ExpiresAt)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Held by another node: report the current holder.
-			err = tx.QueryRow(ctx, "SELECT name, node_id, expires_at FROM leader WHERE name = $1", p.Name).
-				Scan(&l.Name, &l.NodeID, &l.ExpiresAt)
+		if err == nil && l.NodeID == p.NodeID {
+			// The upsert found another holder, yet the row names the caller
+			// now: an earlier call of its own committed in between. That
+			// expiry is not this call's Now+TTL, so do not report it as held.
+			return store.Lease{}, fmt.Errorf("%s: the lease changed during the call: %w", op, store.ErrConflict)
 		}
-		return err
-	})
+	}
+	if err != nil {
+		return store.Lease{}, translate(op, err)
+	}
 	l.ExpiresAt = l.ExpiresAt.UTC()
-	return l, err
+	return l, nil
 }
 
 // ReleaseLeader gives up the named lease if NodeID holds it.
@@ -139,6 +164,9 @@ func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
 	op := "release leader lease " + p.Name
 	if err := s.check(op); err != nil {
 		return err
+	}
+	if !store.ValidText(p.Name) || !store.ValidText(p.NodeID) {
+		return nil // no lease is held under such a name (the server would refuse it as text)
 	}
 	_, err := s.pool.Exec(ctx, "DELETE FROM leader WHERE name = $1 AND node_id = $2", p.Name, p.NodeID)
 	return translate(op, err)
@@ -152,6 +180,12 @@ func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) 
 	}
 	if n.ID == "" {
 		return fmt.Errorf("heartbeat node: empty id: %w", store.ErrInvalid)
+	}
+	if err := store.CheckKey("node id", n.ID); err != nil {
+		return fmt.Errorf("heartbeat node: %w", err)
+	}
+	if err := store.CheckText("host, version and role", n.Host, n.Version, n.Role); err != nil {
+		return fmt.Errorf("heartbeat node: %w", err)
 	}
 	if err := store.CheckNow(now); err != nil {
 		return fmt.Errorf("%s: %w", op, err)

@@ -3,13 +3,16 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/retryq/retryq/store"
 )
@@ -24,7 +27,9 @@ type migration struct {
 }
 
 // migrations are the embedded migrations, ordered by version. File names are
-// NNNN_description.sql with NNNN = 1, 2, 3, ... without gaps.
+// NNNN_description.sql with NNNN = 1, 2, 3, ... without gaps. A released
+// migration's file name never changes: schema_migrations records it, and
+// historyVersion takes a history naming other files for another tool's.
 var migrations = func() []migration {
 	entries, err := fs.ReadDir(migrationFS, "migrations")
 	if err != nil {
@@ -68,49 +73,139 @@ const createMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 // Migrate applies pending migrations in one transaction holding an advisory
 // lock, so several nodes may migrate at once: the first applies, the others
 // wait and find nothing to do. It refuses a database whose schema is newer
-// than this binary (store.ErrSchemaTooNew).
+// than this binary (store.ErrSchemaTooNew) and a schema_migrations table
+// retryq did not write (store.ErrForeignSchema).
 func (s *Store) Migrate(ctx context.Context) error {
-	return s.inTx(ctx, "migrate schema", func(tx pgx.Tx) error {
+	_, _, err := s.Upgrade(ctx)
+	return err
+}
+
+// Upgrade is Migrate, reporting the schema version it found (under the
+// migration lock, so after any concurrent migration) and the version it
+// left: from == to when it applied nothing. A current schema is left alone
+// without taking the lock or running DDL, so a role without the CREATE
+// privilege may open it with AutoMigrate.
+func (s *Store) Upgrade(ctx context.Context) (from, to int, err error) {
+	const op = "migrate schema"
+	applied, known, err := s.SchemaVersion(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", op, err)
+	}
+	if applied > known {
+		return 0, 0, fmt.Errorf("%s: schema version %d, this binary knows %d: %w", op, applied, known, store.ErrSchemaTooNew)
+	}
+	if applied == known {
+		return applied, applied, nil
+	}
+	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
 			return err
 		}
+		// IF NOT EXISTS, not to_regclass: a lookup without a lock on the
+		// table may miss one a concurrent migration created while this one
+		// waited for the lock.
 		if _, err := tx.Exec(ctx, createMigrationsTable); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "3F000" { // invalid_schema_name
+				return fmt.Errorf("no schema of the search_path exists (create the schema the URL's search_path names): %w", err)
+			}
 			return err
 		}
-		var applied int
-		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&applied); err != nil {
+		var err error
+		if from, err = historyVersion(ctx, tx); err != nil {
 			return err
 		}
-		if applied > len(migrations) {
-			return fmt.Errorf("schema version %d, this binary knows %d: %w", applied, len(migrations), store.ErrSchemaTooNew)
+		if from > len(migrations) {
+			return fmt.Errorf("schema version %d, this binary knows %d: %w", from, len(migrations), store.ErrSchemaTooNew)
 		}
-		for _, m := range migrations[applied:] {
+		for _, m := range migrations[from:] {
 			if _, err := tx.Exec(ctx, m.sql); err != nil {
 				return fmt.Errorf("apply %s: %w", m.name, err)
 			}
 			if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
-				return err
+				return fmt.Errorf("record %s: %w", m.name, err)
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return from, len(migrations), nil
+}
+
+// querier is a pool, a connection or a transaction.
+type querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// hasHistory reports whether schema_migrations is on the search path.
+func hasHistory(ctx context.Context, q querier) (bool, error) {
+	var exists bool
+	err := q.QueryRow(ctx, "SELECT to_regclass('schema_migrations') IS NOT NULL").Scan(&exists)
+	return exists, err
+}
+
+// historyVersion returns the applied schema version recorded in
+// schema_migrations, after checking that retryq wrote the table: it has a
+// name column, and its rows up to the version this binary knows are
+// exactly this binary's migrations, from 1 without gaps. Another tool's
+// table of the same name (golang-migrate, dbmate, Ecto, Rails all use it)
+// is store.ErrForeignSchema: its version is not retryq's, and taking it
+// for one would call the database newer than the binary, call it current,
+// or apply later migrations to tables retryq never created.
+func historyVersion(ctx context.Context, q querier) (int, error) {
+	type row struct {
+		Version int64
+		Name    string
+	}
+	rows, err := q.Query(ctx, "SELECT version, name FROM schema_migrations ORDER BY version")
+	var history []row
+	if err == nil {
+		history, err = pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
+		return 0, fmt.Errorf("%w (%s)", store.ErrForeignSchema, pgErr.Message)
+	}
+	if err != nil {
+		return 0, err
+	}
+	for i, r := range history {
+		if r.Version > int64(len(migrations)) {
+			break // a newer binary's: ErrSchemaTooNew
+		}
+		if r.Version != int64(i+1) || r.Name != migrations[i].name {
+			return 0, fmt.Errorf("%w (version %d is %q, retryq's version %d is %q)",
+				store.ErrForeignSchema, r.Version, r.Name, i+1, migrations[i].name)
+		}
+	}
+	if len(history) == 0 {
+		return 0, nil
+	}
+	last := history[len(history)-1].Version
+	if last > math.MaxInt32 {
+		return 0, fmt.Errorf("%w (version %d)", store.ErrForeignSchema, last)
+	}
+	return int(last), nil
 }
 
 // SchemaVersion reports the applied schema version (0 for an empty
-// database) and the newest version this binary knows.
+// database) and the newest version this binary knows. A schema_migrations
+// table retryq did not write is store.ErrForeignSchema.
 func (s *Store) SchemaVersion(ctx context.Context) (applied, known int, err error) {
-	if err := s.check("get schema version"); err != nil {
+	const op = "get schema version"
+	if err := s.check(op); err != nil {
 		return 0, 0, err
 	}
-	var exists bool
-	err = s.pool.QueryRow(ctx, "SELECT to_regclass('schema_migrations') IS NOT NULL").Scan(&exists)
+	exists, err := hasHistory(ctx, s.pool)
 	if err != nil {
-		return 0, 0, translate("get schema version", err)
+		return 0, 0, translate(op, err)
 	}
 	if exists {
-		err = s.pool.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&applied)
-		if err != nil {
-			return 0, 0, translate("get schema version", err)
+		if applied, err = historyVersion(ctx, s.pool); err != nil {
+			return 0, 0, translate(op, err)
 		}
 	}
 	return applied, len(migrations), nil

@@ -1,7 +1,9 @@
 package postgres
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -190,5 +192,268 @@ func TestMigrationLightensHistoryIndexes(t *testing.T) {
 	}
 	if len(stats) != 1 || stats[0].FirstAttempts != 3 || stats[0].Failures != 3 {
 		t.Fatalf("Stats after migration = %+v, want 3 first attempts, 3 failures", stats)
+	}
+}
+
+// TestMigrateUpToDateNeedsNoCreatePrivilege: a node running as a role that
+// may only read and write the tables (the owner migrated with `retryq
+// migrate`) opens an up-to-date database with AutoMigrate, as the server
+// does by default: nothing to apply means no DDL, so no CREATE privilege is
+// needed.
+func TestMigrateUpToDateNeedsNoCreatePrivilege(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := t.Context()
+	owner := openURL(t, url, nil) // migrated
+	role := "app_" + owner.pool.Config().ConnConfig.Database
+	for _, q := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+		"GRANT USAGE ON SCHEMA public TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + role,
+	} {
+		if _, err := owner.pool.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		// The role's grants are in this database, dropped after this
+		// cleanup: revoke them here, then the role can go.
+		for _, q := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if _, err := owner.pool.Exec(ctx, q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appURL := fmt.Sprintf("postgres://%s@%s:%d/%s", role, cfg.Host, cfg.Port, cfg.Database)
+	app, err := Open(ctx, Config{URL: appURL, AutoMigrate: true})
+	if err != nil {
+		t.Fatalf("Open(AutoMigrate) of an up-to-date database as a role without CREATE: %v", err)
+	}
+	defer app.Close()
+	if err := app.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate of an up-to-date database as a role without CREATE: %v", err)
+	}
+	if _, err := app.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("p", 1), Now: time.Now()}); err != nil {
+		t.Fatalf("InsertTasks as the application role: %v", err)
+	}
+}
+
+// TestMigrateRefusesAnotherToolsHistory: a database whose
+// schema_migrations table belongs to another migration tool (here
+// golang-migrate's layout, version and dirty) is not taken for a retryq
+// schema: whatever version that tool recorded, Open and Migrate refuse it
+// with store.ErrForeignSchema instead of calling it newer than the binary,
+// calling it up to date, or applying retryq's later migrations to it.
+func TestMigrateRefusesAnotherToolsHistory(t *testing.T) {
+	t.Parallel()
+	for _, version := range []int64{2, int64(KnownVersion()), 20240101120000} {
+		t.Run(fmt.Sprint(version), func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.URL(t)
+			ctx := t.Context()
+			other := openURL(t, url, func(c *Config) { c.AutoMigrate = false })
+			for _, q := range []string{
+				"CREATE TABLE schema_migrations (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL)",
+				fmt.Sprintf("INSERT INTO schema_migrations VALUES (%d, false)", version),
+			} {
+				if _, err := other.pool.Exec(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			if err := other.Migrate(ctx); !errors.Is(err, store.ErrForeignSchema) || errors.Is(err, store.ErrSchemaTooNew) {
+				t.Errorf("Migrate: %v, want ErrForeignSchema", err)
+			}
+			if _, _, err := other.SchemaVersion(ctx); !errors.Is(err, store.ErrForeignSchema) {
+				t.Errorf("SchemaVersion: %v, want ErrForeignSchema", err)
+			}
+			for _, auto := range []bool{false, true} {
+				s, err := Open(ctx, Config{URL: url, AutoMigrate: auto})
+				if !errors.Is(err, store.ErrForeignSchema) || !strings.Contains(err.Error(), "schema_migrations") {
+					t.Errorf("Open(AutoMigrate=%v): %v, want ErrForeignSchema naming schema_migrations", auto, err)
+				}
+				if s != nil {
+					s.Close()
+				}
+			}
+			var tables int
+			if err := other.pool.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()").Scan(&tables); err != nil || tables != 1 {
+				t.Errorf("tables after the refused migrations: %d (%v), want only the other tool's", tables, err)
+			}
+		})
+	}
+}
+
+// TestMigrateReportsOnlyWhatItApplied: of several nodes upgrading one
+// database at once, only the one that applied the migrations reports them;
+// the others, which waited for its lock, find the schema current.
+func TestMigrateReportsOnlyWhatItApplied(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := t.Context()
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockKey); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	type result struct{ from, to int }
+	results := make([]result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		s := openURL(t, url, func(c *Config) { c.AutoMigrate = false })
+		wg.Go(func() { results[i].from, results[i].to, errs[i] = s.Upgrade(ctx) })
+	}
+	// Release the lock once every node waits for it.
+	deadline := time.Now().Add(30 * time.Second)
+	for waiting := 0; waiting < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d migrations wait for the lock after 30s", waiting, n)
+		}
+		if err := holder.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling pg_locks
+	}
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_unlock($1)", migrateLockKey); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	appliers := 0
+	for i, r := range results {
+		if errs[i] != nil {
+			t.Fatalf("Upgrade %d: %v", i, errs[i])
+		}
+		if r.to != KnownVersion() {
+			t.Errorf("Upgrade %d left version %d, want %d", i, r.to, KnownVersion())
+		}
+		if r.from != r.to {
+			appliers++
+			if r.from != 0 {
+				t.Errorf("Upgrade %d applied from version %d, want 0", i, r.from)
+			}
+		}
+	}
+	if appliers != 1 {
+		t.Errorf("%d nodes report applying migrations (%+v), want 1", appliers, results)
+	}
+}
+
+// TestUpgradeFromEveryVersionKeepsData builds a database at each older
+// schema version the way that version's binary left it (its migrations
+// recorded in schema_migrations), with a succeeded task, a dead task with a
+// failed attempt and a task type in that version's layout, and checks that
+// Open with AutoMigrate upgrades it to the current version and every record
+// reads back.
+func TestUpgradeFromEveryVersionKeepsData(t *testing.T) {
+	started := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	finished := started.Add(time.Second)
+	for v := 1; v < KnownVersion(); v++ {
+		t.Run(fmt.Sprintf("from_%d", v), func(t *testing.T) {
+			url := pgtest.URL(t)
+			ctx := t.Context()
+			old := openURL(t, url, func(c *Config) { c.AutoMigrate = false })
+			exec := func(q string, args ...any) {
+				t.Helper()
+				if _, err := old.pool.Exec(ctx, q, args...); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			exec(createMigrationsTable)
+			for _, m := range migrations[:v] {
+				exec(m.sql)
+				exec("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			}
+			exec(`INSERT INTO tasks (id, type, payload, priority, effective_prio, state, attempt, max_attempts,
+				run_at, created_at, updated_at, worker_id, started_at)
+				VALUES ('ok', 't', '{"a":1}', 0, 0, 'succeeded', 1, 5, $1, $1, $2, 'w', $1)`, started, finished)
+			exec(`INSERT INTO tasks (id, type, payload, priority, effective_prio, state, attempt, max_attempts,
+				run_at, created_at, updated_at, first_failure_at, last_error_code, last_error_message, last_error_class, dead_reason)
+				VALUES ('bad', 't', '{"b":2}', 0, 0, 'dead', 1, 5, $1, $1, $2, $2, 'E400', 'bad input', 'permanent', 'non_retryable')`,
+				started, finished)
+			exec(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome,
+				error_code, error_message, error_class)
+				VALUES ('bad', 't', 1, 'w', $1, $2, 'failed', 'E400', 'bad input', 'permanent')`, started, finished)
+			exec(`INSERT INTO task_types (type, policy, timeout_ns, priority, updated_at)
+				VALUES ('t', '{"max_attempts":5}', 1000, 3, $1)`, started)
+			// Before success_in_task_row (3) the success is an attempts row;
+			// after it, the task row's detail.
+			if v < 3 {
+				exec(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome, detail)
+					VALUES ('ok', 't', 1, 'w', $1, $2, 'succeeded', '200 OK')`, started, finished)
+			} else {
+				exec(`UPDATE tasks SET success_detail = '200 OK' WHERE id = 'ok'`)
+			}
+
+			st := openURL(t, url, nil) // AutoMigrate
+			if applied, known, err := st.SchemaVersion(ctx); err != nil || applied != known {
+				t.Fatalf("SchemaVersion after the upgrade = %d, %d, %v", applied, known, err)
+			}
+			for id, want := range map[string]store.State{"ok": store.StateSucceeded, "bad": store.StateDead} {
+				task, err := st.GetTask(ctx, id)
+				if err != nil || task.State != want || !task.UpdatedAt.Equal(finished) {
+					t.Errorf("GetTask(%s) = %+v, %v; want %s, updated %v", id, task, err, want, finished)
+				}
+			}
+			ok, err := st.ListAttempts(ctx, "ok")
+			if err != nil || len(ok) != 1 || ok[0].Outcome != store.OutcomeSucceeded || ok[0].Detail != "200 OK" ||
+				ok[0].WorkerID != "w" || !ok[0].FinishedAt.Equal(finished) {
+				t.Errorf("history of the succeeded task = %+v, %v", ok, err)
+			}
+			bad, err := st.ListAttempts(ctx, "bad")
+			if err != nil || len(bad) != 1 || bad[0].Outcome != store.OutcomeFailed || bad[0].Error == nil || bad[0].Error.Code != "E400" {
+				t.Errorf("history of the dead task = %+v, %v", bad, err)
+			}
+			if tc, err := st.GetType(ctx, "t"); err != nil || tc.Priority != 3 || tc.Timeout != 1000 || string(tc.Policy) != `{"max_attempts":5}` {
+				t.Errorf("GetType = %+v, %v", tc, err)
+			}
+			// Retention deletes the dead task with its history (no foreign
+			// key cascades since migration 2) and counts it (migration 5).
+			res, err := st.DeleteFinished(ctx, store.RetentionParams{DeadBefore: finished.Add(time.Hour), Limit: 10})
+			if err != nil || res.Dead != 1 {
+				t.Errorf("DeleteFinished of the dead task = %+v, %v", res, err)
+			}
+			var left int
+			if err := st.pool.QueryRow(ctx, "SELECT count(*) FROM attempts WHERE task_id = 'bad'").Scan(&left); err != nil || left != 0 {
+				t.Errorf("history rows of the deleted task = %d, %v", left, err)
+			}
+		})
+	}
+}
+
+// TestFailedMigrationLeavesNoTrace: a database another application owns,
+// with a tasks table of its own, is refused (migration 1 cannot create
+// retryq's) and keeps exactly its tables and rows: no half-applied
+// migration and no empty schema_migrations left behind.
+func TestFailedMigrationLeavesNoTrace(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := t.Context()
+	other := openURL(t, url, func(c *Config) { c.AutoMigrate = false })
+	if _, err := other.pool.Exec(ctx, "CREATE TABLE tasks (title text); INSERT INTO tasks VALUES ('buy milk')"); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, Config{URL: url, AutoMigrate: true})
+	if err == nil {
+		s.Close()
+		t.Fatal("Open(AutoMigrate) of another application's database with a tasks table succeeded")
+	}
+	if !strings.Contains(err.Error(), "0001_init") {
+		t.Errorf("Open: %v, want the failing migration named", err)
+	}
+	var tables string
+	if err := other.pool.QueryRow(ctx, "SELECT string_agg(tablename, ',') FROM pg_tables WHERE schemaname = current_schema()").Scan(&tables); err != nil || tables != "tasks" {
+		t.Errorf("tables after the failed migration: %q (%v), want only the application's tasks", tables, err)
+	}
+	if applied, _, err := other.SchemaVersion(ctx); err != nil || applied != 0 {
+		t.Errorf("SchemaVersion after the failed migration = %d, %v; want 0", applied, err)
 	}
 }

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -23,9 +24,15 @@ type cutProxy struct {
 	mu     sync.Mutex
 	pairs  []*proxyPair
 	closed bool
+
+	// replyCut, when set, cuts every connection as soon as the server sends
+	// data containing one of its patterns, before that data reaches the
+	// client (cutOnReply).
+	replyCut atomic.Pointer[[][]byte]
 }
 
 type proxyPair struct {
+	proxy          *cutProxy
 	client, server net.Conn
 	cut            atomic.Bool
 	ended          atomic.Bool // a side closed or failed
@@ -61,7 +68,7 @@ func (p *cutProxy) serve() {
 			_ = c.Close()
 			continue
 		}
-		pair := &proxyPair{client: c, server: s}
+		pair := &proxyPair{proxy: p, client: c, server: s}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -82,6 +89,17 @@ func (pp *proxyPair) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && src == pp.server {
+			if pats := pp.proxy.replyCut.Load(); pats != nil {
+				for _, pat := range *pats {
+					if bytes.Contains(buf[:n], pat) {
+						pp.proxy.replyCut.Store(nil)
+						pp.proxy.cut()
+						break
+					}
+				}
+			}
+		}
 		if n > 0 && !pp.cut.Load() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -110,6 +128,18 @@ func (p *cutProxy) cut() int {
 		}
 	}
 	return n
+}
+
+// cutOnReply makes the proxy cut every connection (as cut does) at the
+// first reply from the server that contains one of patterns, which then
+// never reaches the client: the server has run the statement, the client
+// never hears of it, and the server's session waits for the client.
+func (p *cutProxy) cutOnReply(patterns ...string) {
+	bs := make([][]byte, len(patterns))
+	for i, pat := range patterns {
+		bs[i] = []byte(pat)
+	}
+	p.replyCut.Store(&bs)
 }
 
 // open returns how many connections through the proxy are in use.

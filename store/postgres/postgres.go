@@ -177,7 +177,7 @@ var (
 // AutoMigrate, applies pending migrations.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	// Pool sizes given in the URL (pool_max_conns, pool_min_conns) apply
 	// unless the Config sets them: the server's --db has no other way.
@@ -215,13 +215,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	go s.writer()
 	if err := s.Ping(ctx); err != nil {
 		s.Close()
-		return nil, err
+		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	current := true // the schema is the one this binary knows
 	if cfg.AutoMigrate {
 		if err := s.Migrate(ctx); err != nil {
 			s.Close()
-			return nil, err
+			return nil, fmt.Errorf("open postgres: %w", err)
 		}
 	} else {
 		applied, known, err := s.SchemaVersion(ctx)
@@ -396,7 +396,7 @@ func translate(op string, err error) error {
 
 func isSentinel(err error) bool {
 	for _, s := range []error{store.ErrNotFound, store.ErrLeaseLost, store.ErrConflict,
-		store.ErrSchemaTooNew, store.ErrClosed, store.ErrUnavailable, store.ErrInvalid} {
+		store.ErrSchemaTooNew, store.ErrForeignSchema, store.ErrClosed, store.ErrUnavailable, store.ErrInvalid} {
 		if errors.Is(err, s) {
 			return true
 		}

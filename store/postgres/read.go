@@ -85,6 +85,9 @@ func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
 	if err := s.check(op); err != nil {
 		return store.Task{}, err
 	}
+	if !store.ValidText(id) {
+		return store.Task{}, fmt.Errorf("%s: %w", op, store.ErrNotFound) // no task has such an id
+	}
 	t, err := scanTask(s.pool.QueryRow(ctx, "SELECT "+taskCols+" FROM tasks t WHERE t.id = $1", id))
 	if err != nil {
 		return store.Task{}, translate(op, err)
@@ -97,6 +100,9 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 	op := "list attempts of task " + taskID
 	if err := s.check(op); err != nil {
 		return nil, err
+	}
+	if !store.ValidText(taskID) {
+		return nil, fmt.Errorf("%s: %w", op, store.ErrNotFound) // no task has such an id
 	}
 	var out []store.Attempt
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
@@ -172,6 +178,12 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task
 	}
 	if p.Limit <= 0 {
 		return nil, "", fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
+	}
+	if err := store.CheckCursor(p.Cursor); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
+	}
+	if !store.ValidText(p.Type) {
+		return []store.Task{}, "", nil // no task has such a type
 	}
 	var states []string
 	for _, st := range p.States {

@@ -19,6 +19,12 @@ func (s *Store) CancelTask(ctx context.Context, p store.CancelParams) (store.Tas
 	if err := store.CheckNow(p.Now); err != nil {
 		return store.Task{}, fmt.Errorf("%s: %w", op, err)
 	}
+	if !store.ValidText(p.ID) { // no task has such an id
+		if err := s.check(op); err != nil {
+			return store.Task{}, err
+		}
+		return store.Task{}, fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
 	var t store.Task
 	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
 		// The lease of a running task, read under the row lock the update
@@ -60,6 +66,12 @@ func (s *Store) RetryTask(ctx context.Context, p store.RetryParams) (store.Task,
 	}
 	if err := store.CheckNow(p.Now); err != nil {
 		return store.Task{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if !store.ValidText(p.ID) { // no task has such an id
+		if err := s.check(op); err != nil {
+			return store.Task{}, err
+		}
+		return store.Task{}, fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
 	return s.transition(ctx, op, "retry", p.ID, `
 UPDATE tasks AS t SET `+retrySet+`

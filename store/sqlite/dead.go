@@ -62,8 +62,11 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	if f.Limit <= 0 {
 		return nil, "", fmt.Errorf("%s: %w: Limit must be positive", op, store.ErrInvalid)
 	}
-	if len(f.IDs) > maxVars {
-		return nil, "", fmt.Errorf("%s: %w: too many ids", op, store.ErrInvalid)
+	if err := store.CheckDeadIDs(f); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
+	}
+	if err := store.CheckCursor(f.Cursor); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(f)
 	if f.Cursor != "" {
@@ -145,8 +148,8 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	if err := store.CheckNow(f.Now); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	if len(f.IDs) > maxVars {
-		return 0, fmt.Errorf("%s: at most %d ids (got %d): %w", op, maxVars, len(f.IDs), store.ErrInvalid)
+	if err := store.CheckDeadIDs(f); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(f)
 	args = append([]any{f.Now.UnixMicro()}, args...)
@@ -170,8 +173,8 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	if len(f.IDs) > maxVars {
-		return 0, fmt.Errorf("%s: %w: too many ids", op, store.ErrInvalid)
+	if err := store.CheckDeadIDs(f); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(f)
 	args = append(args, sqlLimit(f.Limit))

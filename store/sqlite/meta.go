@@ -12,8 +12,8 @@ import (
 // PutType implements store.Store.
 func (s *Store) PutType(ctx context.Context, t store.TypeConfig, now time.Time) (store.TypeConfig, error) {
 	op := "put type " + t.Type
-	if t.Type == "" {
-		return store.TypeConfig{}, fmt.Errorf("put type: empty type: %w", store.ErrInvalid)
+	if err := store.CheckTypeConfig(t); err != nil {
+		return store.TypeConfig{}, fmt.Errorf("put type: %w", err)
 	}
 	if err := store.CheckNow(now); err != nil {
 		return store.TypeConfig{}, fmt.Errorf("%s: %w", op, err)
@@ -96,6 +96,12 @@ func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.
 	if p.Name == "" || p.NodeID == "" || p.TTL <= 0 {
 		return store.Lease{}, fmt.Errorf("%s: name, node id and a positive TTL are required: %w", op, store.ErrInvalid)
 	}
+	if err := store.CheckKey("name", p.Name); err != nil {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := store.CheckText("node id", p.NodeID); err != nil {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := store.CheckNow(p.Now); err != nil {
 		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
 	}
@@ -133,6 +139,12 @@ func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
 func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) error {
 	if n.ID == "" {
 		return fmt.Errorf("heartbeat node: empty id: %w", store.ErrInvalid)
+	}
+	if err := store.CheckKey("node id", n.ID); err != nil {
+		return fmt.Errorf("heartbeat node: %w", err)
+	}
+	if err := store.CheckText("host, version and role", n.Host, n.Version, n.Role); err != nil {
+		return fmt.Errorf("heartbeat node: %w", err)
 	}
 	if err := store.CheckNow(now); err != nil {
 		return fmt.Errorf("heartbeat node %s: %w", n.ID, err)

@@ -146,6 +146,9 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task
 	if p.Limit <= 0 {
 		return nil, "", fmt.Errorf("%s: %w: Limit must be positive", op, store.ErrInvalid)
 	}
+	if err := store.CheckCursor(p.Cursor); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
+	}
 	var where []string
 	var args []any
 	if p.Type != "" {

@@ -17,14 +17,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,57 +34,14 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-//go:embed migrations/*.sql
-var migrationFS embed.FS
-
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// migrations are the embedded migrations in version order; version n is the
-// file whose name starts with the zero-padded number n.
-var migrations = mustLoadMigrations()
-
-func mustLoadMigrations() []migration {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		panic(err)
-	}
-	var ms []migration
-	for _, n := range names {
-		base := path.Base(n)
-		num, _, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			panic("sqlite: bad migration file name " + base)
-		}
-		b, err := migrationFS.ReadFile(n)
-		if err != nil {
-			panic(err)
-		}
-		ms = append(ms, migration{version: v, name: strings.TrimSuffix(base, ".sql"), sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			panic(fmt.Sprintf("sqlite: migrations are not contiguous: %s is number %d", m.name, i+1))
-		}
-	}
-	return ms
-}
-
 // ErrReadOnly is returned (wrapped, with store.ErrUnavailable) when the
 // database file may not be written: Open refuses such a file.
 var ErrReadOnly = errors.New("database is read-only")
 
-// KnownVersion is the newest schema version this binary knows.
-func KnownVersion() int { return len(migrations) }
-
 // Store is a SQLite-backed store.Store.
 type Store struct {
 	cfg    Config
+	opened int     // the schema version Open found, before migrating
 	w      *sql.DB // exactly one connection: every write goes through it
 	r      *sql.DB // read-only pool
 	closed atomic.Bool
@@ -221,60 +175,6 @@ func (s *Store) setWAL(ctx context.Context) error {
 func isBusy(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
-}
-
-// migrate applies the pending migrations in one IMMEDIATE transaction.
-func (s *Store) migrate(ctx context.Context) error {
-	const op = "migrate sqlite schema"
-	if _, err := s.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    INTEGER NOT NULL PRIMARY KEY,
-		name       TEXT    NOT NULL,
-		applied_at INTEGER NOT NULL
-	) STRICT`); err != nil {
-		return translate(op, err)
-	}
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return translate(op, err)
-	}
-	defer func() { _ = tx.Rollback() }() // a no-op after Commit
-	var applied int
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&applied); err != nil {
-		return translate(op, err)
-	}
-	if applied > len(migrations) {
-		return fmt.Errorf("%s: %w: database is at version %d, this binary knows %d", op, store.ErrSchemaTooNew, applied, len(migrations))
-	}
-	// A file that may not be written opens, and answers reads (and so
-	// pings), but every write fails: refuse it now. This statement changes
-	// nothing but needs write access.
-	if _, err := tx.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version < 0`); err != nil {
-		return translate(op, err)
-	}
-	for _, m := range migrations[applied:] {
-		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return translate(op+" "+m.name, err)
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-			m.version, m.name, time.Now().UnixMicro()); err != nil {
-			return translate(op+" "+m.name, err)
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return translate(op, err)
-	}
-	return nil
-}
-
-// SchemaVersion implements store.Store.
-func (s *Store) SchemaVersion(ctx context.Context) (applied, known int, err error) {
-	if err := s.check("get schema version"); err != nil {
-		return 0, 0, err
-	}
-	if err := s.r.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&applied); err != nil {
-		return 0, 0, translate("get schema version", err)
-	}
-	return applied, len(migrations), nil
 }
 
 // Ping implements store.Store.
@@ -439,7 +339,7 @@ func translate(op string, err error) error {
 		return nil
 	}
 	for _, sentinel := range []error{store.ErrNotFound, store.ErrLeaseLost, store.ErrConflict, store.ErrSchemaTooNew,
-		store.ErrClosed, store.ErrUnavailable, store.ErrInvalid, context.Canceled, context.DeadlineExceeded} {
+		store.ErrForeignSchema, store.ErrClosed, store.ErrUnavailable, store.ErrInvalid, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, sentinel) {
 			return fmt.Errorf("%s: %w", op, err)
 		}

@@ -17,6 +17,66 @@ var deadTests = []testCase{
 	{"Dead/LimitTakesOldestDeath", testDeadLimitOrder},
 	{"Dead/NegativeLimit", testNegativeLimit},
 	{"Dead/NoErrorCode", testDeadNoErrorCode},
+	{"Dead/IDsBound", testDeadIDsBound},
+	{"Dead/SummaryTieOrder", testDeadSummaryTies},
+}
+
+// testDeadIDsBound: a DeadFilter may name up to store.MaxDeadIDs ids, in
+// every method that takes one; one more is ErrInvalid and changes nothing.
+func testDeadIDsBound(e *env) {
+	e.deadFixture()
+	idsOf := func(n int) []string {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("x_%05d", i)
+		}
+		ids[n-1] = "d_1"
+		return ids
+	}
+	full, over := idsOf(store.MaxDeadIDs), idsOf(store.MaxDeadIDs+1)
+	now := base.Add(time.Hour)
+	e.eqIDs("ListDead of MaxDeadIDs ids", e.listDead(store.DeadFilter{IDs: full, Limit: 10}), "d_1")
+	_, _, err := e.s.ListDead(e.ctx, store.DeadFilter{IDs: over, Limit: 10})
+	e.isErr("ListDead of MaxDeadIDs+1 ids", err, store.ErrInvalid)
+	_, err = e.s.RedriveDead(e.ctx, store.DeadFilter{IDs: over, Now: now})
+	e.isErr("RedriveDead of MaxDeadIDs+1 ids", err, store.ErrInvalid)
+	_, err = e.s.PurgeDead(e.ctx, store.DeadFilter{IDs: over, Now: now})
+	e.isErr("PurgeDead of MaxDeadIDs+1 ids", err, store.ErrInvalid)
+	e.get("d_1", store.StateDead)
+	n, err := e.s.RedriveDead(e.ctx, store.DeadFilter{IDs: full, Now: now})
+	e.noErr("RedriveDead of MaxDeadIDs ids", err)
+	e.eq("redriven", n, 1)
+	full[len(full)-1] = "d_2"
+	n, err = e.s.PurgeDead(e.ctx, store.DeadFilter{IDs: full, Now: now})
+	e.noErr("PurgeDead of MaxDeadIDs ids", err)
+	e.eq("purged", n, 1)
+}
+
+// testDeadSummaryTies: groups of equal size come in type, code and reason
+// order, compared bytewise (whatever the database's collation), and an
+// error code of "" sorts first.
+func testDeadSummaryTies(e *env) {
+	groups := []store.DeadGroup{ // in the expected order
+		{Type: "B", ErrorCode: "", Reason: store.DeadMaxAttempts},
+		{Type: "B", ErrorCode: "Z", Reason: store.DeadMaxAttempts},
+		{Type: "B", ErrorCode: "a", Reason: store.DeadMaxAttempts},
+		{Type: "B", ErrorCode: "a", Reason: store.DeadNonRetryable},
+		{Type: "B", ErrorCode: "é", Reason: store.DeadMaxAttempts},
+		{Type: "a", ErrorCode: "E", Reason: store.DeadMaxAttempts},
+	}
+	for i := len(groups) - 1; i >= 0; i-- { // inserted against the order
+		g := &groups[i]
+		died := base.Add(time.Duration(i) * time.Minute)
+		t := e.start(died, nt(fmt.Sprintf("s_%d", i), g.Type))
+		e.mustRecord(died, kill(t, g.ErrorCode, g.Reason))
+		g.Count, g.Oldest, g.Newest = 1, died, died
+	}
+	got, err := e.s.DeadSummary(e.ctx, store.SummaryParams{})
+	e.noErr("DeadSummary", err)
+	for i := range got {
+		got[i].Oldest, got[i].Newest = got[i].Oldest.UTC(), got[i].Newest.UTC()
+	}
+	e.eq("summary", got, groups)
 }
 
 var retentionTests = []testCase{
@@ -211,6 +271,11 @@ func testDeleteFinished(e *env) {
 	e.get("s_2", store.StateSucceeded)
 	p := store.RetentionParams{SucceededBefore: far, CancelledBefore: far, DeadBefore: far, Limit: 2}
 	e.eq("limited pass", del(p), store.RetentionResult{Succeeded: 2, Cancelled: 2})
+	for _, id := range []string{"s_2", "s_3", "c_0", "c_1"} { // oldest first
+		e.notFound(id)
+	}
+	e.get("s_4", store.StateSucceeded)
+	e.get("c_2", store.StateCancelled)
 	e.eq("second limited pass", del(p), store.RetentionResult{Succeeded: 1, Cancelled: 1})
 	e.eq("nothing left", del(p), store.RetentionResult{})
 	for id, st := range live {

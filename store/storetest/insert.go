@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -22,6 +23,77 @@ var insertTests = []testCase{
 	{"Insert/IdempotencyCrossedOrders", testIdemCrossedOrders},
 	{"Insert/Leased", testInsertLeased},
 	{"Insert/ConcurrentFailureIsolated", testInsertConcurrentIsolated},
+	{"Insert/LongKeys", testInsertLongKeys},
+}
+
+// noise returns n bytes of text no compression shortens (PostgreSQL
+// compresses long index entries before it checks their size), different
+// for each seed.
+func noise(seed uint64, n int) string {
+	r := rand.New(rand.NewPCG(seed, 0x5eed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte('!' + r.IntN(94))
+	}
+	return string(b)
+}
+
+// testInsertLongKeys: ids, types and idempotency keys (and the names of
+// types, nodes and leadership leases) up to store.MaxKeyBytes long are
+// stored and used like short ones by every backend; a byte more is
+// ErrInvalid everywhere, rather than refused by one backend's index alone.
+func testInsertLongKeys(e *env) {
+	const max = store.MaxKeyBytes
+	long := store.NewTask{ID: noise(1, max), Type: noise(2, max), IdempotencyKey: noise(3, max)}
+	res := e.insert(base, long)
+	e.eq("inserted", res[0].Duplicate, false)
+	dup := long
+	dup.ID = noise(4, max)
+	e.eq("a duplicate of the long key", e.insert(base, dup)[0].Task.ID, long.ID)
+	t := e.lease(base, long.ID, long.Type)
+	e.mustRecord(base.Add(time.Second), kill(t, noise(5, 200), store.DeadMaxAttempts))
+	dead := e.listDead(store.DeadFilter{Type: long.Type, Limit: 10})
+	e.eqIDs("dead tasks of the long type", dead, long.ID)
+	n, err := e.s.RedriveDead(e.ctx, store.DeadFilter{IDs: []string{long.ID}, Now: base.Add(time.Minute)})
+	e.noErr("RedriveDead", err)
+	e.eq("redriven", n, 1)
+	e.get(long.ID, store.StatePending)
+
+	for _, c := range []struct {
+		what string
+		task store.NewTask
+	}{
+		{"an id longer", store.NewTask{ID: noise(6, max+1), Type: "a"}},
+		{"a type longer", store.NewTask{ID: "t_type", Type: noise(7, max+1)}},
+		{"an idempotency key longer", store.NewTask{ID: "t_key", Type: "a", IdempotencyKey: noise(8, max+1)}},
+		// Beyond what a PostgreSQL index entry holds.
+		{"a far longer id", store.NewTask{ID: noise(11, 3000), Type: "a"}},
+		{"a far longer idempotency key", store.NewTask{ID: "t_key", Type: "a", IdempotencyKey: noise(12, 3000)}},
+	} {
+		_, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base, Tasks: []store.NewTask{nt("t_ok", "a"), c.task}})
+		e.isErr("InsertTasks with "+c.what+" than MaxKeyBytes", err, store.ErrInvalid)
+		e.notFound("t_ok")
+	}
+
+	for _, name := range []string{noise(9, max), noise(10, max+1)} {
+		check := func(what string, err error) {
+			e.t.Helper()
+			what = fmt.Sprintf("%s of %d bytes", what, len(name))
+			if len(name) <= max {
+				e.noErr(what, err)
+			} else {
+				e.isErr(what, err, store.ErrInvalid)
+			}
+		}
+		_, err := e.s.PutType(e.ctx, store.TypeConfig{Type: name}, base)
+		check("PutType of a name", err)
+		check("HeartbeatNode of an id", e.s.HeartbeatNode(e.ctx, store.Node{ID: name, Role: "worker"}, base))
+		_, err = e.s.AcquireLeader(e.ctx, store.LeaderParams{Name: name, NodeID: "n1", TTL: time.Minute, Now: base})
+		check("AcquireLeader of a name", err)
+	}
+	types, err := e.s.ListTypes(e.ctx)
+	e.noErr("ListTypes", err)
+	e.eq("types stored", len(types), 1)
 }
 
 // testInsertConcurrentIsolated runs concurrent InsertTasks calls of which

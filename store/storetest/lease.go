@@ -11,6 +11,82 @@ var leaseTests = []testCase{
 	{"Lease/Extend", testExtend},
 	{"Lease/Expired", testExpired},
 	{"Lease/ReaperRace", testReaperRace},
+	{"Lease/ExpiryInstant", testLeaseExpiryInstant},
+	{"Lease/ExtendOddIDsAreLost", testExtendOddIDs},
+	{"Lease/ExtendSameLeaseTwice", testExtendSameLeaseTwice},
+}
+
+// testLeaseExpiryInstant: a lease is current up to and including its
+// expiry instant, for every method that asks: at that instant a heartbeat
+// extends it, the lease is not listed as expired, and the reaper's outcome
+// is refused; a moment later the reaper's outcome applies.
+func testLeaseExpiryInstant(e *env) {
+	a := e.start(base, nt("t_a", "a"))
+	exp := a.LeaseExpiresAt
+	reap := failRetry(a, exp.Add(time.Hour), "LEASE_EXPIRED")
+	reap.ReapExpired, reap.OutcomeKind = true, store.OutcomeLeaseExpired
+	e.isErr("reap at the expiry instant", e.record(exp, reap), store.ErrLeaseLost)
+	e.get("t_a", store.StateRunning)
+	listed, err := e.s.ExpiredLeases(e.ctx, store.ExpiredParams{Limit: 10, Now: exp})
+	e.noErr("ExpiredLeases", err)
+	e.eqIDs("expired at the expiry instant", listed)
+	newExp := exp.Add(leaseDur)
+	errs, err := e.s.ExtendLeases(e.ctx, store.ExtendParams{Now: exp, Leases: []store.LeaseRef{{TaskID: a.ID, LeaseID: a.LeaseID, ExpiresAt: newExp}}})
+	e.noErr("ExtendLeases", err)
+	e.noErr("heartbeat at the expiry instant", errs[0])
+	e.eqTime("extended expiry", e.get("t_a", store.StateRunning).LeaseExpiresAt, newExp)
+	e.isErr("reap at the new expiry instant", e.record(newExp, reap), store.ErrLeaseLost)
+	e.mustRecord(newExp.Add(time.Millisecond), reap)
+	e.get("t_a", store.StateRetryWaiting)
+}
+
+// testExtendOddIDs: a heartbeat naming a task or lease id no task can have
+// (not UTF-8, a NUL byte) is ErrLeaseLost for that entry alone; the other
+// leases of the call are extended, as RecordOutcomes does for outcomes.
+func testExtendOddIDs(e *env) {
+	a := e.start(base, nt("t_a", "a"))
+	b := e.start(base, nt("t_b", "a"))
+	newExp := base.Add(time.Hour)
+	errs, err := e.s.ExtendLeases(e.ctx, store.ExtendParams{Now: base.Add(time.Second), Leases: []store.LeaseRef{
+		{TaskID: a.ID, LeaseID: a.LeaseID, ExpiresAt: newExp},
+		{TaskID: "t_\x00", LeaseID: a.LeaseID, ExpiresAt: newExp},
+		{TaskID: b.ID, LeaseID: b.LeaseID + "\xff", ExpiresAt: newExp},
+		{TaskID: "t_\xfe", LeaseID: "L\x00", ExpiresAt: newExp},
+		{TaskID: b.ID, LeaseID: b.LeaseID, ExpiresAt: newExp},
+	}})
+	e.noErr("ExtendLeases with odd ids", err)
+	e.eq("errors", len(errs), 5)
+	e.noErr("extend a", errs[0])
+	for i := 1; i <= 3; i++ {
+		e.isErr(fmt.Sprintf("entry %d (odd id)", i), errs[i], store.ErrLeaseLost)
+	}
+	e.noErr("extend b", errs[4])
+	e.eqTime("a's expiry", e.get("t_a", store.StateRunning).LeaseExpiresAt, newExp)
+	e.eqTime("b's expiry", e.get("t_b", store.StateRunning).LeaseExpiresAt, newExp)
+}
+
+// testExtendSameLeaseTwice: a call naming one lease twice applies its
+// entries in order: both succeed and the later expiry is the one kept,
+// whichever is further out.
+func testExtendSameLeaseTwice(e *env) {
+	a := e.start(base, nt("t_a", "a"))
+	b := e.start(base, nt("t_b", "a"))
+	now := base.Add(time.Second)
+	errs, err := e.s.ExtendLeases(e.ctx, store.ExtendParams{Now: now, Leases: []store.LeaseRef{
+		{TaskID: a.ID, LeaseID: a.LeaseID, ExpiresAt: base.Add(time.Hour)},
+		{TaskID: b.ID, LeaseID: b.LeaseID, ExpiresAt: base.Add(2 * time.Hour)},
+		{TaskID: a.ID, LeaseID: a.LeaseID, ExpiresAt: base.Add(2 * time.Hour)},
+		{TaskID: b.ID, LeaseID: b.LeaseID, ExpiresAt: base.Add(time.Hour)},
+		{TaskID: a.ID, LeaseID: "stale", ExpiresAt: base.Add(3 * time.Hour)},
+	}})
+	e.noErr("ExtendLeases", err)
+	e.eq("errors", len(errs), 5)
+	for i := range 4 {
+		e.noErr(fmt.Sprintf("entry %d", i), errs[i])
+	}
+	e.isErr("entry under a stale lease", errs[4], store.ErrLeaseLost)
+	e.eqTime("a's expiry (the later entry's)", e.get("t_a", store.StateRunning).LeaseExpiresAt, base.Add(2*time.Hour))
+	e.eqTime("b's expiry (the later entry's)", e.get("t_b", store.StateRunning).LeaseExpiresAt, base.Add(time.Hour))
 }
 
 func testExtend(e *env) {

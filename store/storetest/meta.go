@@ -16,6 +16,7 @@ var statsTests = []testCase{
 
 var metaTests = []testCase{
 	{"Types", testTypes},
+	{"Types/Invalid", testTypesInvalid},
 	{"Leader", testLeader},
 	{"Nodes", testNodes},
 }
@@ -223,5 +224,27 @@ func testClose(e *env) {
 		if !errors.Is(err, store.ErrClosed) {
 			e.t.Errorf("%s after Close: %v, want ErrClosed", name, err)
 		}
+	}
+}
+
+// testTypesInvalid: PutType refuses, with ErrInvalid and storing nothing,
+// a configuration a backend could not store as given: a priority that
+// does not fit in 32 bits (store.Fits32, as for a task) and an empty name.
+func testTypesInvalid(e *env) {
+	for _, prio := range []int{1 << 31, -1<<31 - 1, 1 << 40} {
+		_, err := e.s.PutType(e.ctx, store.TypeConfig{Type: "big", Priority: prio}, base)
+		e.isErr(fmt.Sprintf("PutType with priority %d", prio), err, store.ErrInvalid)
+	}
+	_, err := e.s.GetType(e.ctx, "big")
+	e.isErr("GetType after the refused PutType", err, store.ErrNotFound)
+	_, err = e.s.PutType(e.ctx, store.TypeConfig{}, base)
+	e.isErr("PutType without a name", err, store.ErrInvalid)
+	for _, prio := range []int{1<<31 - 1, -1 << 31} {
+		out, err := e.s.PutType(e.ctx, store.TypeConfig{Type: "edge", Priority: prio}, base)
+		e.noErr(fmt.Sprintf("PutType with priority %d", prio), err)
+		e.eq("priority returned", out.Priority, prio)
+		got, err := e.s.GetType(e.ctx, "edge")
+		e.noErr("GetType", err)
+		e.eq("priority stored", got.Priority, prio)
 	}
 }

@@ -203,10 +203,10 @@ func testCancelAllowed(e *env) {
 }
 
 // testCancelLongLease: a running task is cancelled whatever the length of
-// its ids (a caller may choose a long lease id for a direct dispatch): the
+// its ids (up to store.MaxKeyBytes for the task's) (a caller may choose a long lease id for a direct dispatch): the
 // store's own notifications must not make the cancel fail.
 func testCancelLongLease(e *env) {
-	n := nt("t_"+strings.Repeat("i", 4000), "a")
+	n := nt("t_"+strings.Repeat("i", store.MaxKeyBytes-2), "a")
 	n.Lease = &store.NewLease{LeaseID: strings.Repeat("L", 8000), WorkerID: "w", Duration: time.Minute}
 	e.insert(base, n)
 	got, err := e.s.CancelTask(e.ctx, store.CancelParams{ID: n.ID, Now: base.Add(time.Second)})

@@ -35,7 +35,8 @@ type testCase struct {
 
 // tests lists every subtest of the suite, grouped by area.
 var tests = concat(insertTests, fetchTests, outcomeTests, leaseTests, promoteTests,
-	readTests, cancelRetryTests, deadTests, retentionTests, statsTests, metaTests, lifecycleTests, zeroNowTests, timeTests)
+	readTests, cancelRetryTests, deadTests, retentionTests, statsTests, metaTests, lifecycleTests, zeroNowTests, timeTests,
+	oddTextTests)
 
 func concat(groups ...[]testCase) []testCase {
 	var all []testCase

@@ -1,0 +1,180 @@
+package sqlite
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// rawDB opens path without the store, as another tool or an older retryq
+// would; it is closed when the test ends.
+func rawDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// rawExec runs statements on db, failing the test on the first error.
+func rawExec(t *testing.T, db *sql.DB, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+}
+
+// TestUpgradeFromEveryVersionKeepsData builds a database at each older
+// schema version the way that version's binary left it (its migrations
+// recorded in schema_migrations), with a succeeded task, a dead task with a
+// failed attempt and a task type in that version's layout, and checks that
+// Open upgrades it to the current version and every record reads back.
+func TestUpgradeFromEveryVersionKeepsData(t *testing.T) {
+	ctx := t.Context()
+	started := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	finished := started.Add(time.Second)
+	for v := 1; v < KnownVersion(); v++ {
+		t.Run(fmt.Sprintf("from_%d", v), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "old.db")
+			db := rawDB(t, path)
+			rawExec(t, db, `CREATE TABLE schema_migrations (
+				version    INTEGER NOT NULL PRIMARY KEY,
+				name       TEXT    NOT NULL,
+				applied_at INTEGER NOT NULL
+			) STRICT`)
+			for _, m := range migrations[:v] {
+				rawExec(t, db, m.sql, fmt.Sprintf(`INSERT INTO schema_migrations VALUES (%d, '%s', 0)`, m.version, m.name))
+			}
+			s, f := started.UnixMicro(), finished.UnixMicro()
+			rawExec(t, db,
+				fmt.Sprintf(`INSERT INTO tasks (id, type, payload, state, attempt, max_attempts, run_at, created_at, updated_at, worker_id, started_at)
+				VALUES ('ok', 't', CAST('{"a":1}' AS BLOB), 'succeeded', 1, 5, %d, %d, %d, 'w', %d)`, s, s, f, s),
+				fmt.Sprintf(`INSERT INTO tasks (id, type, payload, state, attempt, max_attempts, run_at, created_at, updated_at,
+					first_failure_at, last_error_code, last_error_message, last_error_class, dead_reason)
+				VALUES ('bad', 't', CAST('{"b":2}' AS BLOB), 'dead', 1, 5, %d, %d, %d, %d, 'E400', 'bad input', 'permanent', 'non_retryable')`, s, s, f, f),
+				fmt.Sprintf(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome,
+					error_code, error_message, error_class)
+				VALUES ('bad', 't', 1, 'w', %d, %d, 'failed', 'E400', 'bad input', 'permanent')`, s, f),
+				fmt.Sprintf(`INSERT INTO task_types (type, policy, timeout, priority, updated_at) VALUES ('t', CAST('{"max_attempts":5}' AS BLOB), 1000, 3, %d)`, s),
+			)
+			// Where success_in_task_row has not run yet, the success is an
+			// attempts row; after it, the task row's detail.
+			if v < 2 {
+				rawExec(t, db, fmt.Sprintf(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome, detail)
+					VALUES ('ok', 't', 1, 'w', %d, %d, 'succeeded', '200 OK')`, s, f))
+			} else {
+				rawExec(t, db, `UPDATE tasks SET success_detail = '200 OK' WHERE id = 'ok'`)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			st, err := Open(ctx, Config{Path: path})
+			if err != nil {
+				t.Fatalf("Open of a version-%d database: %v", v, err)
+			}
+			defer st.Close()
+			if applied, known, err := st.SchemaVersion(ctx); err != nil || applied != known {
+				t.Fatalf("SchemaVersion after the upgrade = %d, %d, %v", applied, known, err)
+			}
+			if st.OpenedVersion() != v {
+				t.Errorf("OpenedVersion = %d, want %d", st.OpenedVersion(), v)
+			}
+			for id, want := range map[string]store.State{"ok": store.StateSucceeded, "bad": store.StateDead} {
+				task, err := st.GetTask(ctx, id)
+				if err != nil || task.State != want || !task.UpdatedAt.Equal(finished) {
+					t.Errorf("GetTask(%s) = %+v, %v; want %s, updated %v", id, task, err, want, finished)
+				}
+			}
+			ok, err := st.ListAttempts(ctx, "ok")
+			if err != nil || len(ok) != 1 || ok[0].Outcome != store.OutcomeSucceeded || ok[0].Detail != "200 OK" ||
+				ok[0].WorkerID != "w" || !ok[0].FinishedAt.Equal(finished) {
+				t.Errorf("history of the succeeded task = %+v, %v", ok, err)
+			}
+			bad, err := st.ListAttempts(ctx, "bad")
+			if err != nil || len(bad) != 1 || bad[0].Outcome != store.OutcomeFailed || bad[0].Error == nil || bad[0].Error.Code != "E400" {
+				t.Errorf("history of the dead task = %+v, %v", bad, err)
+			}
+			if tc, err := st.GetType(ctx, "t"); err != nil || tc.Priority != 3 || tc.Timeout != 1000 || string(tc.Policy) != `{"max_attempts":5}` {
+				t.Errorf("GetType = %+v, %v", tc, err)
+			}
+			// Retention counts what it deletes in the newest table.
+			res, err := st.DeleteFinished(ctx, store.RetentionParams{DeadBefore: finished.Add(time.Hour), Limit: 10})
+			if err != nil || res.Dead != 1 {
+				t.Errorf("DeleteFinished of the dead task = %+v, %v", res, err)
+			}
+		})
+	}
+}
+
+// TestOpenRefusesAnotherToolsHistory: a file whose schema_migrations table
+// another migration tool wrote (here golang-migrate's layout) is refused
+// with store.ErrForeignSchema, whatever version that tool recorded, and
+// left as it was: not called newer than the binary, not called current,
+// and no retryq migration applied to it.
+func TestOpenRefusesAnotherToolsHistory(t *testing.T) {
+	for _, version := range []int64{2, int64(KnownVersion()), 20240101120000} {
+		t.Run(fmt.Sprint(version), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "app.db")
+			db := rawDB(t, path)
+			rawExec(t, db, `CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY, dirty INTEGER NOT NULL)`,
+				fmt.Sprintf(`INSERT INTO schema_migrations VALUES (%d, 0)`, version))
+			s, err := Open(t.Context(), Config{Path: path})
+			if err == nil {
+				s.Close()
+			}
+			if !errors.Is(err, store.ErrForeignSchema) || errors.Is(err, store.ErrSchemaTooNew) || !strings.Contains(err.Error(), "schema_migrations") {
+				t.Fatalf("Open: %v, want ErrForeignSchema naming schema_migrations", err)
+			}
+			var tables []string
+			rows, err := db.Query(`SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var name string
+				if err := rows.Scan(&name); err != nil {
+					t.Fatal(err)
+				}
+				tables = append(tables, name)
+			}
+			if fmt.Sprint(tables) != "[schema_migrations]" {
+				t.Errorf("tables after the refused open: %v, want only the other tool's", tables)
+			}
+		})
+	}
+}
+
+// TestFailedMigrationLeavesNoTrace: a file another application owns, with
+// a tasks table of its own, is refused (migration 1 cannot create retryq's)
+// and keeps exactly its tables: no half-applied migration and no empty
+// schema_migrations left behind.
+func TestFailedMigrationLeavesNoTrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	db := rawDB(t, path)
+	rawExec(t, db, `CREATE TABLE tasks (title TEXT)`, `INSERT INTO tasks VALUES ('buy milk')`)
+	s, err := Open(t.Context(), Config{Path: path})
+	if err == nil {
+		s.Close()
+		t.Fatal("Open of another application's database with a tasks table succeeded")
+	}
+	if !strings.Contains(err.Error(), "0001_init") {
+		t.Errorf("Open: %v, want the failing migration named", err)
+	}
+	var tables string
+	if err := db.QueryRow(`SELECT group_concat(name) FROM sqlite_schema`).Scan(&tables); err != nil || tables != "tasks" {
+		t.Errorf("schema after the failed migration: %q (%v), want only the application's tasks table", tables, err)
+	}
+}
