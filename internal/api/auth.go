@@ -39,14 +39,14 @@ func NewAuth(apiTokens, readTokens []string) (*Auth, error) {
 	a := &Auth{}
 	seen := make(map[string]bool)
 	for i, t := range apiTokens {
-		if err := checkToken(t); err != nil {
+		if err := CheckToken(t); err != nil {
 			return nil, fmt.Errorf("APITokens[%d]: %w", i, err)
 		}
 		seen[t] = true
 		a.full = append(a.full, sha256.Sum256([]byte(t)))
 	}
 	for i, t := range readTokens {
-		if err := checkToken(t); err != nil {
+		if err := CheckToken(t); err != nil {
 			return nil, fmt.Errorf("ReadTokens[%d]: %w", i, err)
 		}
 		if seen[t] {
@@ -57,15 +57,18 @@ func NewAuth(apiTokens, readTokens []string) (*Auth, error) {
 	return a, nil
 }
 
-// checkToken refuses a token no request could present: an empty one, or
-// one with surrounding white space (the Authorization header's value is
-// read trimmed, so it would never match).
-func checkToken(t string) error {
+// CheckToken refuses a token no request could present: an empty one, one
+// with surrounding white space (the Authorization header's value is read
+// trimmed, so it would never match), or one holding a control character
+// other than a tab (no HTTP header value may hold one).
+func CheckToken(t string) error {
 	switch {
 	case strings.TrimSpace(t) == "":
 		return errors.New("must not be empty")
 	case strings.TrimSpace(t) != t:
 		return errors.New("must not start or end with white space")
+	case strings.ContainsFunc(t, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }):
+		return errors.New("must not hold control characters: no request could send it")
 	}
 	return nil
 }

@@ -188,8 +188,10 @@ func TestInternalErrors(t *testing.T) {
 }
 
 // TestNewAuthRefusesUnusableTokens: a token no request could present is a
-// configuration error naming it: empty, or with surrounding white space
-// (the header's value is read trimmed, so it would never match).
+// configuration error naming it: empty, with surrounding white space (the
+// header's value is read trimmed, so it would never match), or holding a
+// control character other than a tab, which no header value may hold (such
+// tokens used to be accepted, and every client got 401).
 func TestNewAuthRefusesUnusableTokens(t *testing.T) {
 	for _, c := range []struct {
 		api, read []string
@@ -199,13 +201,16 @@ func TestNewAuthRefusesUnusableTokens(t *testing.T) {
 		{[]string{"ok", " tok"}, nil, "APITokens[1]: must not start or end with white space"},
 		{nil, []string{"tok\n"}, "ReadTokens[0]: must not start or end with white space"},
 		{[]string{"same"}, []string{"same"}, "ReadTokens[0]: is also a full-access API token"},
+		{[]string{"line\nbreak"}, nil, "APITokens[0]: must not hold control characters: no request could send it"},
+		{nil, []string{"ok", "bell\x07"}, "ReadTokens[1]: must not hold control characters: no request could send it"},
+		{[]string{"del\x7fete"}, nil, "APITokens[0]: must not hold control characters: no request could send it"},
 	} {
 		_, err := NewAuth(c.api, c.read)
 		if err == nil || err.Error() != c.want {
 			t.Errorf("NewAuth(%q, %q) = %v, want %q", c.api, c.read, err, c.want)
 		}
 	}
-	if _, err := NewAuth([]string{"a-token"}, []string{"r-token"}); err != nil {
+	if _, err := NewAuth([]string{"a-token", "inner\ttab"}, []string{"r-token"}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/retryq/retryq/internal/api"
 	"github.com/retryq/retryq/internal/engine"
@@ -78,13 +80,13 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	fs.Var(stringsValue{&o.readTokens}, "read-token", "bearer `token` with read-only access; repeatable (env RETRYQ_READ_TOKEN)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the registry and leases (default host-pid-random)")
+	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the registry and leases, up to 200 bytes (default host-pid-random)")
 	fs.BoolVar(&o.noScheduler, "no-scheduler", false, "never run the scheduler loops on this node")
 	fs.BoolVar(&o.pollOnly, "poll-only", false, "PostgreSQL: no LISTEN/NOTIFY (for transaction-mode poolers)")
-	fs.BoolVar(&o.noMigrate, "no-migrate", false, "PostgreSQL: do not apply migrations at start (run `retryq migrate`)")
-	fs.Var(durationValue{&o.lease}, "lease", "lease of in-process workers, extended by heartbeats (default 30s)")
-	fs.Var(durationValue{&o.poll}, "poll-interval", "fallback poll interval when no wake-up arrives (default 1s)")
-	fs.Var(durationValue{&o.leaderTTL}, "leader-ttl", "scheduler leadership lease (default 10s)")
+	fs.BoolVar(&o.noMigrate, "no-migrate", false, "PostgreSQL: do not apply migrations at start (run \"retryq migrate\" first)")
+	fs.Var(durationValue{&o.lease}, "lease", "lease of in-process workers, extended by heartbeats: 1s to 1h (default 30s)")
+	fs.Var(durationValue{&o.poll}, "poll-interval", "fallback poll interval when no wake-up arrives: 10ms to 1h (default 1s)")
+	fs.Var(durationValue{&o.leaderTTL}, "leader-ttl", "scheduler leadership lease: 1s to 1h (default 10s)")
 	fs.Var(durationValue{&o.succeededRet}, "succeeded-retention", "delete succeeded and cancelled tasks after this long (default 24h)")
 	fs.Var(durationValue{&o.deadRet}, "dead-retention", "delete dead tasks after this long (default 720h)")
 	fs.Int64Var(&o.maxBody, "max-body", api.DefaultMaxBodyBytes, "largest accepted request body in bytes")
@@ -96,11 +98,44 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	}
 	o.db = firstNonEmpty(o.db, env.Getenv("RETRYQ_DB"), defaultDB)
 	o.listen = firstNonEmpty(o.listen, env.Getenv("RETRYQ_LISTEN"), "127.0.0.1:7420")
-	if len(o.apiTokens) == 0 {
-		o.apiTokens = splitEnv(env.Getenv("RETRYQ_API_TOKEN"))
+	apiFrom, readFrom := "--api-token", "--read-token"
+	for _, t := range []struct {
+		toks *[]string
+		from *string
+		env  string
+	}{{&o.apiTokens, &apiFrom, "RETRYQ_API_TOKEN"}, {&o.readTokens, &readFrom, "RETRYQ_READ_TOKEN"}} {
+		if len(*t.toks) > 0 {
+			continue
+		}
+		raw := env.Getenv(t.env)
+		*t.toks, *t.from = splitEnv(raw), t.env
+		if raw != "" && len(*t.toks) == 0 {
+			// Set, but to nothing a request could present: starting
+			// without the tokens the operator meant to set would serve
+			// the API unauthenticated.
+			return nil, usageError(env, "server", t.env+": holds no token (want comma-separated tokens, or leave it unset)")
+		}
 	}
-	if len(o.readTokens) == 0 {
-		o.readTokens = splitEnv(env.Getenv("RETRYQ_READ_TOKEN"))
+	if err := checkNodeID(o.nodeID); err != nil {
+		return nil, usageError(env, "server", "--node-id: "+err.Error())
+	}
+	if err := checkTokens(o.apiTokens, o.readTokens, apiFrom, readFrom); err != nil {
+		return nil, usageError(env, "server", err.Error())
+	}
+	for _, d := range []struct {
+		flag     string
+		v        time.Duration
+		min, max time.Duration
+		def      string
+	}{
+		{"--lease", o.lease, time.Second, engine.MaxLeaseDuration, "30s"},
+		{"--poll-interval", o.poll, minPollInterval, time.Hour, "1s"},
+		{"--leader-ttl", o.leaderTTL, time.Second, time.Hour, "10s"},
+	} {
+		if d.v != 0 && (d.v < d.min || d.v > d.max) {
+			return nil, usageError(env, "server", fmt.Sprintf("%s: must be between %v and %v, or 0 for the default %s (got %v)",
+				d.flag, d.min, fmtHours(d.max), d.def, d.v))
+		}
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return nil, usageError(env, "server", fmt.Sprintf("--log-format: want text or json, got %q", o.logFormat))
@@ -115,6 +150,61 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 		return nil, usageError(env, "server", "--listen: "+err.Error())
 	}
 	return o, exitOK
+}
+
+// minPollInterval is the shortest --poll-interval: each poll is a query
+// per fetcher, and shorter intervals keep a core busy on an idle server.
+const minPollInterval = 10 * time.Millisecond
+
+// fmtHours prints a whole number of hours as "1h" rather than "1h0m0s".
+func fmtHours(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return fmt.Sprintf("%dh", d/time.Hour)
+	}
+	return d.String()
+}
+
+// maxNodeIDBytes bounds --node-id, as --worker-id is bounded: the id is
+// stored in the node registry and, with a suffix, as the leadership
+// lease's holder, which the backends bound.
+const maxNodeIDBytes = 200
+
+// checkNodeID refuses a node id the registry could not store or show:
+// longer than maxNodeIDBytes, not UTF-8, or holding control characters.
+// Empty is the default id.
+func checkNodeID(id string) error {
+	switch {
+	case len(id) > maxNodeIDBytes:
+		return fmt.Errorf("at most %d bytes (got %d)", maxNodeIDBytes, len(id))
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%q is not valid UTF-8", id)
+	case strings.IndexFunc(id, unicode.IsControl) >= 0:
+		return fmt.Errorf("%q holds a control character", id)
+	}
+	return nil
+}
+
+// checkTokens refuses, naming the flag or environment variable they came
+// from, the tokens api.NewAuth would refuse: tokens no request could
+// present and tokens given with both access levels. The server checks
+// them before it opens the database.
+func checkTokens(apiTokens, readTokens []string, apiFrom, readFrom string) error {
+	full := make(map[string]bool, len(apiTokens))
+	for _, t := range apiTokens {
+		if err := api.CheckToken(t); err != nil {
+			return fmt.Errorf("%s: %w", apiFrom, err)
+		}
+		full[t] = true
+	}
+	for _, t := range readTokens {
+		if err := api.CheckToken(t); err != nil {
+			return fmt.Errorf("%s: %w", readFrom, err)
+		}
+		if full[t] {
+			return fmt.Errorf("%s: is also given as a full-access token (%s); give each token one access level", readFrom, apiFrom)
+		}
+	}
+	return nil
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -147,6 +237,12 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 	log := newLogger(env, o.logFormat, o.logLevel)
 	srv, err := startServer(ctx, o, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while opening the database: the stop the operator
+			// asked for, not a failure (startServer has undone its work).
+			log.Info("stopped before it started", "err", err)
+			return exitOK
+		}
 		log.Error("server failed to start", "err", err)
 		return 1
 	}
@@ -197,7 +293,20 @@ type runningServer struct {
 	stop func()
 }
 
-func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (*runningServer, error) {
+// startServer listens first, so that an address it cannot have fails the
+// start before the database is opened (and migrated), the node registered
+// and the leadership contested. Connections wait in the listen queue until
+// the API serves.
+func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *runningServer, err error) {
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", o.listen, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = ln.Close()
+		}
+	}()
 	st, kind, err := openDB(ctx, o.db, dbOptions{migrate: !o.noMigrate, pollOnly: o.pollOnly, logger: log})
 	if err != nil {
 		return nil, err
@@ -230,12 +339,6 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (*runn
 		eng.Close()
 		st.Close()
 		return nil, err
-	}
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		eng.Close()
-		st.Close()
-		return nil, fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	rs := &runningServer{eng: eng, http: hs, addr: ln.Addr().String(), done: make(chan struct{}), log: log}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -68,5 +69,58 @@ func TestServerShutdownAnswersLongPolls(t *testing.T) {
 	}
 	if strings.Contains(logBuf.String(), "level=ERROR") || strings.Contains(logBuf.String(), "level=WARN") {
 		t.Errorf("shutdown logged problems:\n%s", logBuf.String())
+	}
+}
+
+// TestServerStoppedWhileStartingExitsZero: SIGTERM or SIGINT (here, the
+// command's context) while the server still waits for its database ends
+// it at once with status 0, as a stop at any later time does, and logs no
+// error. It used to log "server failed to start" with the context's
+// error and exit 1, so a supervisor's stop during a slow start read as a
+// failure.
+func TestServerStoppedWhileStartingExitsZero(t *testing.T) {
+	clearServerEnv(t)
+	// A "database" that accepts connections and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	defer func() {
+		for {
+			select {
+			case c := <-accepted:
+				c.Close()
+			default:
+				return
+			}
+		}
+	}()
+	s := launchServer(t, "server", "--db", "postgres://u@"+ln.Addr().String()+"/x", "--listen", "127.0.0.1:0")
+	select {
+	case c := <-accepted:
+		accepted <- c // closed at the end
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the server never connected to the database; log:\n%s", s.stderr.String())
+	}
+	s.cancel()
+	if !s.wait(5 * time.Second) {
+		t.Fatalf("the server did not stop within 5s of the signal; log:\n%s", s.stderr.String())
+	}
+	if s.status != exitOK || strings.Contains(s.stderr.String(), "level=ERROR") {
+		t.Errorf("stopped while starting: status %d, want 0 and no error; log:\n%s", s.status, s.stderr.String())
+	}
+	if !strings.Contains(s.stderr.String(), "stopped before it started") {
+		t.Errorf("the log does not say the server stopped while starting:\n%s", s.stderr.String())
 	}
 }
