@@ -1,10 +1,13 @@
 package retryq
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
@@ -16,7 +19,7 @@ import (
 type Options struct {
 	Logger  *slog.Logger // default: discard
 	NodeID  string       // default: host-pid-random
-	Version string
+	Version string       // the application's version, shown in the node registry
 
 	// DefaultPolicy applies to task types with no stored policy, or a zero
 	// one (default retry.DefaultPolicy()).
@@ -35,19 +38,56 @@ type Options struct {
 	// process on the same database runs them).
 	NoScheduler bool
 	// LeaderTTL is the scheduler leadership lease when several processes
-	// share one database (default 10s): a standby takes over within about
-	// 1.25 x LeaderTTL of the leader's death.
+	// share one database (default 10s; at least MinLeaderTTL): a standby
+	// takes over within about 1.25 x LeaderTTL of the leader's death.
 	LeaderTTL time.Duration
 }
 
+// MinLeaderTTL is the shortest Options.LeaderTTL. The leader renews its
+// lease every quarter of it, each renewal bounded by that quarter: with a
+// far shorter lease no renewal finishes in time, no process ever leads,
+// and delayed tasks and retries are never run.
+const MinLeaderTTL = time.Second
+
 // Client enqueues and manages tasks. It also hosts the engine's commit and
-// scheduler loops: call Start before use and Close when done.
+// scheduler loops: call Start before use and Close when done. Enqueue and
+// Worker.Run need the loops, and return ErrNotStarted before Start. Once
+// Close has returned, every method but Counters returns ErrClosed.
 type Client struct {
 	e *engine.Engine
+
+	mu    sync.Mutex // serializes Start and Close
+	state atomic.Int32
 }
 
-// NewClient returns a Client over st.
+// The states of a Client.
+const (
+	clientNew int32 = iota
+	clientStarted
+	clientClosed
+)
+
+// check returns ErrClosed once the client is closed, and ErrNotStarted
+// before Start when needStart is set.
+func (c *Client) check(needStart bool) error {
+	switch c.state.Load() {
+	case clientClosed:
+		return ErrClosed
+	case clientNew:
+		if needStart {
+			return ErrNotStarted
+		}
+	}
+	return nil
+}
+
+// NewClient returns a Client over st. Invalid options are ErrInvalid
+// errors naming the field.
 func NewClient(st store.Store, o Options) (*Client, error) {
+	if o.LeaderTTL != 0 && o.LeaderTTL < MinLeaderTTL {
+		return nil, fmt.Errorf("new client: %w", &engine.FieldError{Field: "LeaderTTL",
+			Message: fmt.Sprintf("must be at least %s, or 0 for the default 10s (got %s)", MinLeaderTTL, o.LeaderTTL)})
+	}
 	e, err := engine.New(engine.Config{
 		Store: st, Logger: o.Logger, NodeID: o.NodeID, Version: o.Version,
 		DefaultPolicy: o.DefaultPolicy, DefaultTimeout: o.DefaultTimeout,
@@ -57,19 +97,45 @@ func NewClient(st store.Store, o Options) (*Client, error) {
 		RetentionInterval: o.RetentionInterval, LeaderTTL: o.LeaderTTL,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("new client: %w", err)
+		// The engine refuses only its configuration, Options' fields.
+		return nil, fmt.Errorf("new client: %w", invalidError{err})
 	}
 	return &Client{e: e}, nil
 }
 
-// Start launches the client's background loops.
-func (c *Client) Start(ctx context.Context) error { return c.e.Start(ctx) }
+// Start launches the client's background loops. The loops outlive ctx:
+// Close stops them. Start fails once called before, or after Close
+// (ErrClosed).
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state.Load() == clientClosed {
+		return fmt.Errorf("start client: %w", ErrClosed)
+	}
+	if err := c.e.Start(ctx); err != nil {
+		return err
+	}
+	c.state.Store(clientStarted)
+	return nil
+}
 
 // Close stops the client's workers still running (as if their contexts
 // were cancelled: handlers get their ShutdownGrace, unfinished tasks are
 // released), then the background loops after flushing pending commits. It
-// does not close the store.
-func (c *Client) Close() error { return c.e.Close() }
+// does not close the store. Handlers may use the client until they return;
+// once Close has returned, the client's methods return ErrClosed. Closing
+// again does nothing and returns nil. Do not call Close from a handler: it
+// waits for the handler to return.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state.Load() == clientClosed {
+		return nil
+	}
+	err := c.e.Close()
+	c.state.Store(clientClosed)
+	return err
+}
 
 // EnqueueOption adjusts one enqueue.
 type EnqueueOption func(*engine.EnqueueRequest)
@@ -80,7 +146,8 @@ func WithPriority(p int) EnqueueOption { return func(r *engine.EnqueueRequest) {
 // WithDelay makes the task due after d.
 func WithDelay(d time.Duration) EnqueueOption { return func(r *engine.EnqueueRequest) { r.Delay = d } }
 
-// WithRunAt makes the task due at t.
+// WithRunAt makes the task due at t (a time in the past: due at once). t
+// must be within years 1 to 9999.
 func WithRunAt(t time.Time) EnqueueOption { return func(r *engine.EnqueueRequest) { r.RunAt = t } }
 
 // WithMaxAttempts overrides the policy's max attempts for this task.
@@ -106,29 +173,40 @@ type EnqueueResult struct {
 	Duplicate bool // an existing task with the same idempotency key
 }
 
+// request builds the engine's request. A payload given as bytes is copied:
+// the caller may reuse its buffer once Enqueue returns, while the task may
+// still be handed to a local handler straight from the insert.
 func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueRequest, error) {
 	r := engine.EnqueueRequest{Type: typ}
 	switch p := payload.(type) {
 	case nil:
 	case json.RawMessage:
-		r.Payload = p
+		r.Payload = bytes.Clone(p)
 	case []byte:
-		r.Payload = p
+		r.Payload = bytes.Clone(p)
 	default:
 		b, err := json.Marshal(payload)
 		if err != nil {
-			return r, fmt.Errorf("encode payload: %w", err)
+			return r, fmt.Errorf("payload: %w: %w", ErrInvalid, err)
 		}
 		r.Payload = b
 	}
 	for _, o := range opts {
-		o(&r)
+		if o != nil {
+			o(&r)
+		}
+	}
+	if !r.RunAt.IsZero() && store.CheckTime("run time", r.RunAt) != nil {
+		return r, &engine.FieldError{Field: "run_at",
+			Message: fmt.Sprintf("must be within years 1 to 9999 (got %s)", r.RunAt.UTC().Format(time.RFC3339))}
 	}
 	return r, nil
 }
 
 // Enqueue durably enqueues one task. payload is marshalled to JSON
-// (json.RawMessage and []byte are taken as JSON as they are).
+// (json.RawMessage and []byte are taken as JSON as they are, and copied:
+// the caller may reuse them once Enqueue returns). Invalid arguments are
+// ErrInvalid errors naming the field.
 //
 // When ctx ends before the task's insert was sent to the database, Enqueue
 // returns ctx's error and nothing is enqueued; once the insert is under
@@ -137,6 +215,9 @@ func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueReque
 // was stored (the connection was lost during the commit): enqueue with an
 // idempotency key to be able to try again safely.
 func (c *Client) Enqueue(ctx context.Context, typ string, payload any, opts ...EnqueueOption) (EnqueueResult, error) {
+	if err := c.check(true); err != nil {
+		return EnqueueResult{}, fmt.Errorf("enqueue task: %w", err)
+	}
 	r, err := request(typ, payload, opts)
 	if err != nil {
 		return EnqueueResult{}, err
@@ -159,6 +240,9 @@ type NewTask struct {
 // idempotency key is taken, by a stored task or an earlier task of the
 // batch, is not inserted: its result is that task, with Duplicate set.
 func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueResult, error) {
+	if err := c.check(false); err != nil {
+		return nil, fmt.Errorf("enqueue tasks: %w", err)
+	}
 	rs := make([]engine.EnqueueRequest, len(tasks))
 	for i, t := range tasks {
 		r, err := request(t.Type, t.Payload, t.Options)
@@ -179,10 +263,18 @@ func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueRes
 }
 
 // Get returns a task.
-func (c *Client) Get(ctx context.Context, id string) (TaskInfo, error) { return c.e.Get(ctx, id) }
+func (c *Client) Get(ctx context.Context, id string) (TaskInfo, error) {
+	if err := c.check(false); err != nil {
+		return TaskInfo{}, fmt.Errorf("get task: %w", err)
+	}
+	return c.e.Get(ctx, id)
+}
 
 // Attempts returns a task's attempt history.
 func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
+	if err := c.check(false); err != nil {
+		return nil, fmt.Errorf("list attempts: %w", err)
+	}
 	return c.e.Attempts(ctx, id)
 }
 
@@ -191,14 +283,27 @@ type ListParams = store.ListParams
 
 // List returns a page of tasks, newest first, and the next page's cursor.
 func (c *Client) List(ctx context.Context, p ListParams) ([]TaskInfo, string, error) {
+	if err := c.check(false); err != nil {
+		return nil, "", fmt.Errorf("list tasks: %w", err)
+	}
 	return c.e.List(ctx, p)
 }
 
 // Cancel cancels a task that has not finished.
-func (c *Client) Cancel(ctx context.Context, id string) (TaskInfo, error) { return c.e.Cancel(ctx, id) }
+func (c *Client) Cancel(ctx context.Context, id string) (TaskInfo, error) {
+	if err := c.check(false); err != nil {
+		return TaskInfo{}, fmt.Errorf("cancel task: %w", err)
+	}
+	return c.e.Cancel(ctx, id)
+}
 
 // Retry puts a dead or cancelled task back to pending with fresh attempts.
-func (c *Client) Retry(ctx context.Context, id string) (TaskInfo, error) { return c.e.Retry(ctx, id) }
+func (c *Client) Retry(ctx context.Context, id string) (TaskInfo, error) {
+	if err := c.check(false); err != nil {
+		return TaskInfo{}, fmt.Errorf("retry task: %w", err)
+	}
+	return c.e.Retry(ctx, id)
+}
 
 // TypeConfig is a task type's stored configuration.
 type TypeConfig struct {
@@ -212,6 +317,9 @@ type TypeConfig struct {
 // zero Policy leaves the type on Options.DefaultPolicy. A push target the
 // type has (set through the HTTP API or the CLI) is kept.
 func (c *Client) SetType(ctx context.Context, tc TypeConfig) error {
+	if err := c.check(false); err != nil {
+		return fmt.Errorf("set type: %w", err)
+	}
 	spec := engine.TypeSpec{Type: tc.Type, Policy: tc.Policy, Timeout: tc.Timeout, Priority: tc.Priority}
 	cur, err := c.e.StoredTypeSpec(ctx, tc.Type)
 	if err != nil {

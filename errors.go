@@ -1,6 +1,7 @@
 package retryq
 
 import (
+	"errors"
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
@@ -16,19 +17,40 @@ var (
 	ErrConflict = store.ErrConflict
 	// ErrInvalid: an argument was invalid; the message names the field.
 	ErrInvalid = engine.ErrInvalid
+	// ErrClosed: the Client was closed.
+	ErrClosed = engine.ErrClosed
+	// ErrNotStarted: the Client's Start has not been called yet.
+	ErrNotStarted = errors.New("client not started")
 )
 
 // Permanent marks err as not retryable: the task goes straight to the
-// dead-letter queue with reason non_retryable.
+// dead-letter queue with reason non_retryable, whatever the type's code
+// lists say, also when the error is wrapped again (fmt.Errorf with %w).
+// Permanent(nil) is nil: a handler returning it completes its task.
 func Permanent(err error) error { return retry.Permanent(err) }
 
-// Transient marks err as retryable.
+// Transient marks err as retryable. The type's code lists still apply: a
+// no_retry_on list holding its code, or a retry_on list not holding it,
+// makes it permanent. Transient(nil) is nil.
 func Transient(err error) error { return retry.Transient(err) }
 
 // RetryAfter marks err as retryable no sooner than d from now (capped by the
-// type's max delay).
+// type's max delay); d <= 0 leaves the delay to the type's backoff. As for
+// Transient, the type's code lists apply. RetryAfter(nil, d) is nil.
 func RetryAfter(err error, d time.Duration) error { return retry.RetryAfter(err, d) }
 
 // WithCode attaches an error code, matched by a policy's retry_on and
-// no_retry_on lists and shown in the dead-letter queue.
+// no_retry_on lists and shown in the dead-letter queue. The class is taken
+// from err. WithCode(code, nil) is nil.
 func WithCode(code string, err error) error { return retry.WithCode(code, err) }
+
+// invalidError marks an error that names an invalid field as ErrInvalid,
+// keeping its message.
+type invalidError struct{ err error }
+
+func (e invalidError) Error() string { return e.err.Error() }
+
+func (e invalidError) Unwrap() error { return e.err }
+
+// Is reports whether target is ErrInvalid.
+func (e invalidError) Is(target error) bool { return target == ErrInvalid }

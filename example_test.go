@@ -59,3 +59,48 @@ func Example() {
 	// attempt 2: recognised invoice.pdf
 	// succeeded 2 attempts; first failed with 503
 }
+
+// Middleware wraps every handler of a Mux, the first added outermost. A task
+// of a type with no handler fails permanently with code no_handler.
+func ExampleMux_Use() {
+	mux := retryq.NewMux()
+	logged := func(name string) retryq.Middleware {
+		return func(next retryq.Handler) retryq.Handler {
+			return retryq.HandlerFunc(func(ctx context.Context, t *retryq.Task) error {
+				fmt.Println(name, "before", t.Type)
+				err := next.ProcessTask(ctx, t)
+				fmt.Println(name, "after", t.Type)
+				return err
+			})
+		}
+	}
+	mux.Use(logged("outer"), logged("inner"))
+	mux.HandleFunc("email.send", func(ctx context.Context, t *retryq.Task) error {
+		fmt.Println("sending", string(t.Payload))
+		return nil
+	})
+	_ = mux.ProcessTask(context.Background(), &retryq.Task{Type: "email.send", Payload: []byte(`{"to":"a@example.com"}`)})
+	err := mux.ProcessTask(context.Background(), &retryq.Task{Type: "sms.send"})
+	class, code, _ := retry.Classify(err)
+	fmt.Println(class, code, err)
+	// Output:
+	// outer before email.send
+	// inner before email.send
+	// sending {"to":"a@example.com"}
+	// inner after email.send
+	// outer after email.send
+	// permanent no_handler no handler registered for type "sms.send"
+}
+
+// A Permanent error stays permanent however it is wrapped on its way out of
+// the handler, and errors.Is still finds the cause.
+func ExamplePermanent() {
+	errBadPDF := errors.New("not a PDF")
+	handlerErr := fmt.Errorf("page 3: %w", retryq.Permanent(retryq.WithCode("bad_input", errBadPDF)))
+	class, code, _ := retry.Classify(handlerErr)
+	fmt.Println(class, code, errors.Is(handlerErr, errBadPDF))
+	fmt.Println(retryq.Permanent(nil) == nil)
+	// Output:
+	// permanent bad_input true
+	// true
+}

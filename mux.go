@@ -47,32 +47,56 @@ func (m *Mux) Handle(typ string, h Handler) {
 		panic("retryq: multiple registrations for type " + typ)
 	}
 	m.m[typ] = h
-	m.wrapLocked()
-}
-
-// wrapLocked rebuilds the middleware-wrapped handlers, so that dispatching
-// a task does not rebuild the chain. m.mu must be held for writing.
-func (m *Mux) wrapLocked() {
-	m.wrapped = make(map[string]Handler, len(m.m))
-	for typ, h := range m.m {
-		for i := len(m.mw) - 1; i >= 0; i-- {
-			h = m.mw[i](h)
-		}
-		m.wrapped[typ] = h
+	if err := m.wrapLocked(); err != "" {
+		delete(m.m, typ)
+		panic(err)
 	}
 }
 
-// HandleFunc registers f for tasks of type typ.
+// wrapLocked rebuilds the middleware-wrapped handlers, so that dispatching
+// a task does not rebuild the chain. It leaves them as they were and
+// returns a panic message when a middleware returns a nil Handler. m.mu
+// must be held for writing.
+func (m *Mux) wrapLocked() string {
+	wrapped := make(map[string]Handler, len(m.m))
+	for typ, h := range m.m {
+		for i := len(m.mw) - 1; i >= 0; i-- {
+			if h = m.mw[i](h); h == nil {
+				return fmt.Sprintf("retryq: middleware %d returned a nil handler for type %s", i, typ)
+			}
+		}
+		wrapped[typ] = h
+	}
+	m.wrapped = wrapped
+	return ""
+}
+
+// HandleFunc registers f for tasks of type typ. It panics on a duplicate or
+// nil registration, as Handle does.
 func (m *Mux) HandleFunc(typ string, f func(ctx context.Context, t *Task) error) {
+	if f == nil {
+		panic("retryq: nil handler for type " + typ)
+	}
 	m.Handle(typ, HandlerFunc(f))
 }
 
-// Use appends middleware applied to every handler, first added outermost.
+// Use appends middleware applied to every handler, first added outermost,
+// whether registered before or after. It panics on a nil middleware, and
+// on one that returns a nil Handler.
 func (m *Mux) Use(mw ...Middleware) {
+	for _, f := range mw {
+		if f == nil {
+			panic("retryq: nil middleware")
+		}
+	}
 	m.mu.Lock()
-	m.mw = append(m.mw, mw...)
-	m.wrapLocked()
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	prev := m.mw
+	m.mw = append(m.mw[:len(m.mw):len(m.mw)], mw...)
+	if err := m.wrapLocked(); err != "" {
+		m.mw = prev
+		panic(err)
+	}
 }
 
 // Types returns the registered types, sorted.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/retryq/retryq"
 	"github.com/retryq/retryq/retry"
@@ -49,4 +50,79 @@ func TestMuxMiddlewareAndRouting(t *testing.T) {
 		}
 	}()
 	mux.HandleFunc("a", func(ctx context.Context, task *retryq.Task) error { return nil })
+}
+
+// TestMuxRefusesNilHandlersAtRegistration: a nil handler, as a Handler or
+// a function, panics when it is registered (like net/http), not at the
+// first task of its type, where it would count as a failed attempt.
+func TestMuxRefusesNilHandlersAtRegistration(t *testing.T) {
+	for name, register := range map[string]func(*retryq.Mux){
+		"Handle":     func(m *retryq.Mux) { m.Handle("a", nil) },
+		"HandleFunc": func(m *retryq.Mux) { m.HandleFunc("a", nil) },
+	} {
+		func() {
+			mux := retryq.NewMux()
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s with a nil handler did not panic", name)
+				}
+				if types := mux.Types(); len(types) != 0 {
+					t.Errorf("%s with a nil handler registered %v", name, types)
+				}
+			}()
+			register(mux)
+		}()
+	}
+}
+
+// TestMuxRefusesNilMiddlewareAtRegistration: a nil middleware, or one that
+// returns a nil Handler, panics when it is added or when a handler it
+// wraps is registered, and leaves the mux as it was and unlocked: it
+// would otherwise make every task of the mux fail with a panic (or, the
+// panic recovered, leave the mux locked for good).
+func TestMuxRefusesNilMiddlewareAtRegistration(t *testing.T) {
+	ok := func(ctx context.Context, task *retryq.Task) error { return nil }
+	nilWrapper := func(retryq.Handler) retryq.Handler { return nil }
+	// mustPanic runs f bounded in time: a mux left locked by an earlier
+	// panic would block it.
+	mustPanic := func(what string, f func()) {
+		t.Helper()
+		panicked := make(chan bool, 1)
+		go func() {
+			defer func() { panicked <- recover() != nil }()
+			f()
+		}()
+		select {
+		case p := <-panicked:
+			if !p {
+				t.Errorf("%s did not panic", what)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s blocked: the mux is locked", what)
+		}
+	}
+
+	mux := retryq.NewMux()
+	mux.HandleFunc("a", ok)
+	mustPanic("Use(nil)", func() { mux.Use(nil) })
+	mustPanic("Use of a middleware returning nil", func() { mux.Use(nilWrapper) })
+	// The mux is not left locked by the panic, nor changed.
+	done := make(chan error, 1)
+	go func() { done <- mux.ProcessTask(context.Background(), &retryq.Task{Type: "a"}) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the mux after refused middleware: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the mux is still locked after refusing a middleware")
+	}
+
+	// Added before any handler, it is refused with the first handler.
+	mux = retryq.NewMux()
+	mux.Use(nilWrapper)
+	mustPanic("Handle under a middleware returning nil", func() { mux.HandleFunc("a", ok) })
+	if types := mux.Types(); len(types) != 0 {
+		t.Fatalf("refused handler registered: %v", types)
+	}
 }

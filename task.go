@@ -1,6 +1,7 @@
 package retryq
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 
@@ -31,9 +32,9 @@ const (
 type Task struct {
 	ID          string
 	Type        string
-	Payload     json.RawMessage
-	Attempt     int // 1 for the first attempt
-	MaxAttempts int // 0 = the type's policy decides
+	Payload     json.RawMessage // the handler's own copy
+	Attempt     int             // 1 for the first attempt
+	MaxAttempts int             // 0 = the type's policy decides
 	Priority    int
 	CreatedAt   time.Time
 	// LastError is the previous attempt's error, nil on a first attempt.
@@ -43,9 +44,17 @@ type Task struct {
 // Decode unmarshals the payload into v.
 func (t *Task) Decode(v any) error { return json.Unmarshal(t.Payload, v) }
 
+// taskFrom returns the handler's view of a leased task. It shares no
+// memory with s, which the engine holds (and, for a task handed over at
+// enqueue, the enqueue's result too): a handler may change its Task.
 func taskFrom(s *store.Task) *Task {
-	return &Task{
-		ID: s.ID, Type: s.Type, Payload: s.Payload, Attempt: s.Attempt, MaxAttempts: s.MaxAttempts,
-		Priority: s.Priority, CreatedAt: s.CreatedAt, LastError: s.LastError,
+	t := &Task{
+		ID: s.ID, Type: s.Type, Payload: bytes.Clone(s.Payload), Attempt: s.Attempt, MaxAttempts: s.MaxAttempts,
+		Priority: s.Priority, CreatedAt: s.CreatedAt,
 	}
+	if s.LastError != nil {
+		le := *s.LastError
+		t.LastError = &le
+	}
+	return t
 }

@@ -2,7 +2,8 @@ package retryq
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
@@ -13,7 +14,8 @@ import (
 type WorkerConfig struct {
 	// Handler runs tasks; required. A *Mux also supplies the types to fetch.
 	Handler Handler
-	// Types to fetch; default: the Mux's registered types.
+	// Types to fetch; default: the types registered on the Mux when
+	// NewWorker is called (a type registered later is not fetched).
 	Types []string
 	// Concurrency is the number of handlers running at once (default 10).
 	Concurrency int
@@ -30,10 +32,17 @@ type Worker struct {
 	cfg WorkerConfig
 }
 
-// NewWorker returns a worker that runs tasks through c's engine.
+// NewWorker returns a worker that runs tasks through c's engine. Invalid
+// fields are ErrInvalid errors naming the field (Types are checked by Run).
 func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
+	invalid := func(field, msg string) error {
+		return fmt.Errorf("new worker: %w", &engine.FieldError{Field: field, Message: msg})
+	}
+	if c == nil {
+		return nil, invalid("Client", "is required")
+	}
 	if cfg.Handler == nil {
-		return nil, errors.New("new worker: Handler: required")
+		return nil, invalid("Handler", "is required")
 	}
 	if len(cfg.Types) == 0 {
 		if m, ok := cfg.Handler.(*Mux); ok {
@@ -41,17 +50,27 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		}
 	}
 	if len(cfg.Types) == 0 {
-		return nil, errors.New("new worker: Types: required (or register handlers on a Mux first)")
+		return nil, invalid("Types", "is required (or register handlers on a Mux first)")
 	}
+	cfg.Types = slices.Clone(cfg.Types)
 	if cfg.Concurrency < 0 {
-		return nil, errors.New("new worker: Concurrency: must not be negative")
+		return nil, invalid("Concurrency", "must not be negative")
+	}
+	if cfg.ShutdownGrace < 0 {
+		return nil, invalid("ShutdownGrace", "must not be negative")
 	}
 	return &Worker{c: c, cfg: cfg}, nil
 }
 
-// Run fetches and runs tasks until ctx is cancelled, then shuts down
-// gracefully (see WorkerConfig.ShutdownGrace) and returns.
+// Run fetches and runs tasks until ctx is cancelled, or the Client is
+// closed, then shuts down gracefully (see WorkerConfig.ShutdownGrace) and
+// returns nil. It returns ErrNotStarted before the Client's Start (the
+// worker's outcomes are recorded by the Client's loops), and ErrClosed
+// after its Close.
 func (w *Worker) Run(ctx context.Context) error {
+	if err := w.c.check(true); err != nil {
+		return fmt.Errorf("run worker: %w", err)
+	}
 	h := w.cfg.Handler
 	return w.c.e.RunWorker(ctx, engine.WorkerConfig{
 		ID: w.cfg.ID, Types: w.cfg.Types, Concurrency: w.cfg.Concurrency, ShutdownGrace: w.cfg.ShutdownGrace,
