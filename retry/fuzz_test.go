@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"net/http"
 	"reflect"
@@ -93,4 +94,78 @@ func FuzzPolicyJSON(f *testing.F) {
 			prev = d.Delay
 		}
 	})
+}
+
+// FuzzParseSeconds checks the exact decimal reading of JSON seconds
+// against math/big: a JSON number is read as its value in nanoseconds
+// rounded half away from zero, or refused as out of range exactly when
+// that is beyond Duration; anything else is refused as not a number. And
+// every Duration written by formatSeconds reads back as itself.
+func FuzzParseSeconds(f *testing.F) {
+	for _, s := range []string{
+		"0", "-0", "1", "0.2", "-1.5", "1.5e2", "1E-9", "0.0000000005", "-0.0000000005", "0.00000000049",
+		"9223372036.854775807", "9223372036.8547758075", "-9223372036.854775808", "-9223372036.8547758085",
+		"1e10", "1e-1000000000000000", "01", "1.", ".5", "+1", "1e", "--1", "1e+1", "NaN", "",
+	} {
+		f.Add(s, int64(0))
+	}
+	f.Add("", int64(math.MinInt64))
+	f.Add("", int64(math.MaxInt64))
+	f.Fuzz(func(t *testing.T, s string, ns int64) {
+		if back, err := parseSeconds(formatSeconds(time.Duration(ns))); err != nil || back != time.Duration(ns) {
+			t.Fatalf("%d written as %q reads back as %d, %v", ns, formatSeconds(time.Duration(ns)), back, err)
+		}
+		if len(s) > 64 {
+			return // math/big would take long on huge exponents
+		}
+		d, err := parseSeconds(s)
+		var num json.Number
+		isNumber := json.Unmarshal([]byte(s), &num) == nil && string(num) == s
+		if !isNumber {
+			if err == nil {
+				t.Fatalf("parseSeconds(%q) = %v, but it is not a JSON number", s, d)
+			}
+			return
+		}
+		mant, exp, _ := strings.Cut(strings.ToLower(s), "e")
+		if e, perr := strconv.ParseInt(exp, 10, 64); exp != "" && (perr != nil || e > 40 || e < -40) {
+			return // an exponent math/big cannot take quickly; the unit tests cover these
+		}
+		r, ok := new(big.Rat).SetString(mant)
+		if !ok {
+			t.Fatalf("math/big cannot read %q", mant)
+		}
+		if exp != "" {
+			e, _ := strconv.ParseInt(exp, 10, 64)
+			p := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(abs64(e)), nil))
+			if e < 0 {
+				p.Inv(p)
+			}
+			r.Mul(r, p)
+		}
+		r.Mul(r, big.NewRat(1e9, 1))
+		// Round half away from zero.
+		half := big.NewRat(1, 2)
+		if r.Sign() < 0 {
+			half.Neg(half)
+		}
+		r.Add(r, half)
+		want := new(big.Int).Quo(r.Num(), r.Denom())
+		if !want.IsInt64() {
+			if err == nil {
+				t.Fatalf("parseSeconds(%q) = %d, want out of range (%v ns)", s, d, want)
+			}
+			return
+		}
+		if err != nil || int64(d) != want.Int64() {
+			t.Fatalf("parseSeconds(%q) = %d, %v; want %v", s, d, err, want)
+		}
+	})
+}
+
+func abs64(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
 }

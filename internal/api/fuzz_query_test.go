@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -85,5 +86,6 @@ func FuzzReadRequest(f *testing.F) {
 				t.Fatalf("GET %q ? %q: %d without an error member: %s", req.URL.Path, rawQuery, rec.Code, rec.Body.Bytes())
 			}
 		}
+		checkRefusal(t, fmt.Sprintf("GET %q ? %q", req.URL.Path, rawQuery), rec)
 	})
 }

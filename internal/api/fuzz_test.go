@@ -3,11 +3,17 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/retry"
 )
 
 // fuzzBody feeds raw bytes as the JSON body of method path through the
@@ -30,13 +36,68 @@ func fuzzBody(f *testing.F, method, path string, setup func(e *env, path string,
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		e.srv.ServeHTTP(rec, req)
+		if rec.Code == http.StatusServiceUnavailable && ctx.Err() != nil {
+			return // the fuzzer's own deadline, on a loaded machine
+		}
 		if rec.Code >= 500 {
 			t.Fatalf("%s %s %q: %d %s", method, path, body, rec.Code, rec.Body.Bytes())
 		}
 		if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
 			t.Fatalf("%s %s %q: Content-Type %q", method, path, body, ct)
 		}
+		checkRefusal(t, fmt.Sprintf("%s %s %q", method, path, body), rec)
 	})
+}
+
+// checkRefusal fails t unless a 4xx answer is an error body with a code
+// and a message, and an invalid_field error names its field, first in
+// the message too, so that the caller learns which input was wrong.
+func checkRefusal(t *testing.T, what string, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	if rec.Code < 400 || rec.Code >= 500 {
+		return
+	}
+	var b errorBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil || b.Error.Code == "" || b.Error.Message == "" {
+		t.Fatalf("%s: %d without an error code and message (%v): %s", what, rec.Code, err, rec.Body.Bytes())
+	}
+	if b.Error.Code != CodeInvalidField {
+		return
+	}
+	if b.Error.Field == "" {
+		// Only the body as a whole or the query string as a whole is
+		// refused without naming a field.
+		if !strings.HasPrefix(b.Error.Message, "the request body ") && !strings.HasPrefix(b.Error.Message, "malformed query string: ") {
+			t.Fatalf("%s: %d invalid_field not naming its field: %s", what, rec.Code, rec.Body.Bytes())
+		}
+		return
+	}
+	if !strings.HasPrefix(b.Error.Message, b.Error.Field+": ") {
+		t.Fatalf("%s: %d invalid_field whose message does not start with its field: %s", what, rec.Code, rec.Body.Bytes())
+	}
+}
+
+func FuzzHeartbeatBody(f *testing.F) {
+	fuzzBody(f, "POST", "/v1/leases/LEASE/heartbeat", func(e *env, path string, seeds []string) (string, []string) {
+		e.enqueue(map[string]any{"type": "a"})
+		lease := e.leaseOne("a", map[string]any{"lease_seconds": 3600})["lease_id"].(string)
+		return strings.Replace(path, "LEASE", lease, 1), seeds
+	},
+		`{"lease_seconds":30}`, `{"lease_seconds":0.5}`, `{}`, `{"lease_seconds":null}`,
+		`{"lease_seconds":-1}`, `{"lease_seconds":1e300}`, `{"lease_seconds":1e-12}`, `{"lease_seconds":"30"}`, ``)
+}
+
+func FuzzCompleteBody(f *testing.F) {
+	fuzzBody(f, "POST", "/v1/tasks/ID/complete", func(e *env, path string, seeds []string) (string, []string) {
+		id := e.enqueue(map[string]any{"type": "a"})["id"].(string)
+		lease := e.leaseOne("a", map[string]any{"lease_seconds": 3600})["lease_id"].(string)
+		for i := range seeds {
+			seeds[i] = strings.ReplaceAll(seeds[i], "LEASE", lease)
+		}
+		return strings.Replace(path, "ID", id, 1), seeds
+	},
+		`{"lease_id":"x.y"}`, `{"lease_id":""}`, `{"lease_id":"\ud800"}`, `{"lease_id":1}`,
+		`{"lease_id":"x.y","x":1}`, `{"lease_id":"LEASE"}`, `{}`)
 }
 
 func FuzzEnqueueBody(f *testing.F) {
@@ -121,4 +182,94 @@ func TestHandlerNeverPanicsOnRoutes(t *testing.T) {
 			}
 		}
 	}
+}
+
+func FuzzRedriveBody(f *testing.F) {
+	fuzzBody(f, "POST", "/v1/dlq/redrive", killSome, dlqBodySeeds...)
+}
+
+func FuzzPurgeBody(f *testing.F) {
+	fuzzBody(f, "POST", "/v1/dlq/purge", killSome,
+		append([]string{`{"older_than_seconds":3600}`, `{"older_than_seconds":-1}`, `{"older_than_seconds":1e300,"type":"a"}`}, dlqBodySeeds...)...)
+}
+
+// dlqBodySeeds are filters of dead tasks for redrive and purge.
+var dlqBodySeeds = []string{
+	`{"type":"a","error_code":"E1","reason":"non_retryable","since":"2020-01-01T00:00:00Z","limit":1}`,
+	`{"no_error_code":true,"error_code":"x"}`, `{"ids":[]}`, `{"ids":["01HXZ5K3J8T9M2Q4V6W8Y0A1B2","x"]}`,
+	`{"error_code":"a\u0000b"}`, `{"ids":["\u0000"]}`, `{"type":"\ud800"}`, `{"since":"yesterday"}`, `{"limit":-1}`, ``,
+}
+
+// killSome puts dead tasks in the DLQ for the fuzzed filters to select.
+func killSome(e *env, path string, seeds []string) (string, []string) {
+	for range 3 {
+		e.enqueue(map[string]any{"type": "a"})
+	}
+	e.kill("a", "E1")
+	return path, seeds
+}
+
+// FuzzTypeRoundTrip: a type configuration the API accepts is the one it
+// keeps. The PUT's echo is what GET answers, and PUT again, the echo is
+// accepted and answered unchanged: nothing is lost, added or reread
+// differently on the way through the store.
+func FuzzTypeRoundTrip(f *testing.F) {
+	e := newEnv(f, envOpts{sync: "OFF"})
+	for _, s := range []string{
+		`{"retry":{"backoff":"exponential","initial_delay_seconds":0.5,"multiplier":3,"max_delay_seconds":60,"max_doublings":2,"jitter":"full","jitter_fraction":0.5,"max_attempts":4,"retry_window_seconds":600,"retry_on":["503"],"no_retry_on":["400"]},"timeout_seconds":30,"priority":-2}`,
+		`{"target":{"url":"https://u:p@example.com/x?q=1","method":"PUT","headers":{"A":"b","X-Key":"\u00e9"},"timeout_seconds":2.5,"concurrency":4}}`,
+		`{"retry":{"backoff":"decorrelated","initial_delay_seconds":1e-9,"max_delay_seconds":9223372036.854775807}}`,
+		`{"retry":{"backoff":"fixed","initial_delay_seconds":0.1234567891}, "timeout_seconds":0.000000001}`,
+		`{"retry":{"retry_on":[],"no_retry_on":null},"target":{"url":"http://[::1]:9/"}}`,
+		`{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	// typeEcho is typeJSON as a client reads it.
+	type typeEcho struct {
+		Type           string         `json:"type"`
+		Retry          retry.Policy   `json:"retry"`
+		TimeoutSeconds float64        `json:"timeout_seconds"`
+		Priority       int            `json:"priority"`
+		Target         *engine.Target `json:"target"`
+		UpdatedAt      string         `json:"updated_at"`
+		Stored         bool           `json:"stored"`
+	}
+	do := func(t *testing.T, method string, body []byte) (int, typeEcho, []byte) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req := httptest.NewRequestWithContext(ctx, method, "/v1/types/fuzz.rt", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		e.srv.ServeHTTP(rec, req)
+		var out typeEcho
+		if rec.Code == http.StatusOK {
+			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+				t.Fatalf("%s: %v: %s", method, err, rec.Body.Bytes())
+			}
+		}
+		return rec.Code, out, rec.Body.Bytes()
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		code, put, raw := do(t, "PUT", body)
+		if code != http.StatusOK {
+			return
+		}
+		_, got, graw := do(t, "GET", nil)
+		if !reflect.DeepEqual(put, got) {
+			t.Fatalf("PUT %s answered\n%s\nbut GET answers\n%s", body, raw, graw)
+		}
+		again, err := json.Marshal(map[string]any{"retry": put.Retry, "timeout_seconds": put.TimeoutSeconds, "priority": put.Priority, "target": put.Target})
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, put2, raw2 := do(t, "PUT", again)
+		if code != http.StatusOK {
+			t.Fatalf("PUT %s answered\n%s\nbut its echo %s is refused: %d %s", body, raw, again, code, raw2)
+		}
+		put2.UpdatedAt = put.UpdatedAt
+		if !reflect.DeepEqual(put, put2) {
+			t.Fatalf("PUT %s answered\n%s\nbut its echo answers\n%s", body, raw, raw2)
+		}
+	})
 }

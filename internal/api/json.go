@@ -131,7 +131,18 @@ func jsonError(err error, prefix string) error {
 		return fieldError(prefix+te.Field, "must be %s (got %s)", kindName(te), te.Value)
 	}
 	if rest, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fieldError(prefix+strings.Trim(rest, `"`), "unknown field")
+		name, uerr := strconv.Unquote(rest)
+		if uerr != nil {
+			name = strings.Trim(rest, `"`)
+		}
+		if name == "" {
+			// A field named "" would be a message naming nothing.
+			if prefix == "" {
+				return fieldError("", "the request body has a member with an empty name")
+			}
+			return fieldError(strings.TrimSuffix(prefix, "."), "has a member with an empty name")
+		}
+		return fieldError(prefix+name, "unknown field")
 	}
 	return &apiError{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ") + at(prefix)}
 }

@@ -32,6 +32,10 @@ func parseQuery(r *http.Request, allowed ...string) (query, error) {
 			}
 		}
 		if !ok {
+			if k == "" {
+				// A parameter named "" would be a message naming nothing.
+				return nil, fieldError("", "malformed query string: a parameter without a name")
+			}
 			if len(allowed) == 0 {
 				return nil, fieldError(k, "unknown query parameter (this route takes none)")
 			}

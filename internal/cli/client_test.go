@@ -28,7 +28,7 @@ type apiServer struct {
 
 // startAPIServer starts a server on a fresh SQLite database; mod may adjust
 // its options. It is shut down when the test ends.
-func startAPIServer(t *testing.T, mod func(*serverOptions)) *apiServer {
+func startAPIServer(t testing.TB, mod func(*serverOptions)) *apiServer {
 	t.Helper()
 	for _, k := range []string{"RETRYQ_SERVER", "RETRYQ_API_TOKEN", "RETRYQ_READ_TOKEN", "RETRYQ_DB", "RETRYQ_LISTEN"} {
 		t.Setenv(k, "")
@@ -90,7 +90,7 @@ func wantOutput(t *testing.T, what, s string, wants ...string) {
 
 // killTasks makes n tasks of typ dead through the pull API of the engine
 // (lease, then fail as not retryable with code) and returns their ids.
-func killTasks(t *testing.T, s *apiServer, typ, code string, n int) []string {
+func killTasks(t testing.TB, s *apiServer, typ, code string, n int) []string {
 	t.Helper()
 	ctx := context.Background()
 	reqs := make([]engine.EnqueueRequest, n)

@@ -3,6 +3,8 @@ package cli
 import (
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestRedactDSNHidesPasswords: a --db value the server cannot use is
@@ -43,4 +45,74 @@ func TestRedactDSNHidesPasswords(t *testing.T) {
 			t.Errorf("redactDSN(%q) = %q, want %q", dsn, got, want)
 		}
 	}
+}
+
+// TestRedactDSNHidesWholePasswords: a password is hidden whole, however
+// the connection string spells it: a keyword/value value holding '&' or
+// an escaped space, an sslpassword (the client key's passphrase), a
+// percent-encoded parameter name, a URL parameter value holding a space.
+// These used to show part or all of the secret.
+func TestRedactDSNHidesWholePasswords(t *testing.T) {
+	for _, dsn := range []string{
+		"host=h password=ab&secretpw dbname=x",
+		`host=h password=ab\ secretpw dbname=x`,
+		"host=h sslpassword=secretpw sslkey=k.pem",
+		"postgres://u@h/x?sslpassword=secretpw",
+		"postgres://u@h/x?pass%77ord=secretpw",
+		"postgres://u@h/x?password=ab secretpw&x=1",
+		"host=h PGPASSWORD = 'ab secretpw'",
+	} {
+		if got := redactDSN(dsn); strings.Contains(got, "secret") {
+			t.Errorf("redactDSN(%q) = %q: shows the password", dsn, got)
+		}
+	}
+	// What is not a secret stays.
+	for dsn, want := range map[string]string{
+		"postgres://u@h/x?password=p&sslmode=disable": "postgres://u@h/x?password=***&sslmode=disable",
+		"host=h password=p&q dbname=x":                "host=h password=*** dbname=x",
+		"host=h password='p q' dbname=x":              "host=h password='***' dbname=x",
+	} {
+		if got := redactDSN(dsn); got != want {
+			t.Errorf("redactDSN(%q) = %q, want %q", dsn, got, want)
+		}
+	}
+}
+
+// FuzzRedactDSN checks redactDSN against the PostgreSQL driver's own
+// reading of a connection string: whatever password the driver would
+// take from a string, the redacted string does not show it, and read
+// again it holds no password but the mask.
+func FuzzRedactDSN(f *testing.F) {
+	// Keep the driver off the environment and the files it may read.
+	f.Setenv("PGPASSWORD", "")
+	f.Setenv("PGPASSFILE", "/nonexistent/retryq-fuzz-pgpass")
+	f.Setenv("PGSERVICE", "")
+	f.Setenv("PGSERVICEFILE", "/nonexistent/retryq-fuzz-pgservice")
+	for _, s := range []string{
+		"postgres://u:pw@h/x", "postgres://u:p%40w@h:5432/x?sslmode=disable", "postgresql://u@h/x?password=pw&x=1",
+		"postgres://u@h/x?PASSWORD=pw", "postgres://u@h/x?pass%77ord=pw", "postgres://u:a@b@h/x",
+		"host=h user=u password=pw dbname=x", "password = 'p\\'w x' host=h", `password=a\ b`, "password=a&b host=h",
+		"mysql://u:pw@h/x", "postgres:/u:pw@h/x", "sqlite:q.db", "host=h password=", "user=u:x@y password=z",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, dsn string) {
+		got := redactDSN(dsn)
+		lower := strings.ToLower(dsn)
+		for _, risky := range []string{"ssl", "file", "service", "/dev", "target_session_attrs"} {
+			if strings.Contains(lower, risky) {
+				return // the driver would read files or dial to check
+			}
+		}
+		cfg, err := pgconn.ParseConfig(dsn)
+		if err != nil || cfg.Password == "" {
+			return
+		}
+		if len(cfg.Password) >= 4 && strings.Contains(got, cfg.Password) {
+			t.Fatalf("redactDSN(%q) = %q: shows the password %q", dsn, got, cfg.Password)
+		}
+		if again, err := pgconn.ParseConfig(got); err == nil && again.Password != "" && again.Password != "***" {
+			t.Fatalf("redactDSN(%q) = %q, which still holds the password %q (was %q)", dsn, got, again.Password, cfg.Password)
+		}
+	})
 }

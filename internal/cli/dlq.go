@@ -137,6 +137,10 @@ func (f *dlqFilter) sinceRFC3339() string {
 // parseSince reads an RFC 3339 time or a duration ago ("24h", "30m").
 func parseSince(flagName, v string, now time.Time) (time.Time, string) {
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		if y := t.UTC().Year(); y < 1 || y > 9999 {
+			// Sent in UTC, it would be a year the server cannot read.
+			return time.Time{}, fmt.Sprintf("%s: must lie between years 0001 and 9999 in UTC (got %q)", flagName, v)
+		}
 		return t, ""
 	}
 	d, err := parseDuration(v)

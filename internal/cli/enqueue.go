@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/store"
 )
 
 func init() {
@@ -78,6 +79,10 @@ func runEnqueue(ctx context.Context, env *Env, args []string) int {
 	if set["key"] && key == "" {
 		return usageError(env, name, "--key: must not be empty")
 	}
+	if !store.ValidText(key) {
+		// JSON would carry it as U+FFFD: another key than the one given.
+		return usageError(env, name, fmt.Sprintf("--key: must be valid UTF-8 text (got %q)", key))
+	}
 	if set["priority"] {
 		if priority < -engine.MaxPriority || priority > engine.MaxPriority {
 			return usageError(env, name, fmt.Sprintf("--priority: must be between %d and %d (got %d)", -engine.MaxPriority, engine.MaxPriority, priority))
@@ -101,6 +106,10 @@ func runEnqueue(ctx context.Context, env *Env, args []string) int {
 		t, err := time.Parse(time.RFC3339Nano, runAt)
 		if err != nil {
 			return usageError(env, name, fmt.Sprintf("--run-at: want an RFC 3339 time such as 2024-05-01T12:00:00Z, got %q", runAt))
+		}
+		if y := t.UTC().Year(); y < 1 || y > 9999 {
+			// Sent in UTC, it would be a year the server cannot read.
+			return usageError(env, name, fmt.Sprintf("--run-at: must lie between years 0001 and 9999 in UTC (got %q)", runAt))
 		}
 		b.RunAt = t.UTC().Format(time.RFC3339Nano)
 	}

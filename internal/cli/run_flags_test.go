@@ -2,6 +2,7 @@ package cli
 
 import (
 	"io"
+	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
@@ -79,4 +80,48 @@ func TestParseRunRejectsBeforeRunning(t *testing.T) {
 			t.Errorf("retryq run %s: status %d, stderr %q; want %q", tt.args, status, stderr, tt.want)
 		}
 	}
+}
+
+// FuzzRunFlags: "retryq run" with arbitrary policy flag values either
+// refuses them with a message naming a flag, or builds a policy whose
+// delays stay within zero and its cap.
+func FuzzRunFlags(f *testing.F) {
+	for _, s := range [][6]string{
+		{"1s", "5m", "2", "0", "0.25", "0"},
+		{"10m", "", "", "", "", ""},
+		{"0.000000001", "1e-9", "1e308", "1000000", "1", "1h"},
+		{"-1", "0", "NaN", "-1", "0", "-1s"},
+		{"9223372036", "", "1.0000001", "63", "1e-300", "292y"},
+	} {
+		f.Add(s[0], s[1], s[2], s[3], s[4], s[5], "exponential")
+	}
+	f.Fuzz(func(t *testing.T, delay, maxDelay, multiplier, doublings, fraction, maxTime, backoff string) {
+		args := []string{"--backoff=" + backoff}
+		for _, fl := range [][2]string{{"delay", delay}, {"max-delay", maxDelay}, {"multiplier", multiplier},
+			{"max-doublings", doublings}, {"jitter-fraction", fraction}, {"max-time", maxTime}} {
+			if fl[1] != "" {
+				args = append(args, "--"+fl[0]+"="+fl[1])
+			}
+		}
+		var errOut strings.Builder
+		env := &Env{Stdout: io.Discard, Stderr: &errOut}
+		o, status := parseRun(env, append(args, "--", "true"))
+		if o == nil {
+			if status != exitUsage || !strings.HasPrefix(errOut.String(), "retryq run: ") ||
+				!strings.Contains(strings.SplitN(errOut.String(), "\n", 2)[0], "--") {
+				t.Fatalf("%q: status %d, stderr %q", args, status, errOut.String())
+			}
+			return
+		}
+		q := o.policy.WithDefaults()
+		r := rand.New(rand.NewPCG(1, 2))
+		prev := time.Duration(0)
+		for n := 1; n <= 70; n++ {
+			d := q.Decide(retry.Input{Attempt: n, MaxAttempts: 100, Now: time.Unix(0, 0), PrevDelay: prev, Class: retry.ClassTransient}, r)
+			if d.Delay < 0 || d.Delay > q.MaxDelay {
+				t.Fatalf("%q: attempt %d: delay %v outside [0, %v]", args, n, d.Delay, q.MaxDelay)
+			}
+			prev = d.Delay
+		}
+	})
 }

@@ -117,8 +117,9 @@ func unprintable(r rune) bool {
 // dropEscapes removes the terminal escape sequences from s: CSI sequences
 // (colours, cursor moves: ESC [ or U+009B, parameters, a final byte), string
 // sequences (window titles, hyperlinks: ESC ] P X ^ _ or U+009D, up to BEL
-// or ESC \) and two-byte escapes (ESC and one byte from @ to ~). Other
-// control characters are left to the caller.
+// or ESC \), nF escapes (ESC, bytes from '!' to '/', a final byte from
+// '0' to '~': "ESC ( B") and two-byte escapes (ESC and one byte from '0'
+// to '~'). Other control characters are left to the caller.
 func dropEscapes(s string) string {
 	if !strings.ContainsRune(s, '\x1b') && !strings.ContainsRune(s, '\u009b') && !strings.ContainsRune(s, '\u009d') {
 		return s
@@ -154,7 +155,19 @@ func dropEscapes(s string) string {
 				j += 2
 			}
 			i = j
-		case r == '\x1b' && i+1 < len(s) && s[i+1] >= 0x40 && s[i+1] <= 0x7e:
+		case r == '\x1b' && i+1 < len(s) && s[i+1] >= 0x21 && s[i+1] <= 0x2f:
+			// nF: intermediates, then a final byte ("ESC ( B", as tput sgr0
+			// writes). A stray ESC before a space stays a space.
+			j := i + 1
+			for j < len(s) && s[j] >= 0x20 && s[j] <= 0x2f {
+				j++
+			}
+			if j < len(s) && s[j] >= 0x30 && s[j] <= 0x7e {
+				j++
+			}
+			i = j
+		case r == '\x1b' && i+1 < len(s) && s[i+1] >= 0x30 && s[i+1] <= 0x7e:
+			// Fp, Fe, Fs: "ESC 7" (save the cursor), "ESC M", "ESC c".
 			i += 2
 		default:
 			b.WriteString(s[i : i+size])
