@@ -39,9 +39,10 @@ type Store interface {
 	ExtendLeases(ctx context.Context, p ExtendParams) ([]error, error)
 
 	// ExpiredLeases returns up to Limit running tasks whose lease expired
-	// before Now, oldest expiry first. It changes nothing: the caller decides
-	// and records an outcome under the expired lease via RecordOutcomes with
-	// ReapExpired set.
+	// before Now, oldest expiry first, leaving out tasks of the types in
+	// ExcludeTypes. It changes nothing: the caller decides and records an
+	// outcome under the expired lease via RecordOutcomes with ReapExpired
+	// set.
 	ExpiredLeases(ctx context.Context, p ExpiredParams) ([]Task, error)
 
 	// PromoteDue moves up to Limit scheduled and retry_waiting tasks whose RunAt
@@ -109,6 +110,10 @@ type Store interface {
 	AcquireLeader(ctx context.Context, p LeaderParams) (Lease, error)
 	// ReleaseLeader gives up the named lease if NodeID holds it.
 	ReleaseLeader(ctx context.Context, p LeaderParams) error
+	// GetLeader returns the named lease as stored, expired or not (the
+	// caller judges its expiry on the clock it was written at), or
+	// ErrNotFound when no one holds it. It writes nothing.
+	GetLeader(ctx context.Context, name string) (Lease, error)
 	// HeartbeatNode upserts a node's registry row with LastSeen = now.
 	HeartbeatNode(ctx context.Context, n Node, now time.Time) error
 	// ListNodes lists registered nodes seen at or after since.
@@ -117,7 +122,9 @@ type Store interface {
 	// SchemaVersion reports the applied schema version and the newest version
 	// this binary knows.
 	SchemaVersion(ctx context.Context) (applied, known int, err error)
-	// Ping checks the database is reachable.
+	// Ping checks the database is reachable and accepts writes: a database
+	// that answers but refuses writes (a read-only replica, a primary
+	// demoted by a failover) fails with ErrUnavailable.
 	Ping(ctx context.Context) error
 	// Close releases the store's resources.
 	Close() error
@@ -270,6 +277,10 @@ type ExtendParams struct {
 type ExpiredParams struct {
 	Limit int
 	Now   time.Time
+	// ExcludeTypes leaves out the tasks of these types (at most
+	// MaxExcludeTypes distinct names): a reaper that cannot decide a type's
+	// tasks for now lists past them instead of getting the same batch back.
+	ExcludeTypes []string
 }
 
 // PromoteParams is the input of PromoteDue.

@@ -150,6 +150,32 @@ func CheckFetch(p FetchParams) ([]string, error) {
 	return types, nil
 }
 
+// MaxExcludeTypes bounds the distinct types one ExpiredLeases call may
+// leave out.
+const MaxExcludeTypes = 10000
+
+// CheckExpired validates ExpiredParams and returns its ExcludeTypes sorted
+// without duplicates (nil when there are none).
+func CheckExpired(p ExpiredParams) ([]string, error) {
+	if p.Limit <= 0 {
+		return nil, fmt.Errorf("limit must be positive (got %d): %w", p.Limit, ErrInvalid)
+	}
+	if err := CheckNow(p.Now); err != nil {
+		return nil, err
+	}
+	if len(p.ExcludeTypes) == 0 {
+		return nil, nil
+	}
+	if err := CheckText("type", p.ExcludeTypes...); err != nil {
+		return nil, err
+	}
+	types := slices.Compact(slices.Sorted(slices.Values(p.ExcludeTypes)))
+	if len(types) > MaxExcludeTypes {
+		return nil, fmt.Errorf("at most %d excluded types (got %d): %w", MaxExcludeTypes, len(types), ErrInvalid)
+	}
+	return types, nil
+}
+
 // CheckLimit validates the Limit of a bulk change (RedriveDead, PurgeDead,
 // DeleteFinished), where 0 means no limit: a negative one is ErrInvalid
 // rather than read as "all".

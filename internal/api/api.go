@@ -32,7 +32,8 @@ type Config struct {
 	// level, one line per request. Default: discard. Tokens are never logged.
 	Logger *slog.Logger
 	// Ready backs GET /readyz: nil error means ready. Default: the store
-	// answers a ping and its schema migrations are current.
+	// answers a ping (so it is reachable and accepts writes) and its schema
+	// migrations are current.
 	Ready func(ctx context.Context) error
 }
 

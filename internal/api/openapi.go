@@ -81,7 +81,7 @@ var (
 func openAPIOps() []openAPIOp {
 	return []openAPIOp{
 		{method: "GET", path: "/healthz", tag: "health", summary: "Liveness: the process is up.", status: 200, resp: "Status"},
-		{method: "GET", path: "/readyz", tag: "health", summary: "Readiness: the database is reachable and its migrations are current.", status: 200, resp: "Status", errs: []int{503}},
+		{method: "GET", path: "/readyz", tag: "health", summary: "Readiness: the database is reachable, accepts writes, and its migrations are current.", status: 200, resp: "Status", errs: []int{503}},
 		{method: "GET", path: "/v1/openapi.json", tag: "meta", summary: "This OpenAPI document (no token needed).", status: 200, resp: ""},
 
 		{method: "POST", path: "/v1/tasks", tag: "tasks", summary: "Enqueue a task. A repeated idempotency key returns the existing task with 200 and duplicate=true.", body: "EnqueueRequest", status: 201, resp: "Task", extra: map[int]string{200: "Task"}},

@@ -132,14 +132,33 @@ func (s *server) nodes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	leader, err := s.e.LeaderNode(r.Context(), now)
+	if err != nil {
+		return err
+	}
 	out := make([]nodeJSON, len(ns))
 	for i, n := range ns {
 		alive := n.Role != engine.RoleStopped && now.Sub(n.LastSeen) < nodeAliveAfter
-		out[i] = nodeJSON{ID: n.ID, Host: n.Host, Version: n.Version, Role: n.Role,
+		out[i] = nodeJSON{ID: n.ID, Host: n.Host, Version: n.Version, Role: shownRole(n, leader),
 			StartedAt: jsonTime(n.StartedAt), LastSeen: jsonTime(n.LastSeen), Alive: alive}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"nodes": out})
 	return nil
+}
+
+// shownRole is the role GET /v1/nodes shows for n when leader holds the
+// scheduler lease ("" when no one does). A row's "leader" is believed only
+// while its node holds the lease: a leader killed without closing leaves
+// its row saying "leader" until it is 30 s old, while another node takes
+// the lease after about 12.5 s. Such a row is shown as "standby", so at
+// most one node is ever shown as the leader. A node counts itself leader
+// for less long than its lease lasts, so a live leader's row loses the
+// role before the lease expires; other rows are shown as written.
+func shownRole(n store.Node, leader string) string {
+	if n.Role == engine.RoleLeader && n.ID != leader {
+		return engine.RoleStandby
+	}
+	return n.Role
 }
 
 // healthz handles GET /healthz: the process is up.
@@ -155,13 +174,14 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	if err := s.ready(ctx); err != nil {
 		s.log.Warn("not ready", "request_id", requestIDFrom(r.Context()), "err", err)
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady,
-			Message: "not ready: the database is unreachable or its migrations are not current (see the server log)"}
+			Message: "not ready: the database is unreachable, refuses writes, or its migrations are not current (see the server log)"}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil
 }
 
-// defaultReady checks that the store answers and its schema is current.
+// defaultReady checks that the store answers, accepts writes (Store.Ping)
+// and its schema is current.
 func (s *server) defaultReady(ctx context.Context) error {
 	st := s.e.Store()
 	if err := st.Ping(ctx); err != nil {

@@ -164,3 +164,46 @@ func TestNodesAliveOnDatabaseClock(t *testing.T) {
 		t.Errorf("last_seen = %v, %v from now; want the database's time of its last heartbeat", seen, time.Since(seen))
 	}
 }
+
+// TestNodesShowOnlyTheLeaseHolderAsLeader: a leader killed without closing
+// (kill -9, a lost host) leaves its registry row saying "leader", seen
+// moments ago; once another node holds the scheduler lease, GET /v1/nodes
+// shows only that node as the leader. It used to show both as alive
+// leaders for up to 30 s after the killed one's last heartbeat (17 s after
+// a takeover with the default timings).
+func TestNodesShowOnlyTheLeaseHolderAsLeader(t *testing.T) {
+	backendtest.Run(t, testNodesShowOnlyTheLeaseHolderAsLeader)
+}
+
+func testNodesShowOnlyTheLeaseHolderAsLeader(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend})
+	nodes := func() map[string]map[string]any {
+		out := map[string]map[string]any{}
+		for _, n := range e.must(http.StatusOK, "GET", "/v1/nodes", nil).m["nodes"].([]any) {
+			out[n.(map[string]any)["id"].(string)] = n.(map[string]any)
+		}
+		return out
+	}
+	waitFor(t, "the node to lead and say so", 20*time.Second, func() bool {
+		return e.eng.IsLeader() && nodes()["test-node"]["role"] == engine.RoleLeader
+	})
+	// The last row of a leader killed a moment ago, on the registry's clock.
+	killed := store.Node{ID: "killed", Host: "h", Version: "test", Role: engine.RoleLeader,
+		StartedAt: e.eng.RegistryNow(t.Context()).Add(-time.Hour)}
+	if err := e.st.HeartbeatNode(t.Context(), killed, e.eng.RegistryNow(t.Context())); err != nil {
+		t.Fatal(err)
+	}
+	ns := nodes()
+	var leaders []string
+	for id, n := range ns {
+		if n["alive"] == true && n["role"] == engine.RoleLeader {
+			leaders = append(leaders, id)
+		}
+	}
+	if len(leaders) != 1 || leaders[0] != "test-node" {
+		t.Errorf("alive leaders = %v, want only the lease holder test-node; nodes: %v", leaders, ns)
+	}
+	if k := ns["killed"]; k["role"] == engine.RoleLeader {
+		t.Errorf("killed leader's row = %v; want it not shown as leader", k)
+	}
+}

@@ -18,8 +18,9 @@ Lists the retryq server processes that share the server's database, as they
 record themselves every few seconds: id, host, version, role (leader,
 standby, worker when it runs without the scheduler, or stopped when it
 closed cleanly), when each started and was last seen, and whether it is
-alive (seen in the last 30 seconds and not stopped). Nodes seen since
---since are listed (default: the last hour).
+alive (seen in the last 30 seconds and not stopped). The leader is the node
+that holds the leadership lease, whatever the other rows last recorded.
+Nodes seen since --since are listed (default: the last hour).
 `
 
 // apiNode is one node of GET /v1/nodes.

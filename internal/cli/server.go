@@ -82,8 +82,8 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the registry and leases, up to 200 bytes (default host-pid-random)")
 	fs.BoolVar(&o.noScheduler, "no-scheduler", false, "never run the scheduler loops on this node")
-	fs.BoolVar(&o.pollOnly, "poll-only", false, "PostgreSQL: no LISTEN/NOTIFY (for transaction-mode poolers)")
-	fs.BoolVar(&o.noMigrate, "no-migrate", false, "PostgreSQL: do not apply migrations at start (run \"retryq migrate\" first)")
+	fs.BoolVar(&o.pollOnly, "poll-only", false, "PostgreSQL only: no LISTEN/NOTIFY (for transaction-mode poolers)")
+	fs.BoolVar(&o.noMigrate, "no-migrate", false, "PostgreSQL only: do not apply migrations at start (run \"retryq migrate\" first)")
 	fs.Var(durationValue{&o.lease}, "lease", "lease of in-process workers, extended by heartbeats: 1s to 1h (default 30s)")
 	fs.Var(durationValue{&o.poll}, "poll-interval", "fallback poll interval when no wake-up arrives: 10ms to 1h (default 1s)")
 	fs.Var(durationValue{&o.leaderTTL}, "leader-ttl", "scheduler leadership lease: 1s to 1h (default 10s)")
@@ -149,7 +149,28 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	if err := api.CheckListen(o.listen, len(o.apiTokens)+len(o.readTokens) > 0); err != nil {
 		return nil, usageError(env, "server", "--listen: "+err.Error())
 	}
+	if isSQLiteDSN(o.db) {
+		// Ignoring them would start a server that does what the operator
+		// ruled out: --no-migrate would migrate the file all the same.
+		for _, f := range []struct {
+			name, why string
+			set       bool
+		}{
+			{"--no-migrate", "a SQLite database is always migrated when opened", o.noMigrate},
+			{"--poll-only", "SQLite has no LISTEN/NOTIFY to turn off", o.pollOnly},
+		} {
+			if f.set {
+				return nil, usageError(env, "server", f.name+": applies to PostgreSQL only ("+f.why+")")
+			}
+		}
+	}
 	return o, exitOK
+}
+
+// isSQLiteDSN reports whether openDB opens dsn as SQLite: "sqlite:PATH", or
+// a bare path ending in .db.
+func isSQLiteDSN(dsn string) bool {
+	return strings.HasPrefix(dsn, "sqlite:") || (strings.HasSuffix(dsn, ".db") && !strings.Contains(dsn, "://"))
 }
 
 // minPollInterval is the shortest --poll-interval: each poll is a query
@@ -358,10 +379,11 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 }
 
 // shutdown stops accepting requests, answers waiting long polls at once
-// (they hold no task), lets the other requests finish for up to 10 s, then
-// closes what is left, and only then the engine and the database.
+// (they hold no task) and stops leasing push tasks (deliveries in flight go
+// on), lets the other requests finish for up to 10 s, then closes what is
+// left, and only then the engine and the database.
 func (rs *runningServer) shutdown() {
-	rs.eng.EndLongPolls()
+	rs.eng.BeginShutdown()
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := rs.http.Shutdown(sctx); err != nil {

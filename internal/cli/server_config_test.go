@@ -217,3 +217,34 @@ func TestServerFlagsWinOverEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// TestServerRefusesPostgresOnlyFlagsOnSQLite: --no-migrate and --poll-only
+// apply to PostgreSQL only; given with a SQLite database (sqlite:PATH, or
+// a bare path ending in .db) they are usage errors naming the flag (status
+// 2), before the file is created or migrated. They used to be ignored: a
+// server started with --no-migrate migrated the file all the same.
+func TestServerRefusesPostgresOnlyFlagsOnSQLite(t *testing.T) {
+	clearServerEnv(t)
+	dir := t.TempDir()
+	for i, tc := range []struct{ flag, db string }{
+		{"--no-migrate", "sqlite:"},
+		{"--poll-only", "sqlite:"},
+		{"--no-migrate", ""}, // a bare path ending in .db
+	} {
+		path := filepath.Join(dir, string(rune('a'+i))+".db")
+		what := tc.flag + " on " + tc.db + path
+		status, log := runServerBriefly(t, "--db", tc.db+path, "--listen", "127.0.0.1:0", tc.flag)
+		if status != exitUsage || !strings.Contains(log, tc.flag+": applies to PostgreSQL only") {
+			t.Errorf("%s: status %d, want %d and an error naming the flag; log:\n%s", what, status, exitUsage, log)
+		}
+		noFile(t, path, what)
+	}
+	// From RETRYQ_DB too.
+	path := filepath.Join(dir, "env.db")
+	t.Setenv("RETRYQ_DB", "sqlite:"+path)
+	if status, log := runServerBriefly(t, "--listen", "127.0.0.1:0", "--no-migrate"); status != exitUsage ||
+		!strings.Contains(log, "--no-migrate: applies to PostgreSQL only") {
+		t.Errorf("--no-migrate with RETRYQ_DB on SQLite: status %d, want %d; log:\n%s", status, exitUsage, log)
+	}
+	noFile(t, path, "--no-migrate with RETRYQ_DB")
+}

@@ -213,6 +213,18 @@ func (e *Engine) LongPolls() int { return int(e.longPolls.Load()) }
 // it too.
 func (e *Engine) EndLongPolls() { e.endPollsOnce.Do(func() { close(e.pollsEnded) }) }
 
+// BeginShutdown makes the node take no new work while the caller drains
+// what it serves (a server's HTTP requests), without waiting for anything:
+// it ends the long polls (EndLongPolls) and stops the push fetchers, so
+// that no push task is leased only to be given back at Close. A push fetch
+// already sent finishes and what it leased is released (pending again, the
+// attempt not counted); deliveries in flight go on, and Close gives them
+// their grace. In-process workers are stopped by Close. It is idempotent.
+func (e *Engine) BeginShutdown() {
+	e.EndLongPolls()
+	e.push.stopFetching()
+}
+
 // track registers a worker about to run and returns the context it runs
 // under, which Close cancels; untrack is called when it has stopped. It
 // fails once the engine is closing.

@@ -236,18 +236,23 @@ func TestHeartbeatRetriedSoonAfterTransientFailure(t *testing.T) {
 // late: it waits until the test lets it go (the watchdog has stopped the
 // handler meanwhile), then extends the leases as of the time it was sent,
 // whatever its caller's context says, as a call that commits after its
-// caller gave up does. committed is closed after that.
+// caller gave up does. committed is closed after that. extended is closed
+// after the first heartbeat that extended a lease.
 type lateExtends struct {
 	outcomeLog
-	arm, letGo, committed chan struct{}
-	once                  sync.Once
+	arm, letGo, committed, extended chan struct{}
+	once, extendedOnce              sync.Once
 }
 
 func (s *lateExtends) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error, error) {
 	select {
 	case <-s.arm:
 	default:
-		return s.Store.ExtendLeases(ctx, p)
+		errs, err := s.Store.ExtendLeases(ctx, p)
+		if err == nil && len(errs) > 0 && errs[0] == nil {
+			s.extendedOnce.Do(func() { close(s.extended) })
+		}
+		return errs, err
 	}
 	late := false
 	s.once.Do(func() { late = true })
@@ -269,9 +274,12 @@ func (s *lateExtends) ExtendLeases(ctx context.Context, p store.ExtendParams) ([
 // extended lease that nobody held until the reaper counted the cut attempt
 // as a lease expiry.
 func TestWatchdogStopGivesBackALeaseALateHeartbeatKept(t *testing.T) {
-	const lease = 300 * time.Millisecond
+	// The late heartbeat's expiry is a heartbeat interval (a third of the
+	// lease) after the one the watchdog knew: the give-back must commit
+	// within that window, so it is wide enough for a loaded machine.
+	const lease = 1500 * time.Millisecond
 	st := &lateExtends{outcomeLog: outcomeLog{Store: openWorkerStoreOn(t, "sqlite")},
-		arm: make(chan struct{}), letGo: make(chan struct{}), committed: make(chan struct{})}
+		arm: make(chan struct{}), letGo: make(chan struct{}), committed: make(chan struct{}), extended: make(chan struct{})}
 	e := startWorkerEngine(t, st, Config{LeaseDuration: lease, NoScheduler: true})
 	started := make(chan *store.Task, 2)
 	var runs atomic.Int32
@@ -291,6 +299,9 @@ func TestWatchdogStopGivesBackALeaseALateHeartbeatKept(t *testing.T) {
 		}})
 	id := mustEnqueue(t, e, "x", `1`)
 	first := recvWithin(t, started, 10*time.Second, "the handler to start")
+	// Armed once a heartbeat extended the lease, so that the late one is a
+	// whole interval after the expiry the watchdog goes by.
+	recvWithin(t, st.extended, 10*time.Second, "a heartbeat to extend the lease")
 	close(st.arm)
 	waitTask(t, e, id, "the task to run again and succeed", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
 	got := mustGet(t, e, id)

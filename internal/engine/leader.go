@@ -4,6 +4,8 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -266,6 +268,25 @@ func (e *Engine) RegistryNow(ctx context.Context) time.Time {
 		}
 	}
 	return e.now()
+}
+
+// LeaderNode returns the node id of the engine that holds the scheduler
+// lease at now, a time of the registry's clock (RegistryNow, the clock the
+// lease is written at), or "" when no one holds it: never taken, given up,
+// or expired (its holder died or lost the database). A lease is held up to
+// and including its expiry instant. It writes nothing.
+func (e *Engine) LeaderNode(ctx context.Context, now time.Time) (string, error) {
+	l, err := e.st.GetLeader(ctx, leaderName)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read leader lease: %w", err)
+	}
+	if now.After(l.ExpiresAt) {
+		return "", nil
+	}
+	return LeaseHolderNode(l.NodeID), nil
 }
 
 // nodeHeartbeat is the interval of the node registry's writes, and the

@@ -282,14 +282,7 @@ func (p *pusher) start(parent context.Context) {
 // outcome coalescer stops. It is idempotent.
 func (p *pusher) stop() {
 	p.stopOnce.Do(func() {
-		p.mu.Lock()
-		p.stopped = true
-		started := p.started
-		if started {
-			p.cancel()
-		}
-		p.mu.Unlock()
-		if !started {
+		if !p.stopFetching() {
 			return
 		}
 		p.loops.Wait() // no delivery starts after this
@@ -316,6 +309,20 @@ func (p *pusher) stop() {
 		p.cancelDeliveries()
 		p.client.CloseIdleConnections()
 	})
+}
+
+// stopFetching cancels the refresh loop and the fetchers without waiting
+// for them: no fetch starts after it, a fetch in flight releases what it
+// leased, and deliveries in flight go on. It reports whether the pusher had
+// started. It is idempotent.
+func (p *pusher) stopFetching() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.stopped && p.started {
+		p.cancel()
+	}
+	p.stopped = true
+	return p.started
 }
 
 // run keeps the set of fetchers in line with the stored targets.

@@ -141,8 +141,11 @@ func testPushWatchdogStopGivesBackALeaseALateHeartbeatKept(t *testing.T, backend
 		}
 	})
 	st := &lateHeartbeat{Store: openWorkerStoreOn(t, backend), letGo: make(chan struct{}), committed: make(chan struct{})}
-	// No scheduler: the reaper would otherwise decide the expired lease.
-	e, err := New(Config{Store: st, NodeID: "push-late", LeaseDuration: 900 * time.Millisecond,
+	// No scheduler: the reaper would otherwise decide the expired lease. The
+	// give-back must commit within a heartbeat interval (a third of the
+	// lease) of the watchdog's stop, so the lease leaves a loaded machine
+	// room for it.
+	e, err := New(Config{Store: st, NodeID: "push-late", LeaseDuration: 1500 * time.Millisecond,
 		PollInterval: 20 * time.Millisecond, NoScheduler: true})
 	if err != nil {
 		t.Fatal(err)
@@ -160,5 +163,66 @@ func testPushWatchdogStopGivesBackALeaseALateHeartbeatKept(t *testing.T, backend
 	}
 	if n := requests.Load(); n != 2 {
 		t.Errorf("target got %d requests, want 2", n)
+	}
+}
+
+// TestBeginShutdownStopsPushFetchingAndKeepsDeliveries: BeginShutdown,
+// which a server calls before it drains its HTTP requests, stops leasing
+// push tasks at once, while a delivery already in flight goes on and
+// records its outcome. Push fetching used to go on until Close, so a
+// server leased (and delivered) tasks all through its drain.
+func TestBeginShutdownStopsPushFetchingAndKeepsDeliveries(t *testing.T) {
+	backendtest.Run(t, testBeginShutdownStopsPushFetchingAndKeepsDeliveries)
+}
+
+func testBeginShutdownStopsPushFetchingAndKeepsDeliveries(t *testing.T, backend string) {
+	arrived := make(chan string, 16)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- r.Header.Get(HeaderTaskID)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release) // before srv.Close, which waits for the handlers
+	st := openWorkerStoreOn(t, backend)
+	e, err := New(Config{Store: st, NodeID: "begin-shutdown", PollInterval: 20 * time.Millisecond, NoScheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Close() }()
+	if _, err := e.PutType(context.Background(), TypeSpec{Type: "hook", Policy: fastPolicy(3), Target: &Target{URL: srv.URL}}); err != nil {
+		t.Fatal(err)
+	}
+	inFlight := mustEnqueue(t, e, "hook", `1`)
+	if id := recvWithin(t, arrived, 20*time.Second, "the first delivery"); id != inFlight {
+		t.Fatalf("delivered %s, want %s", id, inFlight)
+	}
+	e.BeginShutdown()
+	later := mustEnqueue(t, e, "hook", `2`)
+	select {
+	case id := <-arrived:
+		t.Fatalf("task %s delivered after BeginShutdown", id)
+	case <-time.After(2 * time.Second):
+	}
+	release <- struct{}{} // the delivery in flight completes
+	waitFor(t, "the delivery in flight to succeed", func() bool {
+		tk, err := st.GetTask(context.Background(), inFlight)
+		return err == nil && tk.State == store.StateSucceeded
+	})
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := st.GetTask(context.Background(), later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.State != store.StatePending || tk.Attempt != 0 {
+		t.Errorf("task enqueued after BeginShutdown: state %s, attempt %d; want pending, none counted", tk.State, tk.Attempt)
 	}
 }

@@ -174,10 +174,20 @@ func (e *Engine) promote(ctx context.Context) (ok bool) {
 // a type whose configuration could not be read).
 func (e *Engine) reap(ctx context.Context) (ok bool) {
 	ok = true
+	// Types whose configuration could not be read in this pass: their
+	// tasks are left expired, and the later listings of the pass leave
+	// them out, so that a full batch of them at the head of the list (a
+	// configuration this binary cannot decode, written by a newer version)
+	// does not come back on every listing and hide the tasks behind it.
+	var postponed map[string]bool
+	var exclude []string
 	for i := 0; i < 20 && ctx.Err() == nil; i++ {
+		if len(exclude) > store.MaxExcludeTypes {
+			return false // bounded: the rest waits for the next pass
+		}
 		now := e.now()
 		cctx, cancel := e.schedCallCtx(ctx)
-		tasks, err := e.st.ExpiredLeases(cctx, store.ExpiredParams{Limit: reapBatch, Now: now})
+		tasks, err := e.st.ExpiredLeases(cctx, store.ExpiredParams{Limit: reapBatch, Now: now, ExcludeTypes: exclude})
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -188,32 +198,39 @@ func (e *Engine) reap(ctx context.Context) (ok bool) {
 		if len(tasks) == 0 {
 			return ok
 		}
+		full := len(tasks) == reapBatch
 		// Decide under each type's own configuration. A type whose
-		// configuration cannot be read now (the database is briefly away)
-		// is left for the next pass rather than decided under the engine's
-		// defaults, which could dead-letter its tasks under the wrong max
-		// attempts or error lists; its leases stay expired until then.
+		// configuration cannot be read now (the database is briefly away,
+		// or it does not decode) is left for the next pass rather than
+		// decided under the engine's defaults, which could dead-letter its
+		// tasks under the wrong max attempts or error lists; its leases
+		// stay expired until then.
 		outs := make([]store.Outcome, 0, len(tasks))
 		kept := tasks[:0]
-		var postponed map[string]int // type -> tasks left for a later pass
 		for j := range tasks {
-			ent, err := e.types.get(ctx, tasks[j].Type)
+			typ := tasks[j].Type
+			if postponed[typ] {
+				continue
+			}
+			ent, err := e.types.get(ctx, typ)
 			if err != nil {
 				if postponed == nil {
-					postponed = make(map[string]int)
+					postponed = make(map[string]bool)
 				}
-				if postponed[tasks[j].Type]++; postponed[tasks[j].Type] == 1 {
-					e.log.Warn("reaping postponed: type configuration unavailable", "type", tasks[j].Type, "err", err)
-				}
+				postponed[typ] = true
+				exclude = append(exclude, typ)
+				e.log.Warn("reaping postponed: type configuration unavailable", "type", typ, "err", err)
 				continue
 			}
 			kept = append(kept, tasks[j])
 			outs = append(outs, e.Decide(&kept[len(kept)-1], &ent.spec, Failure{LeaseExpired: true}, now))
 		}
-		full := len(tasks) == reapBatch
 		ok = ok && postponed == nil
 		if tasks = kept; len(tasks) == 0 {
-			return ok
+			if !full {
+				return ok
+			}
+			continue // list past the postponed types
 		}
 		cctx, cancel = e.schedCallCtx(ctx)
 		errs, err := e.st.RecordOutcomes(cctx, store.OutcomeParams{Outcomes: outs, Now: now})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
 )
@@ -266,5 +267,63 @@ func TestStuckDueWorkDoesNotSpinTheScheduler(t *testing.T) {
 				t.Fatalf("while stuck: %s, %v; want still %s", got.State, err, tc.state)
 			}
 		})
+	}
+}
+
+// TestReaperPassesTasksOfAnUnreadableType: tasks whose type configuration
+// cannot be read (here a policy with a field this binary does not know, as
+// a newer version writes during a rolling upgrade) are left expired, but
+// they must not keep the reaper from the other expired leases. Before, a
+// full batch of them at the head of the expired-lease list came back from
+// every listing, the reaper postponed it and stopped, and a task of a good
+// type whose lease expired later was never reaped.
+func TestReaperPassesTasksOfAnUnreadableType(t *testing.T) {
+	backendtest.Run(t, testReaperPassesTasksOfAnUnreadableType)
+}
+
+func testReaperPassesTasksOfAnUnreadableType(t *testing.T, backend string) {
+	ctx := context.Background()
+	st := openWorkerStoreOn(t, backend)
+	now := time.Now()
+	if _, err := st.PutType(ctx, store.TypeConfig{Type: "bad.t", Policy: []byte(`{"max_attempts":3,"field_from_a_newer_version":1}`)}, now); err != nil {
+		t.Fatal(err)
+	}
+	const nbad = reapBatch + 10
+	nts := make([]store.NewTask, 0, nbad)
+	for i := range nbad {
+		nts = append(nts, store.NewTask{ID: NewID(now.Add(time.Duration(i))), Type: "bad.t", Payload: []byte("null"), RunAt: now})
+	}
+	if _, err := st.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: nts}); err != nil {
+		t.Fatal(err)
+	}
+	good, err := st.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: []store.NewTask{{ID: NewID(now.Add(time.Hour)), Type: "good.t", Payload: []byte("null"), RunAt: now}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A worker of another process leases them all, then dies; the good
+	// task's lease expires last.
+	if got, err := st.FetchTasks(ctx, store.FetchParams{Types: []string{"bad.t"}, Limit: nbad, WorkerID: "gone", LeaseDuration: time.Millisecond, Now: now}); err != nil || len(got) != nbad {
+		t.Fatalf("fetch bad.t: %d tasks, %v", len(got), err)
+	}
+	if got, err := st.FetchTasks(ctx, store.FetchParams{Types: []string{"good.t"}, Limit: 1, WorkerID: "gone", LeaseDuration: 2 * time.Millisecond, Now: now}); err != nil || len(got) != 1 {
+		t.Fatalf("fetch good.t: %d tasks, %v", len(got), err)
+	}
+	e := startWorkerEngine(t, st, Config{NodeID: "reap-hol-test"})
+	waitFor(t, "the scheduler to lead", e.IsLeader)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Counters().Reaped == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing reaped 10 s after the scheduler started: the %d expired tasks of the unreadable type ahead of the good.t task kept the reaper from it", nbad)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, err := st.GetTask(ctx, good[0].Task.ID); err != nil || got.State == store.StateRunning {
+		t.Fatalf("good.t task: %s, %v; want reaped", got.State, err)
+	}
+	if c := e.Counters(); c.Reaped != 1 {
+		t.Fatalf("Reaped = %d; want 1 (only the good type's task)", c.Reaped)
+	}
+	if got, err := st.GetTask(ctx, nts[0].ID); err != nil || got.State != store.StateRunning {
+		t.Fatalf("bad.t task: %s, %v; want still running (reap postponed)", got.State, err)
 	}
 }

@@ -150,3 +150,219 @@ func TestRetentionCutMidwayLeavesNoLockedTasks(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyedInsertCutMidwayLeavesKeyFree: a node's network path is cut
+// silently just as the database answers its keyed insert. Another node's
+// enqueue of the same key must answer at once, with the task of whichever
+// insert holds the key. The keyed insert used to run in an explicit
+// transaction: the cut left the first node's session idle in it, its
+// uncommitted row holding the key in the unique index, and every other
+// insert of that key waited on it until the server noticed the dead peer
+// (hours): a client's idempotent retry of a request hung.
+func TestKeyedInsertCutMidwayLeavesKeyFree(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := newCutProxy(t, dbURL)
+	cut := openURL(t, proxied, nil)
+	t.Cleanup(proxy.close) // before the cut store's Close, which waits for the cut connection
+	other := openURL(t, dbURL, nil)
+	ctx := t.Context()
+	first := store.NewTask{ID: "first", Type: "email", IdempotencyKey: "order-1"}
+	proxy.cutOnReply("INSERT 0 1", "SELECT 1")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	_, err := cut.InsertTasks(short, store.InsertParams{Tasks: []store.NewTask{first}, Now: t0})
+	cancel()
+	if err == nil {
+		t.Fatal("keyed insert over a path cut before its reply succeeded")
+	}
+	if proxy.replyCut.Load() != nil {
+		t.Fatal("the insert's reply never came through the proxy; the test cut nothing")
+	}
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := other.InsertTasks(wait, store.InsertParams{Tasks: []store.NewTask{{ID: "second", Type: "email", IdempotencyKey: "order-1"}}, Now: t0})
+	if err != nil {
+		t.Fatalf("other node's insert of the same key: %v (after %v); want an answer at once", err, time.Since(start).Round(time.Millisecond))
+	}
+	if got := res[0].Task.ID; got != "first" && got != "second" {
+		t.Fatalf("other node's insert answered task %q", got)
+	}
+}
+
+// TestCancelCutMidwayLeavesNoLock: a node's network path is cut silently
+// just as the database answers its cancellation of a task. Another node's
+// cancellation of that task must answer at once. CancelTask used to read
+// the task's lease under a row lock in an explicit transaction: the cut left
+// the session idle in it, holding the task's row lock until the server
+// noticed the dead peer (hours), and every write to the task (a cancel, a
+// retry, the worker's outcome, its lease's expiry) waited on it.
+func TestCancelCutMidwayLeavesNoLock(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := newCutProxy(t, dbURL)
+	cut := openURL(t, proxied, nil)
+	t.Cleanup(proxy.close) // before the cut store's Close, which waits for the cut connection
+	other := openURL(t, dbURL, nil)
+	ctx := t.Context()
+	task := leased(t, other, "cancel", 1, t0)[0]
+	// The lock's read, or the one statement that cancels.
+	proxy.cutOnReply("SELECT 1")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	_, err := cut.CancelTask(short, store.CancelParams{ID: task.ID, Now: t0})
+	cancel()
+	if err == nil {
+		t.Fatal("cancellation over a path cut before its reply succeeded")
+	}
+	if proxy.replyCut.Load() != nil {
+		t.Fatal("the cancellation's reply never came through the proxy; the test cut nothing")
+	}
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = other.CancelTask(wait, store.CancelParams{ID: task.ID, Now: t0.Add(time.Second)})
+	var conflict *store.ConflictError
+	if err != nil && !(errors.As(err, &conflict) && conflict.State == store.StateCancelled) {
+		t.Fatalf("other node's cancellation: %v (after %v); want it cancelled at once", err, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// TestRetryTaskCutMidwayLeavesNoLock: a node's network path is cut
+// silently just as the database answers its manual retry of a cancelled
+// task. Another node's retry of that task must answer at once. RetryTask
+// used to run in an explicit transaction: the cut left the session idle in
+// it, holding the task's row lock until the server noticed the dead peer
+// (hours).
+func TestRetryTaskCutMidwayLeavesNoLock(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := newCutProxy(t, dbURL)
+	cut := openURL(t, proxied, nil)
+	t.Cleanup(proxy.close) // before the cut store's Close, which waits for the cut connection
+	other := openURL(t, dbURL, nil)
+	ctx := t.Context()
+	tasks := newTasks("retry", 1)
+	if _, err := other.InsertTasks(ctx, store.InsertParams{Tasks: tasks, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.CancelTask(ctx, store.CancelParams{ID: tasks[0].ID, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	// The update's tag, or that of the one statement that retries.
+	proxy.cutOnReply("UPDATE 1", "SELECT 1")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	_, err := cut.RetryTask(short, store.RetryParams{ID: tasks[0].ID, Now: t0})
+	cancel()
+	if err == nil {
+		t.Fatal("retry over a path cut before its reply succeeded")
+	}
+	if proxy.replyCut.Load() != nil {
+		t.Fatal("the retry's reply never came through the proxy; the test cut nothing")
+	}
+	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = other.RetryTask(wait, store.RetryParams{ID: tasks[0].ID, Now: t0.Add(time.Second)})
+	var conflict *store.ConflictError
+	if err != nil && !(errors.As(err, &conflict) && conflict.State == store.StatePending) {
+		t.Fatalf("other node's retry: %v (after %v); want it retried at once", err, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// TestRedriveCutMidwayLeavesNoLockedTasks: a node's network path is cut
+// silently just as the database answers its redrive of dead tasks. The
+// tasks must end up pending, by that redrive or by the next one. RedriveDead
+// used to run in an explicit transaction: the cut left the session idle in
+// it, holding the locks of the tasks it selected, which the next redrive
+// skips (and a purge too), so they stayed dead until the server noticed the
+// dead peer (hours).
+func TestRedriveCutMidwayLeavesNoLockedTasks(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := newCutProxy(t, dbURL)
+	cut := openURL(t, proxied, nil)
+	t.Cleanup(proxy.close) // before the cut store's Close, which waits for the cut connection
+	other := openURL(t, dbURL, nil)
+	ctx := t.Context()
+	tasks := leased(t, other, "dead", 3, t0)
+	var outs []store.Outcome
+	for _, task := range tasks {
+		outs = append(outs, store.Outcome{TaskID: task.ID, LeaseID: task.LeaseID, State: store.StateDead, DeadReason: store.DeadNonRetryable,
+			Error: &store.ErrorInfo{Code: "bad", Message: "bad input", Class: "permanent"}, OutcomeKind: store.OutcomeFailed})
+	}
+	if errs, err := other.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: outs, Now: t0}); err != nil || errors.Join(errs...) != nil {
+		t.Fatal(err, errs)
+	}
+	// The update's tag, or that of the one query that counts the tasks.
+	proxy.cutOnReply("UPDATE 3", "SELECT 1")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	_, err := cut.RedriveDead(short, store.DeadFilter{Now: t0.Add(time.Second)})
+	cancel()
+	if err == nil {
+		t.Fatal("redrive over a path cut before its reply succeeded")
+	}
+	if proxy.replyCut.Load() != nil {
+		t.Fatal("the redrive's reply never came through the proxy; the test cut nothing")
+	}
+	n, err := other.RedriveDead(ctx, store.DeadFilter{Now: t0.Add(2 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		got, err := other.GetTask(ctx, task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != store.StatePending {
+			t.Errorf("task %s is %s after the next redrive (which redrove %d); want pending", task.ID, got.State, n)
+		}
+	}
+}
+
+// TestStatsCutMidwayReleasesItsLocksSoon: a node's network path is cut
+// silently just as the database answers a query of its statistics'
+// transaction. The server must end that session within the store's idle
+// limit (shortened here), releasing its locks. It used to keep the session
+// idle in its transaction until it noticed the dead peer (hours), holding
+// a snapshot (vacuum could clean no task row deleted since) and share
+// locks on the tables: a migration's ALTER TABLE waited for them, and
+// every query of every node queued behind the migration.
+func TestStatsCutMidwayReleasesItsLocksSoon(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	proxy, proxied := newCutProxy(t, dbURL)
+	other := openURL(t, dbURL, nil)
+	// Migrated already: the store starts no transaction before the test's.
+	cut := openURL(t, proxied, func(c *Config) { c.AutoMigrate = false })
+	cut.idleTxLimit = time.Second
+	t.Cleanup(proxy.close) // before the cut store's Close, which waits for the cut connection
+	ctx := t.Context()
+	if _, err := other.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("stats", 1), Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	// The first query's one row: a type and state with its count.
+	proxy.cutOnReply("SELECT 1")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	_, err := cut.Stats(short, store.StatsParams{Since: t0})
+	cancel()
+	if err == nil {
+		t.Fatal("stats over a path cut before its reply succeeded")
+	}
+	if proxy.replyCut.Load() != nil {
+		t.Fatal("the stats' reply never came through the proxy; the test cut nothing")
+	}
+	// What a migration does first: lock the tables it alters.
+	c := connect(t, dbURL)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	start := time.Now()
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE tasks, attempts IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatalf("locking the tables after the cut: %v (after %v); want the cut session ended within its idle limit", err, time.Since(start).Round(time.Millisecond))
+	}
+}

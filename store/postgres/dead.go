@@ -132,9 +132,19 @@ func limitClause(limit int, args []any) (string, []any) {
 }
 
 // RedriveDead retries up to Limit matching dead tasks (oldest death first) in
-// one transaction.
+// one statement.
+//
+// One statement, not an explicit transaction: the redrive commits on the
+// server, and its row locks go, whatever becomes of the reply. In an
+// explicit transaction, a node whose network path is cut (or whose process
+// is stopped) before the COMMIT would leave its session idle in it, holding
+// the locks of the tasks it selected, which the next redrive and purge
+// skip, until the server noticed the dead peer (hours).
 func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "redrive dead tasks"
+	if err := s.check(op); err != nil {
+		return 0, err
+	}
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
@@ -146,25 +156,30 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	}
 	where, args := deadWhere(f, []any{us(f.Now)})
 	limit, args := limitClause(f.Limit, args)
+	// woke sends a wake-up (at commit) when the redrive retried any task;
+	// the query reads its count to make it run.
+	woke, wake := "", "NULL::bigint"
+	if !s.cfg.PollOnly {
+		woke = `, woke AS MATERIALIZED (
+	SELECT pg_notify('` + notifyChannel + `', '') WHERE EXISTS (SELECT 1 FROM upd)
+)`
+		wake = "(SELECT count(*) FROM woke)"
+	}
 	var n int64
-	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `
+	err := s.pool.QueryRow(ctx, `
 WITH d AS MATERIALIZED (
 	SELECT t.id FROM tasks t WHERE `+where+` ORDER BY t.updated_at, t.id`+limit+` FOR UPDATE SKIP LOCKED
-)
-UPDATE tasks AS t SET `+retrySet+`
-FROM d
-WHERE t.id = d.id`, args...)
-		if err != nil {
-			return err
-		}
-		n = tag.RowsAffected()
-		if n > 0 {
-			return s.notify(ctx, tx)
-		}
-		return nil
-	})
-	return int(n), err
+), upd AS (
+	UPDATE tasks AS t SET `+retrySet+`
+	FROM d
+	WHERE t.id = d.id
+	RETURNING t.id
+)`+woke+`
+SELECT (SELECT count(*) FROM upd), `+wake, args...).Scan(&n, nil)
+	if err != nil {
+		return 0, translate(op, err)
+	}
+	return int(n), nil
 }
 
 // PurgeDead deletes matching dead tasks and their history.

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/retryq/retryq/store"
 )
 
@@ -66,9 +64,9 @@ var insertValuesSQL = func() [maxValuesRows + 1]string {
 // valuesParams is the number of parameters per row of insertValuesSQL.
 const valuesParams = 14
 
-// InsertTasks inserts a batch in one multi-row statement (unnest of arrays)
-// in one transaction. Idempotency keys are resolved with ON CONFLICT DO
-// NOTHING on the unique partial index, then the existing tasks are read.
+// InsertTasks inserts a batch in one multi-row statement. Idempotency keys
+// are resolved with ON CONFLICT DO NOTHING on the unique partial index,
+// then the existing tasks are read (insertKeyed).
 func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.InsertResult, error) {
 	const op = "insert tasks"
 	if err := s.check(op); err != nil {
@@ -244,11 +242,41 @@ func (s *Store) insertBatch(ctx context.Context, op string, tasks []store.NewTas
 	return results, nil
 }
 
-// insertKeyed inserts a batch holding idempotency keys in a transaction:
-// ON CONFLICT DO NOTHING on the unique partial index, then the tasks that
-// hold the keys already are read. Should one of them vanish in between
-// (retention), the transaction rolls back and the caller may retry.
+// insertKeyedSQL is insertTasksSQL that also sends a wake-up (sent at
+// commit) when it inserts a task that is not running: only inserted tasks
+// wake anyone, a batch of duplicates adds nothing to fetch. The cross join
+// with the one-row count makes the statement evaluate woke; its count is
+// not read.
+const insertKeyedSQL = `
+WITH ins AS (` + insertRowsSQL + `
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING t.*
+), woke AS MATERIALIZED (
+	SELECT pg_notify('` + notifyChannel + `', '') WHERE EXISTS (SELECT 1 FROM ins WHERE ins.state <> 'running')
+)
+SELECT ` + taskCols + ` FROM ins AS t, (SELECT count(*) FROM woke) AS w`
+
+// maxKeyedRounds bounds the rounds of insertKeyed: a key whose task
+// retention deleted between the insert and the read-back is inserted again
+// in the next round, where it cannot vanish again (the task it finds, if
+// any, is new and unfinished).
+const maxKeyedRounds = 3
+
+// insertKeyed inserts a batch holding idempotency keys: ON CONFLICT DO
+// NOTHING on the unique partial index, then the tasks that hold the keys
+// already are read.
+//
+// The insert is one statement, committed on its own, and the read another:
+// in an explicit transaction, a node whose network path is cut (or whose
+// process is stopped) before the COMMIT would leave its session idle in
+// it, its uncommitted rows holding their keys, and every other insert of
+// those keys would wait until the server noticed the dead peer (hours).
+// Should a key's task vanish between the two (retention deleted it), the
+// key is free: its task is inserted in another round.
 func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTask, dupOf []int, r insertRows) ([]store.InsertResult, error) {
+	if err := s.check(op); err != nil {
+		return nil, err
+	}
 	results := make([]store.InsertResult, len(tasks))
 	// Insert the rows in key order: two batches holding the same keys in
 	// different orders would otherwise each wait, on the unique key index,
@@ -262,73 +290,105 @@ func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTas
 			return strings.Compare(*a.key, *b.key)
 		}
 	})
-	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, insertTasksSQL, r.args()...)
+	// Input indexes of the tasks that are not repeats of an earlier key.
+	byID := make(map[string]int, len(tasks))
+	byKey := make(map[string]int, len(tasks))
+	for i, nt := range tasks {
+		if dupOf[i] < 0 {
+			byID[nt.ID] = i
+			if nt.IdempotencyKey != "" {
+				byKey[nt.IdempotencyKey] = i
+			}
+		}
+	}
+	for round := 1; len(r) > 0; round++ {
+		vanished, err := s.insertKeyedRound(ctx, tasks, byID, byKey, r, results)
 		if err != nil {
-			return err
+			return nil, translate(op, err)
 		}
-		inserted, err := collectTasks(rows)
-		if err != nil {
-			return err
+		if len(vanished) == 0 {
+			break
 		}
-		byID := make(map[string]store.Task, len(inserted))
-		for _, t := range inserted {
-			byID[t.ID] = t
+		if round == maxKeyedRounds {
+			return nil, fmt.Errorf("%s: task with idempotency key %q vanished %d times: %w", op, vanished[0], round, store.ErrUnavailable)
 		}
-		// Keyed tasks that were not inserted already exist.
-		var missingKeys []string
-		for i, nt := range tasks {
-			if dupOf[i] >= 0 {
-				continue
-			}
-			if t, ok := byID[nt.ID]; ok && t.IdempotencyKey == nt.IdempotencyKey {
-				results[i] = store.InsertResult{Task: t}
-				continue
-			}
-			missingKeys = append(missingKeys, nt.IdempotencyKey)
+		// The rows of the vanished keys, whose tasks were not inserted.
+		gone := make(map[string]bool, len(vanished))
+		for _, key := range vanished {
+			gone[key] = true
 		}
-		if len(missingKeys) > 0 {
-			rows, err := tx.Query(ctx, "SELECT "+taskCols+" FROM tasks t WHERE t.idempotency_key = ANY($1)", missingKeys)
-			if err != nil {
-				return err
-			}
-			existing, err := collectTasks(rows)
-			if err != nil {
-				return err
-			}
-			byKey := make(map[string]store.Task, len(existing))
-			for _, t := range existing {
-				byKey[t.IdempotencyKey] = t
-			}
-			for i, nt := range tasks {
-				if dupOf[i] >= 0 || results[i].Task.ID != "" {
-					continue
-				}
-				t, ok := byKey[nt.IdempotencyKey]
-				if !ok {
-					// Deleted between the conflict and the read: let the
-					// caller retry the whole batch.
-					return fmt.Errorf("task with idempotency key %q vanished: %w", nt.IdempotencyKey, store.ErrUnavailable)
-				}
-				results[i] = store.InsertResult{Task: t, Duplicate: true}
+		again := make(insertRows, 0, len(vanished))
+		for _, row := range r {
+			if row.key != nil && gone[*row.key] {
+				again = append(again, row)
 			}
 		}
-		for i := range tasks {
-			if j := dupOf[i]; j >= 0 {
-				results[i] = store.InsertResult{Task: results[j].Task, Duplicate: true}
-			}
+		r = again
+	}
+	for i := range tasks {
+		if j := dupOf[i]; j >= 0 {
+			results[i] = store.InsertResult{Task: results[j].Task, Duplicate: true}
 		}
-		// Only inserted tasks wake anyone: a batch of duplicates adds
-		// nothing to fetch.
-		if wakeFor(inserted) {
-			return s.notify(ctx, tx)
-		}
-		return nil
-	})
+	}
+	return results, nil
+}
+
+// insertKeyedRound inserts r and fills in the results of its tasks (byID
+// and byKey map their ids and keys to input indexes): inserted, or
+// duplicates of the tasks that hold their keys. It returns the keys whose
+// tasks it found neither inserted nor existing.
+func (s *Store) insertKeyedRound(ctx context.Context, tasks []store.NewTask, byID, byKey map[string]int, r insertRows, results []store.InsertResult) ([]string, error) {
+	sql := insertKeyedSQL
+	if s.cfg.PollOnly {
+		sql = insertTasksSQL
+	}
+	rows, err := s.pool.Query(ctx, sql, r.args()...)
 	if err != nil {
 		return nil, err
 	}
-	return results, nil
+	inserted, err := collectTasks(rows)
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[string]bool, len(inserted))
+	for _, t := range inserted {
+		if i, ok := byID[t.ID]; ok && t.IdempotencyKey == tasks[i].IdempotencyKey {
+			results[i] = store.InsertResult{Task: t}
+			done[t.ID] = true
+		}
+	}
+	// Keyed tasks that were not inserted already exist.
+	var missingKeys []string
+	for _, row := range r {
+		if !done[row.id] && row.key != nil { // only a keyed row can conflict
+			missingKeys = append(missingKeys, *row.key)
+		}
+	}
+	if len(missingKeys) == 0 {
+		return nil, nil
+	}
+	rows, err = s.pool.Query(ctx, "SELECT "+taskCols+" FROM tasks t WHERE t.idempotency_key = ANY($1)", missingKeys)
+	if err != nil {
+		return nil, err
+	}
+	existing, err := collectTasks(rows)
+	if err != nil {
+		return nil, err
+	}
+	holders := make(map[string]store.Task, len(existing))
+	for _, t := range existing {
+		holders[t.IdempotencyKey] = t
+	}
+	var vanished []string
+	for _, key := range missingKeys {
+		t, ok := holders[key]
+		if !ok {
+			vanished = append(vanished, key) // deleted since the insert found it
+			continue
+		}
+		results[byKey[key]] = store.InsertResult{Task: t, Duplicate: true}
+	}
+	return vanished, nil
 }
 
 // cmpBool orders false before true.

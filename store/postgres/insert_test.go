@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -70,5 +71,81 @@ func TestInsertNotifiesOnlyForInsertedTasks(t *testing.T) {
 	insert(store.NewTask{ID: "p3", Type: "x", IdempotencyKey: "kp"}, store.NewTask{ID: "p4", Type: "x", IdempotencyKey: "new"})
 	if n := wakeups("one new"); n != 1 {
 		t.Errorf("an insert with one new task sent %d wake-ups, want 1", n)
+	}
+}
+
+// TestKeyedInsertWhoseDuplicateRetentionDeletedInsertsAnew: retention
+// deletes the finished task holding an idempotency key after a keyed
+// insert found the key taken and before it read that task back. The key
+// is free again, so the enqueue must insert its task anew. It used to fail
+// with store.ErrUnavailable (a 503 to an API client), though nothing was
+// unavailable and retrying alone could not be told apart from a real
+// outage.
+func TestKeyedInsertWhoseDuplicateRetentionDeletedInsertsAnew(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	s := openURL(t, url, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	old := store.NewTask{ID: "old", Type: "x", IdempotencyKey: "a-key"}
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Now: t0, Tasks: []store.NewTask{old}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CancelTask(ctx, store.CancelParams{ID: old.ID, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	// Another transaction holds "b-key", uncommitted: the insert below
+	// finds "a-key" taken, then waits on "b-key" (rows go in key order).
+	x := connect(t, url)
+	tx, err := x.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	row := rowOfTask("holder", "x", nil, t0)
+	key := "b-key"
+	row.key = &key
+	if _, err := tx.Exec(ctx, insertTasksSQL, insertRows{row}.args()...); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res []store.InsertResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := s.InsertTasks(ctx, store.InsertParams{Now: t0.Add(time.Second), Tasks: []store.NewTask{
+			{ID: "new-a", Type: "x", IdempotencyKey: "a-key"}, {ID: "new-b", Type: "x", IdempotencyKey: "b-key"}}})
+		done <- answer{res, err}
+	}()
+	w := connect(t, url)
+	waitUntil(t, w, "the keyed insert to wait for the other transaction's key", `SELECT count(*) > 0 FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+	res, err := s.DeleteFinished(ctx, store.RetentionParams{CancelledBefore: t0.Add(time.Hour)})
+	if err != nil || res.Cancelled != 1 {
+		t.Fatalf("retention = %+v, %v; want the old task deleted", res, err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var a answer
+	select {
+	case a = <-done:
+	case <-ctx.Done():
+		t.Fatal("the keyed insert never answered")
+	}
+	if a.err != nil {
+		if errors.Is(a.err, store.ErrUnavailable) {
+			t.Fatalf("keyed insert whose duplicate retention deleted: %v; want the task inserted anew", a.err)
+		}
+		t.Fatal(a.err)
+	}
+	for i, id := range []string{"new-a", "new-b"} {
+		if r := a.res[i]; r.Duplicate || r.Task.ID != id {
+			t.Errorf("result %d = %s (duplicate %v); want %s inserted", i, r.Task.ID, r.Duplicate, id)
+		}
+		if got, err := s.GetTask(ctx, id); err != nil || got.State != store.StatePending {
+			t.Errorf("task %s: %s, %v; want it pending", id, got.State, err)
+		}
 	}
 }

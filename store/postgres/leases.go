@@ -101,15 +101,16 @@ func (s *Store) ExpiredLeases(ctx context.Context, p store.ExpiredParams) ([]sto
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
-	if p.Limit <= 0 {
-		return nil, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
-	}
-	if err := store.CheckNow(p.Now); err != nil {
+	exclude, err := store.CheckExpired(p)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	if exclude == nil {
+		exclude = []string{}
+	}
 	rows, err := s.pool.Query(ctx, `SELECT `+taskCols+` FROM tasks t
-WHERE t.state = 'running' AND t.lease_expires_at < $1
-ORDER BY t.lease_expires_at, t.id LIMIT $2`, us(p.Now), p.Limit)
+WHERE t.state = 'running' AND t.lease_expires_at < $1 AND NOT (t.type = ANY($3::text[]))
+ORDER BY t.lease_expires_at, t.id LIMIT $2`, us(p.Now), p.Limit, exclude)
 	if err != nil {
 		return nil, translate(op, err)
 	}

@@ -172,6 +172,29 @@ func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
 	return translate(op, err)
 }
 
+// GetLeader returns the named lease as stored, or store.ErrNotFound.
+func (s *Store) GetLeader(ctx context.Context, name string) (store.Lease, error) {
+	op := "get leader lease " + name
+	if err := s.check(op); err != nil {
+		return store.Lease{}, err
+	}
+	if !store.ValidText(name) {
+		// The server would refuse such a name as text; no lease has it.
+		return store.Lease{}, fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
+	var l store.Lease
+	err := s.pool.QueryRow(ctx, "SELECT name, node_id, expires_at FROM leader WHERE name = $1", name).
+		Scan(&l.Name, &l.NodeID, &l.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Lease{}, translate(op, err)
+	}
+	l.ExpiresAt = l.ExpiresAt.UTC()
+	return l, nil
+}
+
 // HeartbeatNode upserts a node's registry row with LastSeen = now.
 func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) error {
 	op := "heartbeat node " + n.ID

@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +174,74 @@ func TestCancelPayload(t *testing.T) {
 		if len(ch) != 0 {
 			t.Errorf("malformed payload %q delivered %v", bad, <-ch)
 		}
+	}
+}
+
+// TestRetryAndRedriveWakeOnlyWhenTheyApply: a manual retry and a redrive
+// that put tasks back to pending send one wake-up each (their statement
+// sends it, at commit), and ones that change nothing send none.
+func TestRetryAndRedriveWakeOnlyWhenTheyApply(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	s := openURL(t, url, nil)
+	l := connect(t, url)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if _, err := l.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	// wakeups counts the wake-ups delivered before the marker sent now.
+	wakeups := func(marker string) int {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, marker); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for {
+			msg, err := l.WaitForNotification(ctx)
+			if err != nil {
+				t.Fatalf("waiting for %s: %v", marker, err)
+			}
+			if msg.Payload == marker {
+				return n
+			}
+			if msg.Payload == "" {
+				n++
+			}
+		}
+	}
+	tasks := leased(t, s, "w", 2, t0)
+	if _, err := s.CancelTask(ctx, store.CancelParams{ID: tasks[0].ID, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if errs, err := s.RecordOutcomes(ctx, store.OutcomeParams{Now: t0, Outcomes: []store.Outcome{{TaskID: tasks[1].ID, LeaseID: tasks[1].LeaseID,
+		State: store.StateDead, DeadReason: store.DeadNonRetryable, OutcomeKind: store.OutcomeFailed,
+		Error: &store.ErrorInfo{Code: "bad", Message: "bad", Class: "permanent"}}}}); err != nil || errors.Join(errs...) != nil {
+		t.Fatal(err, errs)
+	}
+	wakeups("setup")
+	if _, err := s.RetryTask(ctx, store.RetryParams{ID: tasks[0].ID, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if n := wakeups("retry"); n != 1 {
+		t.Errorf("a retry sent %d wake-ups, want 1", n)
+	}
+	if _, err := s.RetryTask(ctx, store.RetryParams{ID: tasks[0].ID, Now: t0}); err == nil {
+		t.Fatal("retry of a pending task succeeded")
+	}
+	if n := wakeups("failed retry"); n != 0 {
+		t.Errorf("a retry that changed nothing sent %d wake-ups, want 0", n)
+	}
+	if n, err := s.RedriveDead(ctx, store.DeadFilter{Now: t0}); err != nil || n != 1 {
+		t.Fatalf("redrive = %d, %v; want 1", n, err)
+	}
+	if n := wakeups("redrive"); n != 1 {
+		t.Errorf("a redrive sent %d wake-ups, want 1", n)
+	}
+	if n, err := s.RedriveDead(ctx, store.DeadFilter{Now: t0}); err != nil || n != 0 {
+		t.Fatalf("second redrive = %d, %v; want 0", n, err)
+	}
+	if n := wakeups("empty redrive"); n != 0 {
+		t.Errorf("a redrive of nothing sent %d wake-ups, want 0", n)
 	}
 }

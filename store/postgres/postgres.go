@@ -159,6 +159,13 @@ type Store struct {
 	cancelMu   sync.Mutex
 	cancelSubs map[chan store.LeaseRef]struct{} // Cancellations receivers (notify.go)
 
+	// begin starts inTx's transactions, set once by beginQuery
+	// (idletx.go); idleTxLimit replaces IdleInTransactionTimeout when
+	// positive (tests set it before the first transaction).
+	beginOnce   sync.Once
+	begin       string
+	idleTxLimit time.Duration
+
 	wq          writeQueue   // the group-commit writer's queue (group.go)
 	groups      atomic.Int64 // batches sent by the writer
 	groupWrites atomic.Int64 // writes in them
@@ -213,7 +220,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.bgWG.Add(1)
 	go s.writer()
-	if err := s.Ping(ctx); err != nil {
+	// Reachable is enough: a node may start while the server is read-only
+	// (a failover in progress) and become ready when it accepts writes.
+	if err := s.reach(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
@@ -258,8 +267,35 @@ func urlSets(connString, name string) bool {
 // Pool exposes the underlying connection pool (for tests and tools).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// Ping checks the database is reachable.
+// ErrReadOnly is wrapped (with store.ErrUnavailable) by Ping when the
+// server answers but refuses writes.
+var ErrReadOnly = errors.New("the server accepts no writes (a read-only session, a standby in recovery, or a primary demoted by a failover)")
+
+// Ping checks the database is reachable and accepts writes: a server whose
+// sessions are read-only (default_transaction_read_only, a hot standby, a
+// primary demoted by a failover the URL still names) answers every write
+// with an error, so it fails with store.ErrUnavailable and ErrReadOnly.
 func (s *Store) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return fmt.Errorf("ping: %w", store.ErrClosed)
+	}
+	var readOnly bool
+	// transaction_read_only is on in a session whose transactions start
+	// read-only, and always on a standby; pg_is_in_recovery covers a
+	// standby that a role setting might otherwise hide.
+	err := s.pool.QueryRow(ctx,
+		"SELECT current_setting('transaction_read_only') = 'on' OR pg_is_in_recovery()").Scan(&readOnly)
+	if err != nil {
+		return translate("ping", err)
+	}
+	if readOnly {
+		return fmt.Errorf("ping: %w: %w", store.ErrUnavailable, ErrReadOnly)
+	}
+	return nil
+}
+
+// reach checks the database answers, whether or not it accepts writes.
+func (s *Store) reach(ctx context.Context) error {
 	if s.closed.Load() {
 		return fmt.Errorf("ping: %w", store.ErrClosed)
 	}
@@ -291,12 +327,17 @@ func (s *Store) check(op string) error {
 	return nil
 }
 
-// inTx runs fn in a transaction (READ COMMITTED) and commits it.
+// inTx runs fn in a transaction (READ COMMITTED) and commits it. The
+// server ends the transaction's session should it sit idle in it longer
+// than IdleInTransactionTimeout (idletx.go). The store's writes avoid
+// explicit transactions all the same (single statements and batches, which
+// commit without waiting for the client): a write's locks would stall
+// other nodes until then.
 func (s *Store) inTx(ctx context.Context, op string, fn func(pgx.Tx) error) error {
 	if err := s.check(op); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, s.pool, fn)
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: s.beginQuery(ctx)}, fn)
 	if err != nil {
 		return translate(op, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,31 +26,34 @@ func (s *Store) CancelTask(ctx context.Context, p store.CancelParams) (store.Tas
 		}
 		return store.Task{}, fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
-	var t store.Task
-	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
-		// The lease of a running task, read under the row lock the update
-		// takes anyway, names the handler to stop in the notification.
-		var lease *string
-		if err := tx.QueryRow(ctx, "SELECT lease_id FROM tasks WHERE id = $1 FOR UPDATE", p.ID).Scan(&lease); err != nil {
-			return err // ErrNoRows -> ErrNotFound
-		}
-		var err error
-		t, err = conditional(ctx, tx, "cancel", p.ID, `
-UPDATE tasks AS t SET state = 'cancelled', lease_id = NULL, lease_expires_at = NULL, updated_at = $2
-WHERE t.id = $1 AND t.state IN ('scheduled', 'pending', 'retry_waiting', 'running')
-RETURNING `+taskCols, p.ID, us(p.Now))
-		if err != nil || lease == nil || s.cfg.PollOnly {
-			return err
-		}
-		payload, ok := cancelPayload(p.ID, *lease)
-		if !ok {
-			return nil // too long to notify: the handler's next heartbeat finds the lease gone
-		}
-		_, err = tx.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, payload)
-		return err
-	})
-	return t, err
+	if s.cfg.PollOnly {
+		return s.transition(ctx, op, "cancel", p.ID, cancelSQL+`
+SELECT `+taskCols+` FROM upd AS t`, p.ID, us(p.Now))
+	}
+	// The notification names the handler to stop: its payload is the
+	// prefix given here and the lease (cancelPayload); a payload too long
+	// to notify is not sent, the handler's next heartbeat finds the lease
+	// gone.
+	prefix, _ := cancelPayload(p.ID, "")
+	return s.transition(ctx, op, "cancel", p.ID, cancelSQL+`, woke AS MATERIALIZED (
+	SELECT pg_notify('`+notifyChannel+`', $3::text || upd.old_lease) FROM upd
+	WHERE upd.old_lease IS NOT NULL AND octet_length($3::text || upd.old_lease) <= `+strconv.Itoa(maxNotifyPayload)+`
+)
+SELECT `+taskCols+` FROM upd AS t, (SELECT count(*) FROM woke) AS w`, p.ID, us(p.Now), prefix)
 }
+
+// cancelSQL starts the statement that cancels task $1 at $2: the task's
+// lease, read under the row lock the update takes anyway, names the
+// handler to stop in the notification (upd.old_lease).
+const cancelSQL = `
+WITH old AS MATERIALIZED (
+	SELECT id, lease_id FROM tasks WHERE id = $1 FOR UPDATE
+), upd AS (
+	UPDATE tasks AS t SET state = 'cancelled', lease_id = NULL, lease_expires_at = NULL, updated_at = $2
+	FROM old
+	WHERE t.id = old.id AND t.state IN ('scheduled', 'pending', 'retry_waiting', 'running')
+	RETURNING t.*, old.lease_id AS old_lease
+)`
 
 // retrySet is the SET list that puts a dead or cancelled task back to
 // pending ($1 = now).
@@ -73,38 +77,65 @@ func (s *Store) RetryTask(ctx context.Context, p store.RetryParams) (store.Task,
 		}
 		return store.Task{}, fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
-	return s.transition(ctx, op, "retry", p.ID, `
+	return s.transition(ctx, op, "retry", p.ID, s.woken(`
 UPDATE tasks AS t SET `+retrySet+`
-WHERE t.id = $2 AND t.state IN ('dead', 'cancelled')
-RETURNING `+taskCols, true, us(p.Now), p.ID)
+WHERE t.id = $2 AND t.state IN ('dead', 'cancelled')`), us(p.Now), p.ID)
 }
 
-// transition runs a conditional single-task update; when it matches no row
-// it reports ErrNotFound or a *ConflictError naming the current state.
-func (s *Store) transition(ctx context.Context, op, verb, id, sql string, notify bool, args ...any) (store.Task, error) {
+// woken turns update, an UPDATE of tasks AS t without RETURNING, into a
+// statement that returns the updated tasks and, unless PollOnly, sends a
+// wake-up (at commit) when it updated any. The cross join with the one-row
+// count makes the statement evaluate woke; its count is not read.
+func (s *Store) woken(update string) string {
+	if s.cfg.PollOnly {
+		return update + "\nRETURNING " + taskCols
+	}
+	return `
+WITH upd AS (` + update + `
+RETURNING t.*
+), woke AS MATERIALIZED (
+	SELECT pg_notify('` + notifyChannel + `', '') WHERE EXISTS (SELECT 1 FROM upd)
+)
+SELECT ` + taskCols + ` FROM upd AS t, (SELECT count(*) FROM woke) AS w`
+}
+
+// transition runs sql, a conditional single-task update that returns the
+// task's row when it applies, and reads the task's state after it. When
+// the update matches no row it reports ErrNotFound or a *ConflictError
+// naming the current state.
+//
+// Both statements go as one batch (one implicit transaction, sent at once)
+// rather than in an explicit transaction: the update commits on the
+// server, and its row lock goes, whatever becomes of the reply. In an
+// explicit transaction, a node whose network path is cut (or whose process
+// is stopped) before the COMMIT would leave its session idle in it,
+// holding the task's row lock, and every other write to the task would
+// wait until the server noticed the dead peer (hours). The state is read
+// in the same transaction, so the row lock the update took (when the task
+// exists) keeps it what the update saw.
+func (s *Store) transition(ctx context.Context, op, verb, id, sql string, args ...any) (store.Task, error) {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	b.Queue("SELECT state FROM tasks WHERE id = $1", id)
 	var t store.Task
-	err := s.inTx(ctx, op, func(tx pgx.Tx) error {
+	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
 		var err error
-		if t, err = conditional(ctx, tx, verb, id, sql, args...); err != nil {
+		t, err = scanTask(br.QueryRow())
+		applied := err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		if notify {
-			return s.notify(ctx, tx)
+		var state string
+		if err := br.QueryRow().Scan(&state); err != nil {
+			return err // ErrNoRows -> ErrNotFound
+		}
+		if !applied {
+			return &store.ConflictError{ID: id, State: store.State(state), Op: verb}
 		}
 		return nil
 	})
-	return t, err
-}
-
-// conditional runs one conditional single-task update in tx.
-func conditional(ctx context.Context, tx pgx.Tx, verb, id, sql string, args ...any) (store.Task, error) {
-	t, err := scanTask(tx.QueryRow(ctx, sql, args...))
-	if errors.Is(err, pgx.ErrNoRows) {
-		var state string
-		if err := tx.QueryRow(ctx, "SELECT state FROM tasks WHERE id = $1", id).Scan(&state); err != nil {
-			return store.Task{}, err // ErrNoRows -> ErrNotFound
-		}
-		return store.Task{}, &store.ConflictError{ID: id, State: store.State(state), Op: verb}
+	if err != nil {
+		return store.Task{}, err
 	}
-	return t, err
+	return t, nil
 }

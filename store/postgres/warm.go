@@ -31,7 +31,7 @@ const warmValuesRows = 8
 // every enqueue, fetch, heartbeat and outcome runs.
 var hotStatements = append([]string{
 	insertRowsSQL,
-	insertTasksSQL,
+	insertKeyedSQL,
 	fetchPlanSettings,
 	fetchSQL,
 	outcomePlanSettings,

@@ -56,13 +56,20 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 // ExpiredLeases implements store.Store.
 func (s *Store) ExpiredLeases(ctx context.Context, p store.ExpiredParams) ([]store.Task, error) {
 	const op = "list expired leases"
-	if p.Limit <= 0 {
-		return nil, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
-	}
-	if err := store.CheckNow(p.Now); err != nil {
+	exclude, err := store.CheckExpired(p)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	args := make([]any, 0, 2+len(exclude))
+	args = append(args, p.Now.UnixMicro())
+	var notIn string
+	if len(exclude) > 0 {
+		notIn = ` AND type NOT IN (` + inList(len(exclude)) + `)`
+		for _, t := range exclude {
+			args = append(args, t)
+		}
+	}
 	return s.queryTasks(ctx, op, `SELECT `+taskCols+` FROM tasks
-		WHERE state = 'running' AND lease_expires_at < ? ORDER BY lease_expires_at, id LIMIT ?`,
-		p.Now.UnixMicro(), p.Limit)
+		WHERE state = 'running' AND lease_expires_at < ?`+notIn+` ORDER BY lease_expires_at, id LIMIT ?`,
+		append(args, p.Limit)...)
 }

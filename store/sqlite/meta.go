@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -133,6 +134,26 @@ func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM leader_leases WHERE name = ? AND node_id = ?`, p.Name, p.NodeID)
 		return err
 	})
+}
+
+// GetLeader implements store.Store.
+func (s *Store) GetLeader(ctx context.Context, name string) (store.Lease, error) {
+	op := "get leader lease " + name
+	if err := s.check(op); err != nil {
+		return store.Lease{}, err
+	}
+	var l store.Lease
+	var exp int64
+	err := s.r.QueryRowContext(ctx, `SELECT name, node_id, expires_at FROM leader_leases WHERE name = ?`, name).
+		Scan(&l.Name, &l.NodeID, &exp)
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Lease{}, translate(op, err)
+	}
+	l.ExpiresAt = fromMicros(exp)
+	return l, nil
 }
 
 // HeartbeatNode implements store.Store.

@@ -10,6 +10,7 @@ import (
 var leaseTests = []testCase{
 	{"Lease/Extend", testExtend},
 	{"Lease/Expired", testExpired},
+	{"Lease/ExpiredExcludeTypes", testExpiredExcludeTypes},
 	{"Lease/ReaperRace", testReaperRace},
 	{"Lease/ExpiryInstant", testLeaseExpiryInstant},
 	{"Lease/ExtendOddIDsAreLost", testExtendOddIDs},
@@ -155,4 +156,44 @@ func testExpired(e *env) {
 	e.eqIDs("again", expired(base.Add(time.Minute), 10), "t_0", "t_1", "t_2")
 	_, err = e.s.ExpiredLeases(e.ctx, store.ExpiredParams{Limit: 0, Now: base})
 	e.isErr("ExpiredLeases(Limit 0)", err, store.ErrInvalid)
+}
+
+// testExpiredExcludeTypes: ExpiredLeases leaves out the tasks of the types
+// in ExcludeTypes, and the limit counts only the tasks it returns, so a
+// caller that cannot decide a type's tasks for now (the reaper, when the
+// type's configuration cannot be read) lists past a whole batch of them
+// instead of getting that batch back on every call.
+func testExpiredExcludeTypes(e *env) {
+	// Leases taken a second apart: t_0..t_2 of type a expire first, then
+	// t_3 of b, then t_4 of c.
+	for i, typ := range []string{"a", "a", "a", "b", "c"} {
+		e.start(base.Add(time.Duration(i)*time.Second), nt(fmt.Sprintf("t_%d", i), typ))
+	}
+	now := base.Add(time.Hour)
+	expired := func(limit int, exclude ...string) []store.Task {
+		e.t.Helper()
+		got, err := e.s.ExpiredLeases(e.ctx, store.ExpiredParams{Limit: limit, Now: now, ExcludeTypes: exclude})
+		e.noErr("ExpiredLeases", err)
+		return got
+	}
+	e.eqIDs("without exclusions", expired(3), "t_0", "t_1", "t_2")
+	e.eqIDs("excluding a, limit 3", expired(3, "a"), "t_3", "t_4")
+	e.eqIDs("excluding a, limit 1", expired(1, "a"), "t_3")
+	e.eqIDs("excluding a and c", expired(10, "c", "a"), "t_3")
+	e.eqIDs("excluding b", expired(10, "b"), "t_0", "t_1", "t_2", "t_4")
+	e.eqIDs("excluding a twice and an unknown type", expired(10, "a", "zzz", "a"), "t_3", "t_4")
+	e.eqIDs("excluding every type", expired(10, "a", "b", "c"))
+	e.eqIDs("an empty exclusion list", expired(10, []string{}...), "t_0", "t_1", "t_2", "t_3", "t_4")
+
+	// ExpiredLeases changes nothing.
+	e.get("t_0", store.StateRunning)
+	_, err := e.s.ExpiredLeases(e.ctx, store.ExpiredParams{Limit: 10, Now: now, ExcludeTypes: []string{"a", "b\x00"}})
+	e.isErr("excluding a type that is not text", err, store.ErrInvalid)
+	many := make([]string, store.MaxExcludeTypes+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("x%d", i)
+	}
+	_, err = e.s.ExpiredLeases(e.ctx, store.ExpiredParams{Limit: 10, Now: now, ExcludeTypes: many})
+	e.isErr("excluding more than MaxExcludeTypes types", err, store.ErrInvalid)
+	e.eqIDs("excluding MaxExcludeTypes types", expired(10, many[:store.MaxExcludeTypes]...), "t_0", "t_1", "t_2", "t_3", "t_4")
 }

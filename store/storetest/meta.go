@@ -157,20 +157,40 @@ func testLeader(e *env) {
 	lease := func(node string, exp time.Duration) store.Lease {
 		return store.Lease{Name: "scheduler", NodeID: node, ExpiresAt: base.Add(exp)}
 	}
+	// GetLeader reads the lease as stored, expired or not, and writes nothing.
+	get := func(what string, want store.Lease) {
+		e.t.Helper()
+		l, err := e.s.GetLeader(e.ctx, "scheduler")
+		if want == (store.Lease{}) {
+			if !errors.Is(err, store.ErrNotFound) {
+				e.t.Errorf("GetLeader %s: %+v, %v; want ErrNotFound", what, l, err)
+			}
+			return
+		}
+		e.noErr("GetLeader "+what, err)
+		l.ExpiresAt = l.ExpiresAt.UTC()
+		e.eq("GetLeader "+what, l, want)
+	}
+	get("before any lease", store.Lease{})
 	e.eq("free lease", acquire("n1", base), lease("n1", 10*time.Second))
+	get("held", lease("n1", 10*time.Second))
 	e.eq("held by another", acquire("n2", base.Add(5*time.Second)), lease("n1", 10*time.Second))
 	e.eq("renewed by the holder", acquire("n1", base.Add(6*time.Second)), lease("n1", 16*time.Second))
 	e.eq("at the expiry instant", acquire("n2", base.Add(16*time.Second)), lease("n1", 16*time.Second))
+	get("expired, not taken over", lease("n1", 16*time.Second))
 	e.eq("taken over after expiry", acquire("n2", base.Add(17*time.Second)), lease("n2", 27*time.Second))
+	get("taken over", lease("n2", 27*time.Second))
 	e.eq("old holder refused", acquire("n1", base.Add(18*time.Second)), lease("n2", 27*time.Second))
 	release("n1") // not the holder: no effect
 	e.eq("after a foreign release", acquire("n1", base.Add(19*time.Second)), lease("n2", 27*time.Second))
 	release("n2")
+	get("after release", store.Lease{})
 	e.eq("after release", acquire("n1", base.Add(20*time.Second)), lease("n1", 30*time.Second))
 	// Leases are independent by name.
 	other, err := e.s.AcquireLeader(e.ctx, store.LeaderParams{Name: "reaper", NodeID: "n2", TTL: time.Second, Now: base.Add(20 * time.Second)})
 	e.noErr("AcquireLeader(other name)", err)
 	e.eq("other lease holder", other.NodeID, "n2")
+	get("beside another name's lease", lease("n1", 30*time.Second))
 }
 
 func testNodes(e *env) {
