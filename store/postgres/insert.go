@@ -219,12 +219,6 @@ func (r insertRows) wake() bool {
 	return slices.ContainsFunc(r, func(row insertRow) bool { return row.state != string(store.StateRunning) })
 }
 
-// wakeFor reports whether inserting ts should wake other nodes, as
-// insertRows.wake does for rows that are all inserted.
-func wakeFor(ts []store.Task) bool {
-	return slices.ContainsFunc(ts, func(t store.Task) bool { return t.State != store.StateRunning })
-}
-
 // insertBatch inserts tasks without idempotency keys, in a group commit
 // (group.go) that merges concurrent inserts into one statement.
 func (s *Store) insertBatch(ctx context.Context, op string, tasks []store.NewTask, r insertRows) ([]store.InsertResult, error) {

@@ -368,15 +368,6 @@ func (s *Store) queueNotify(b *pgx.Batch) {
 	}
 }
 
-// notify queues a wakeup notification in tx (sent at commit).
-func (s *Store) notify(ctx context.Context, tx pgx.Tx) error {
-	if s.cfg.PollOnly {
-		return nil
-	}
-	_, err := tx.Exec(ctx, "SELECT pg_notify('"+notifyChannel+"', '')")
-	return err
-}
-
 // translate maps native errors to the store sentinels, wrapping as
 // "op: sentinel: native". Errors already carrying a sentinel pass through
 // with the op prefix.
