@@ -23,10 +23,7 @@ import (
 func TestLeaderRenewalCutMidwayLeavesNoLock(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
-	proxy, proxied := newCutProxy(t, dbURL)
-	holder := openURL(t, proxied, nil)
-	t.Cleanup(proxy.close) // before the holder's Close, which waits for the cut connection
-	standby := openURL(t, dbURL, nil)
+	proxy, holder, standby := cutPair(t, dbURL, nil)
 	ctx := t.Context()
 	const ttl = 2 * time.Second
 	now := time.Now()
@@ -34,16 +31,10 @@ func TestLeaderRenewalCutMidwayLeavesNoLock(t *testing.T) {
 	if err != nil || l.NodeID != "holder-node" {
 		t.Fatalf("first AcquireLeader = %+v, %v; want held by holder-node", l, err)
 	}
-	proxy.cutOnReply("holder-node")
-	short, cancel := context.WithTimeout(ctx, time.Second)
-	_, err = holder.AcquireLeader(short, store.LeaderParams{Name: "scheduler", NodeID: "holder-node", TTL: ttl, Now: now.Add(time.Second)})
-	cancel()
-	if err == nil {
-		t.Fatal("renewal over a path cut before its reply succeeded")
-	}
-	if proxy.replyCut.Load() != nil {
-		t.Fatal("the renewal's reply never came through the proxy; the test cut nothing")
-	}
+	cutCall(t, proxy, "renewal", func(ctx context.Context) error {
+		_, err := holder.AcquireLeader(ctx, store.LeaderParams{Name: "scheduler", NodeID: "holder-node", TTL: ttl, Now: now.Add(time.Second)})
+		return err
+	}, "holder-node")
 	// Long after the lease expired, whatever the renewal did.
 	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -64,10 +55,7 @@ func TestLeaderRenewalCutMidwayLeavesNoLock(t *testing.T) {
 func TestPromotionCutMidwayLeavesNoLockedTasks(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
-	proxy, proxied := newCutProxy(t, dbURL)
-	old := openURL(t, proxied, nil)
-	t.Cleanup(proxy.close) // before the old leader's Close, which waits for the cut connection
-	next := openURL(t, dbURL, nil)
+	proxy, old, next := cutPair(t, dbURL, nil)
 	ctx := t.Context()
 	tasks := newTasks("due", 3)
 	for i := range tasks {
@@ -78,16 +66,10 @@ func TestPromotionCutMidwayLeavesNoLockedTasks(t *testing.T) {
 	}
 	// The command tag of an UPDATE of the three tasks, or of a query whose
 	// one row counts them.
-	proxy.cutOnReply("UPDATE 3", "SELECT 1")
-	short, cancel := context.WithTimeout(ctx, time.Second)
-	_, err := old.PromoteDue(short, store.PromoteParams{Limit: 10, Now: t0.Add(2 * time.Second)})
-	cancel()
-	if err == nil {
-		t.Fatal("promotion over a path cut before its reply succeeded")
-	}
-	if proxy.replyCut.Load() != nil {
-		t.Fatal("the promotion's reply never came through the proxy; the test cut nothing")
-	}
+	cutCall(t, proxy, "promotion", func(ctx context.Context) error {
+		_, err := old.PromoteDue(ctx, store.PromoteParams{Limit: 10, Now: t0.Add(2 * time.Second)})
+		return err
+	}, "UPDATE 3", "SELECT 1")
 	n, err := next.PromoteDue(ctx, store.PromoteParams{Limit: 10, Now: t0.Add(3 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
@@ -114,10 +96,7 @@ func TestPromotionCutMidwayLeavesNoLockedTasks(t *testing.T) {
 func TestRetentionCutMidwayLeavesNoLockedTasks(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
-	proxy, proxied := newCutProxy(t, dbURL)
-	old := openURL(t, proxied, nil)
-	t.Cleanup(proxy.close) // before the old leader's Close, which waits for the cut connection
-	next := openURL(t, dbURL, nil)
+	proxy, old, next := cutPair(t, dbURL, nil)
 	ctx := t.Context()
 	tasks := newTasks("old", 3)
 	if _, err := next.InsertTasks(ctx, store.InsertParams{Tasks: tasks, Now: t0}); err != nil {
@@ -130,16 +109,10 @@ func TestRetentionCutMidwayLeavesNoLockedTasks(t *testing.T) {
 	}
 	p := store.RetentionParams{Limit: 10, CancelledBefore: t0.Add(time.Hour)}
 	// The command tag of the query whose one row counts the deleted tasks.
-	proxy.cutOnReply("SELECT 1")
-	short, cancel := context.WithTimeout(ctx, time.Second)
-	_, err := old.DeleteFinished(short, p)
-	cancel()
-	if err == nil {
-		t.Fatal("retention over a path cut before its reply succeeded")
-	}
-	if proxy.replyCut.Load() != nil {
-		t.Fatal("the retention's reply never came through the proxy; the test cut nothing")
-	}
+	cutCall(t, proxy, "retention", func(ctx context.Context) error {
+		_, err := old.DeleteFinished(ctx, p)
+		return err
+	}, "SELECT 1")
 	res, err := next.DeleteFinished(ctx, p)
 	if err != nil {
 		t.Fatal(err)
@@ -162,22 +135,13 @@ func TestRetentionCutMidwayLeavesNoLockedTasks(t *testing.T) {
 func TestKeyedInsertCutMidwayLeavesKeyFree(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
-	proxy, proxied := newCutProxy(t, dbURL)
-	cut := openURL(t, proxied, nil)
-	t.Cleanup(proxy.close) // before the cut store's Close, which waits for the cut connection
-	other := openURL(t, dbURL, nil)
+	proxy, cut, other := cutPair(t, dbURL, nil)
 	ctx := t.Context()
 	first := store.NewTask{ID: "first", Type: "email", IdempotencyKey: "order-1"}
-	proxy.cutOnReply("INSERT 0 1", "SELECT 1")
-	short, cancel := context.WithTimeout(ctx, time.Second)
-	_, err := cut.InsertTasks(short, store.InsertParams{Tasks: []store.NewTask{first}, Now: t0})
-	cancel()
-	if err == nil {
-		t.Fatal("keyed insert over a path cut before its reply succeeded")
-	}
-	if proxy.replyCut.Load() != nil {
-		t.Fatal("the insert's reply never came through the proxy; the test cut nothing")
-	}
+	cutCall(t, proxy, "keyed insert", func(ctx context.Context) error {
+		_, err := cut.InsertTasks(ctx, store.InsertParams{Tasks: []store.NewTask{first}, Now: t0})
+		return err
+	}, "INSERT 0 1", "SELECT 1")
 	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -200,27 +164,18 @@ func TestKeyedInsertCutMidwayLeavesKeyFree(t *testing.T) {
 func TestCancelCutMidwayLeavesNoLock(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
-	proxy, proxied := newCutProxy(t, dbURL)
-	cut := openURL(t, proxied, nil)
-	t.Cleanup(proxy.close) // before the cut store's Close, which waits for the cut connection
-	other := openURL(t, dbURL, nil)
+	proxy, cut, other := cutPair(t, dbURL, nil)
 	ctx := t.Context()
 	task := leased(t, other, "cancel", 1, t0)[0]
 	// The lock's read, or the one statement that cancels.
-	proxy.cutOnReply("SELECT 1")
-	short, cancel := context.WithTimeout(ctx, time.Second)
-	_, err := cut.CancelTask(short, store.CancelParams{ID: task.ID, Now: t0})
-	cancel()
-	if err == nil {
-		t.Fatal("cancellation over a path cut before its reply succeeded")
-	}
-	if proxy.replyCut.Load() != nil {
-		t.Fatal("the cancellation's reply never came through the proxy; the test cut nothing")
-	}
+	cutCall(t, proxy, "cancellation", func(ctx context.Context) error {
+		_, err := cut.CancelTask(ctx, store.CancelParams{ID: task.ID, Now: t0})
+		return err
+	}, "SELECT 1")
 	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err = other.CancelTask(wait, store.CancelParams{ID: task.ID, Now: t0.Add(time.Second)})
+	_, err := other.CancelTask(wait, store.CancelParams{ID: task.ID, Now: t0.Add(time.Second)})
 	var conflict *store.ConflictError
 	if err != nil && !(errors.As(err, &conflict) && conflict.State == store.StateCancelled) {
 		t.Fatalf("other node's cancellation: %v (after %v); want it cancelled at once", err, time.Since(start).Round(time.Millisecond))
@@ -236,10 +191,7 @@ func TestCancelCutMidwayLeavesNoLock(t *testing.T) {
 func TestRetryTaskCutMidwayLeavesNoLock(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
-	proxy, proxied := newCutProxy(t, dbURL)
-	cut := openURL(t, proxied, nil)
-	t.Cleanup(proxy.close) // before the cut store's Close, which waits for the cut connection
-	other := openURL(t, dbURL, nil)
+	proxy, cut, other := cutPair(t, dbURL, nil)
 	ctx := t.Context()
 	tasks := newTasks("retry", 1)
 	if _, err := other.InsertTasks(ctx, store.InsertParams{Tasks: tasks, Now: t0}); err != nil {
@@ -249,20 +201,14 @@ func TestRetryTaskCutMidwayLeavesNoLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The update's tag, or that of the one statement that retries.
-	proxy.cutOnReply("UPDATE 1", "SELECT 1")
-	short, cancel := context.WithTimeout(ctx, time.Second)
-	_, err := cut.RetryTask(short, store.RetryParams{ID: tasks[0].ID, Now: t0})
-	cancel()
-	if err == nil {
-		t.Fatal("retry over a path cut before its reply succeeded")
-	}
-	if proxy.replyCut.Load() != nil {
-		t.Fatal("the retry's reply never came through the proxy; the test cut nothing")
-	}
+	cutCall(t, proxy, "retry", func(ctx context.Context) error {
+		_, err := cut.RetryTask(ctx, store.RetryParams{ID: tasks[0].ID, Now: t0})
+		return err
+	}, "UPDATE 1", "SELECT 1")
 	wait, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err = other.RetryTask(wait, store.RetryParams{ID: tasks[0].ID, Now: t0.Add(time.Second)})
+	_, err := other.RetryTask(wait, store.RetryParams{ID: tasks[0].ID, Now: t0.Add(time.Second)})
 	var conflict *store.ConflictError
 	if err != nil && !(errors.As(err, &conflict) && conflict.State == store.StatePending) {
 		t.Fatalf("other node's retry: %v (after %v); want it retried at once", err, time.Since(start).Round(time.Millisecond))
@@ -279,10 +225,7 @@ func TestRetryTaskCutMidwayLeavesNoLock(t *testing.T) {
 func TestRedriveCutMidwayLeavesNoLockedTasks(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
-	proxy, proxied := newCutProxy(t, dbURL)
-	cut := openURL(t, proxied, nil)
-	t.Cleanup(proxy.close) // before the cut store's Close, which waits for the cut connection
-	other := openURL(t, dbURL, nil)
+	proxy, cut, other := cutPair(t, dbURL, nil)
 	ctx := t.Context()
 	tasks := leased(t, other, "dead", 3, t0)
 	var outs []store.Outcome
@@ -294,16 +237,10 @@ func TestRedriveCutMidwayLeavesNoLockedTasks(t *testing.T) {
 		t.Fatal(err, errs)
 	}
 	// The update's tag, or that of the one query that counts the tasks.
-	proxy.cutOnReply("UPDATE 3", "SELECT 1")
-	short, cancel := context.WithTimeout(ctx, time.Second)
-	_, err := cut.RedriveDead(short, store.DeadFilter{Now: t0.Add(time.Second)})
-	cancel()
-	if err == nil {
-		t.Fatal("redrive over a path cut before its reply succeeded")
-	}
-	if proxy.replyCut.Load() != nil {
-		t.Fatal("the redrive's reply never came through the proxy; the test cut nothing")
-	}
+	cutCall(t, proxy, "redrive", func(ctx context.Context) error {
+		_, err := cut.RedriveDead(ctx, store.DeadFilter{Now: t0.Add(time.Second)})
+		return err
+	}, "UPDATE 3", "SELECT 1")
 	n, err := other.RedriveDead(ctx, store.DeadFilter{Now: t0.Add(2 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
@@ -330,27 +267,19 @@ func TestRedriveCutMidwayLeavesNoLockedTasks(t *testing.T) {
 func TestStatsCutMidwayReleasesItsLocksSoon(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
-	proxy, proxied := newCutProxy(t, dbURL)
-	other := openURL(t, dbURL, nil)
-	// Migrated already: the store starts no transaction before the test's.
-	cut := openURL(t, proxied, func(c *Config) { c.AutoMigrate = false })
+	// Migrated already (by other, opened first): the store starts no
+	// transaction before the test's.
+	proxy, cut, other := cutPair(t, dbURL, func(c *Config) { c.AutoMigrate = false })
 	cut.idleTxLimit = time.Second
-	t.Cleanup(proxy.close) // before the cut store's Close, which waits for the cut connection
 	ctx := t.Context()
 	if _, err := other.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("stats", 1), Now: t0}); err != nil {
 		t.Fatal(err)
 	}
 	// The first query's one row: a type and state with its count.
-	proxy.cutOnReply("SELECT 1")
-	short, cancel := context.WithTimeout(ctx, time.Second)
-	_, err := cut.Stats(short, store.StatsParams{Since: t0})
-	cancel()
-	if err == nil {
-		t.Fatal("stats over a path cut before its reply succeeded")
-	}
-	if proxy.replyCut.Load() != nil {
-		t.Fatal("the stats' reply never came through the proxy; the test cut nothing")
-	}
+	cutCall(t, proxy, "statistics query", func(ctx context.Context) error {
+		_, err := cut.Stats(ctx, store.StatsParams{Since: t0})
+		return err
+	}, "SELECT 1")
 	// What a migration does first: lock the tables it alters.
 	c := connect(t, dbURL)
 	tx, err := c.Begin(ctx)
@@ -364,5 +293,36 @@ func TestStatsCutMidwayReleasesItsLocksSoon(t *testing.T) {
 	}
 	if _, err := tx.Exec(ctx, "LOCK TABLE tasks, attempts IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatalf("locking the tables after the cut: %v (after %v); want the cut session ended within its idle limit", err, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// cutPair opens two stores on the database at dbURL: cut, whose
+// connections go through a proxy that can cut them silently (cfg, if set,
+// adjusts its configuration), and other, connected directly. The proxy
+// closes when the test ends, before cut's Close (which waits for the cut
+// connections).
+func cutPair(t *testing.T, dbURL string, cfg func(*Config)) (proxy *cutProxy, cut, other *Store) {
+	t.Helper()
+	proxy, proxied := newCutProxy(t, dbURL)
+	other = openURL(t, dbURL, nil) // first: it migrates the database
+	cut = openURL(t, proxied, cfg)
+	t.Cleanup(proxy.close)
+	return proxy, cut, other
+}
+
+// cutCall runs call (what it does, for messages) with the connection cut
+// silently at the first server reply holding one of patterns, bounded to
+// a second, and fails the test unless the call failed and the proxy did
+// cut a reply.
+func cutCall(t *testing.T, proxy *cutProxy, what string, call func(context.Context) error, patterns ...string) {
+	t.Helper()
+	proxy.cutOnReply(patterns...)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if err := call(ctx); err == nil {
+		t.Fatalf("%s over a path cut before its reply succeeded", what)
+	}
+	if proxy.replyCut.Load() != nil {
+		t.Fatalf("the %s's reply never came through the proxy; the test cut nothing", what)
 	}
 }
