@@ -20,33 +20,9 @@ func TestInsertNotifiesOnlyForInsertedTasks(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	s := openURL(t, url, nil)
-	l := connect(t, url)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if _, err := l.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		t.Fatal(err)
-	}
-	// wakeups returns how many wake-ups were delivered before the marker
-	// the test sends now: notifications arrive in commit order.
-	wakeups := func(marker string) int {
-		t.Helper()
-		if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, marker); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for {
-			msg, err := l.WaitForNotification(ctx)
-			if err != nil {
-				t.Fatalf("waiting for %s: %v", marker, err)
-			}
-			if msg.Payload == marker {
-				return n
-			}
-			if msg.Payload == "" {
-				n++
-			}
-		}
-	}
+	wakeups := wakeupCounter(ctx, t, s, url)
 	insert := func(tasks ...store.NewTask) []store.InsertResult {
 		t.Helper()
 		res, err := s.InsertTasks(ctx, store.InsertParams{Now: t0, Tasks: tasks})

@@ -184,32 +184,9 @@ func TestRetryAndRedriveWakeOnlyWhenTheyApply(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	s := openURL(t, url, nil)
-	l := connect(t, url)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	if _, err := l.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		t.Fatal(err)
-	}
-	// wakeups counts the wake-ups delivered before the marker sent now.
-	wakeups := func(marker string) int {
-		t.Helper()
-		if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, marker); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for {
-			msg, err := l.WaitForNotification(ctx)
-			if err != nil {
-				t.Fatalf("waiting for %s: %v", marker, err)
-			}
-			if msg.Payload == marker {
-				return n
-			}
-			if msg.Payload == "" {
-				n++
-			}
-		}
-	}
+	wakeups := wakeupCounter(ctx, t, s, url)
 	tasks := leased(t, s, "w", 2, t0)
 	if _, err := s.CancelTask(ctx, store.CancelParams{ID: tasks[0].ID, Now: t0}); err != nil {
 		t.Fatal(err)
@@ -243,5 +220,36 @@ func TestRetryAndRedriveWakeOnlyWhenTheyApply(t *testing.T) {
 	}
 	if n := wakeups("empty redrive"); n != 0 {
 		t.Errorf("a redrive of nothing sent %d wake-ups, want 0", n)
+	}
+}
+
+// wakeupCounter listens for the store's wake-ups on a connection of its own
+// to the database at url and returns a function that counts the wake-ups
+// delivered before the marker it sends through s: notifications arrive in
+// commit order.
+func wakeupCounter(ctx context.Context, t *testing.T, s *Store, url string) func(marker string) int {
+	t.Helper()
+	l := connect(t, url)
+	if _, err := l.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		t.Fatal(err)
+	}
+	return func(marker string) int {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, marker); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for {
+			msg, err := l.WaitForNotification(ctx)
+			if err != nil {
+				t.Fatalf("waiting for %s: %v", marker, err)
+			}
+			if msg.Payload == marker {
+				return n
+			}
+			if msg.Payload == "" {
+				n++
+			}
+		}
 	}
 }
