@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,6 +54,15 @@ var migrations = func() []migration {
 		}
 	}
 	return ms
+}()
+
+// migrationNames are the names of migrations, in version order.
+var migrationNames = func() []string {
+	names := make([]string, len(migrations))
+	for i, m := range migrations {
+		names[i] = m.name
+	}
+	return names
 }()
 
 // migrateLockKey is the advisory lock serializing migrations of concurrent
@@ -156,14 +164,10 @@ func hasHistory(ctx context.Context, q querier) (bool, error) {
 // for one would call the database newer than the binary, call it current,
 // or apply later migrations to tables retryq never created.
 func historyVersion(ctx context.Context, q querier) (int, error) {
-	type row struct {
-		Version int64
-		Name    string
-	}
 	rows, err := q.Query(ctx, "SELECT version, name FROM schema_migrations ORDER BY version")
-	var history []row
+	var history []store.HistoryRow
 	if err == nil {
-		history, err = pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		history, err = pgx.CollectRows(rows, pgx.RowToStructByPos[store.HistoryRow])
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column
@@ -172,23 +176,7 @@ func historyVersion(ctx context.Context, q querier) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	for i, r := range history {
-		if r.Version > int64(len(migrations)) {
-			break // a newer binary's: ErrSchemaTooNew
-		}
-		if r.Version != int64(i+1) || r.Name != migrations[i].name {
-			return 0, fmt.Errorf("%w (version %d is %q, retryq's version %d is %q)",
-				store.ErrForeignSchema, r.Version, r.Name, i+1, migrations[i].name)
-		}
-	}
-	if len(history) == 0 {
-		return 0, nil
-	}
-	last := history[len(history)-1].Version
-	if last > math.MaxInt32 {
-		return 0, fmt.Errorf("%w (version %d)", store.ErrForeignSchema, last)
-	}
-	return int(last), nil
+	return store.HistoryVersion(history, migrationNames)
 }
 
 // SchemaVersion reports the applied schema version (0 for an empty

@@ -6,7 +6,6 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"math"
 	"path"
 	"sort"
 	"strconv"
@@ -30,6 +29,15 @@ type migration struct {
 // migration's file name never changes: schema_migrations records it, and
 // historyVersion takes a history naming other files for another tool's.
 var migrations = mustLoadMigrations()
+
+// migrationNames are the names of migrations, in version order.
+var migrationNames = func() []string {
+	names := make([]string, len(migrations))
+	for i, m := range migrations {
+		names[i] = m.name
+	}
+	return names
+}()
 
 func mustLoadMigrations() []migration {
 	names, err := fs.Glob(migrationFS, "migrations/*.sql")
@@ -130,26 +138,18 @@ func historyVersion(ctx context.Context, q querier) (int, error) {
 		return 0, err
 	}
 	defer rows.Close()
-	var applied int64
-	for i := 0; rows.Next(); i++ {
-		var v int64
-		var name string
-		if err := rows.Scan(&v, &name); err != nil {
+	var history []store.HistoryRow
+	for rows.Next() {
+		var r store.HistoryRow
+		if err := rows.Scan(&r.Version, &r.Name); err != nil {
 			return 0, fmt.Errorf("%w (%w)", store.ErrForeignSchema, err)
 		}
-		if v <= int64(len(migrations)) && (v != int64(i+1) || name != migrations[i].name) {
-			return 0, fmt.Errorf("%w (version %d is %q, retryq's version %d is %q)",
-				store.ErrForeignSchema, v, name, i+1, migrations[i].name)
-		}
-		applied = v
+		history = append(history, r)
 	}
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	if applied > math.MaxInt32 { // retryq's versions count its migration files
-		return 0, fmt.Errorf("%w (version %d)", store.ErrForeignSchema, applied)
-	}
-	return int(applied), nil
+	return store.HistoryVersion(history, migrationNames)
 }
 
 // OpenedVersion is the schema version the database had when Open found it,
