@@ -28,7 +28,8 @@ type Options struct {
 	DefaultTimeout time.Duration
 	// LeaseDuration of in-process workers, extended by heartbeats (default 30s).
 	LeaseDuration time.Duration
-	// PollInterval bounds sleeps without wake-ups (default 1s).
+	// PollInterval bounds sleeps without wake-ups (default 1s; at least
+	// MinPollInterval): each one that ends is a query per idle fetcher.
 	PollInterval time.Duration
 	// Retention of finished tasks (defaults 24h, 24h, 30 days; negative keeps forever).
 	SucceededRetention, CancelledRetention, DeadRetention time.Duration
@@ -43,11 +44,22 @@ type Options struct {
 	LeaderTTL time.Duration
 }
 
-// MinLeaderTTL is the shortest Options.LeaderTTL. The leader renews its
-// lease every quarter of it, each renewal bounded by that quarter: with a
-// far shorter lease no renewal finishes in time, no process ever leads,
-// and delayed tasks and retries are never run.
-const MinLeaderTTL = time.Second
+// Bounds of Options' durations.
+const (
+	// MinLeaderTTL is the shortest Options.LeaderTTL. The leader renews its
+	// lease every quarter of it, each renewal bounded by that quarter: with
+	// a far shorter lease no renewal finishes in time, no process ever
+	// leads, and delayed tasks and retries are never run.
+	MinLeaderTTL = engine.MinLeaderTTL
+	// MinPollInterval is the shortest Options.PollInterval (the server's
+	// --poll-interval has the same bound): a far shorter one (1ns, a unit
+	// forgotten) keeps the database busy answering idle polls.
+	MinPollInterval = engine.MinPollInterval
+)
+
+// MaxPayloadBytes bounds a task's payload as JSON (8 MiB), as in the HTTP
+// API: a larger one is refused with ErrInvalid naming the payload.
+const MaxPayloadBytes = engine.MaxPayloadBytes
 
 // Client enqueues and manages tasks. It also hosts the engine's commit and
 // scheduler loops: call Start before use and Close when done. Enqueue and
@@ -84,10 +96,6 @@ func (c *Client) check(needStart bool) error {
 // NewClient returns a Client over st. Invalid options are ErrInvalid
 // errors naming the field.
 func NewClient(st store.Store, o Options) (*Client, error) {
-	if o.LeaderTTL != 0 && o.LeaderTTL < MinLeaderTTL {
-		return nil, fmt.Errorf("new client: %w", &engine.FieldError{Field: "LeaderTTL",
-			Message: fmt.Sprintf("must be at least %s, or 0 for the default 10s (got %s)", MinLeaderTTL, o.LeaderTTL)})
-	}
 	e, err := engine.New(engine.Config{
 		Store: st, Logger: o.Logger, NodeID: o.NodeID, Version: o.Version,
 		DefaultPolicy: o.DefaultPolicy, DefaultTimeout: o.DefaultTimeout,
@@ -196,17 +204,14 @@ func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueReque
 			o(&r)
 		}
 	}
-	if !r.RunAt.IsZero() && store.CheckTime("run time", r.RunAt) != nil {
-		return r, &engine.FieldError{Field: "run_at",
-			Message: fmt.Sprintf("must be within years 1 to 9999 (got %s)", r.RunAt.UTC().Format(time.RFC3339))}
-	}
-	return r, nil
+	return r, nil // the engine checks the fields (engine.prepare)
 }
 
 // Enqueue durably enqueues one task. payload is marshalled to JSON
 // (json.RawMessage and []byte are taken as JSON as they are, and copied:
-// the caller may reuse them once Enqueue returns). Invalid arguments are
-// ErrInvalid errors naming the field.
+// the caller may reuse them once Enqueue returns). The JSON must be UTF-8
+// and at most MaxPayloadBytes long. Invalid arguments are ErrInvalid
+// errors naming the field.
 //
 // When ctx ends before the task's insert was sent to the database, Enqueue
 // returns ctx's error and nothing is enqueued; once the insert is under

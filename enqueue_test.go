@@ -36,6 +36,8 @@ func TestEnqueueRefusesInvalidOptionsNamingTheField(t *testing.T) {
 		{"NUL in idempotency key", "idempotency_key", "a", nil, []retryq.EnqueueOption{retryq.WithIdempotencyKey("a\x00b")}},
 		{"negative delay", "delay", "a", nil, []retryq.EnqueueOption{retryq.WithDelay(-time.Second)}},
 		{"bytes that are not JSON", "payload", "a", []byte("{"), nil},
+		{"JSON that is not UTF-8", "payload", "a", json.RawMessage("{\"k\":\"\xff\"}"), nil},
+		{"payload over MaxPayloadBytes", "payload", "a", json.RawMessage(`"` + strings.Repeat("x", retryq.MaxPayloadBytes-1) + `"`), nil},
 		{"value JSON cannot encode", "payload", "a", map[string]any{"c": make(chan int)}, nil},
 		{"type with a space", "type", "a b", nil, nil},
 		{"empty type", "type", "", nil, nil},

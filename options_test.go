@@ -72,3 +72,26 @@ func TestInvalidConfigIsErrInvalidNamingTheField(t *testing.T) {
 		t.Errorf("NewWorker without a client = %v, want ErrInvalid", err)
 	}
 }
+
+// TestNewClientRefusesAPollIntervalUnderTheMinimum: a PollInterval under
+// MinPollInterval (1ns, a unit forgotten) is refused naming the field, as
+// the server's --poll-interval is; each idle fetcher would otherwise query
+// the database in a tight loop. MinPollInterval itself is taken.
+func TestNewClientRefusesAPollIntervalUnderTheMinimum(t *testing.T) {
+	st := openStore(t, "")
+	defer st.Close()
+	for _, d := range []time.Duration{time.Nanosecond, retryq.MinPollInterval - 1} {
+		c, err := retryq.NewClient(st, retryq.Options{PollInterval: d})
+		if !errors.Is(err, retryq.ErrInvalid) || !strings.Contains(err.Error(), "PollInterval") {
+			if c != nil {
+				_ = c.Close()
+			}
+			t.Errorf("NewClient with PollInterval %v = %v, want ErrInvalid naming PollInterval", d, err)
+		}
+	}
+	c, err := retryq.NewClient(st, retryq.Options{PollInterval: retryq.MinPollInterval})
+	if err != nil {
+		t.Fatalf("NewClient with PollInterval MinPollInterval: %v", err)
+	}
+	_ = c.Close()
+}

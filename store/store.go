@@ -51,8 +51,9 @@ type Store interface {
 
 	// NextWakeup returns the earliest RunAt among scheduled and retry_waiting
 	// tasks and the earliest lease expiry among running tasks (zero when
-	// none), so schedulers can sleep exactly until there is work.
-	NextWakeup(ctx context.Context) (Wakeup, error)
+	// none), so schedulers can sleep exactly until there is work. The lease
+	// expiry leaves out the tasks of the types in p.ExcludeTypes.
+	NextWakeup(ctx context.Context, p WakeupParams) (Wakeup, error)
 
 	// GetTask returns one task or ErrNotFound.
 	GetTask(ctx context.Context, id string) (Task, error)
@@ -232,6 +233,9 @@ type Outcome struct {
 	State State
 	// RunAt is when a retry_waiting task becomes due. A retry_waiting
 	// outcome whose RunAt is not after Now is stored as pending directly.
+	// A release (pending) with a RunAt after Now is a delayed release: the
+	// task waits as retry_waiting until RunAt, the attempt not counted and
+	// nothing else changed, as for a release.
 	RunAt time.Time
 	// EffectivePrio is the new ordering priority (retry_waiting only).
 	EffectivePrio int
@@ -287,6 +291,15 @@ type ExpiredParams struct {
 type PromoteParams struct {
 	Limit int
 	Now   time.Time
+}
+
+// WakeupParams is the input of NextWakeup.
+type WakeupParams struct {
+	// ExcludeTypes leaves the leases of tasks of these types (at most
+	// MaxExcludeTypes distinct names) out of NextLeaseExpiry: the reaper
+	// passes over them for now (ExpiredParams.ExcludeTypes), and their past
+	// expiry would hide the next lease it can reap.
+	ExcludeTypes []string
 }
 
 // Wakeup holds the next times a scheduler has work.

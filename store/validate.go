@@ -150,8 +150,8 @@ func CheckFetch(p FetchParams) ([]string, error) {
 	return types, nil
 }
 
-// MaxExcludeTypes bounds the distinct types one ExpiredLeases call may
-// leave out.
+// MaxExcludeTypes bounds the distinct types one ExpiredLeases or
+// NextWakeup call may leave out.
 const MaxExcludeTypes = 10000
 
 // CheckExpired validates ExpiredParams and returns its ExcludeTypes sorted
@@ -174,6 +174,12 @@ func CheckExpired(p ExpiredParams) ([]string, error) {
 		return nil, fmt.Errorf("at most %d excluded types (got %d): %w", MaxExcludeTypes, len(types), ErrInvalid)
 	}
 	return types, nil
+}
+
+// CheckWakeup validates WakeupParams and returns its ExcludeTypes sorted
+// without duplicates (nil when there are none), as CheckExpired does.
+func CheckWakeup(p WakeupParams) ([]string, error) {
+	return CheckExpired(ExpiredParams{Limit: 1, Now: time.Unix(0, 0), ExcludeTypes: p.ExcludeTypes})
 }
 
 // CheckLimit validates the Limit of a bulk change (RedriveDead, PurgeDead,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"runtime/debug"
@@ -15,6 +16,12 @@ import (
 
 // DefaultMaxBodyBytes is the default limit on request bodies (1 MiB).
 const DefaultMaxBodyBytes int64 = 1 << 20
+
+// DefaultBodyTimeout is the default bound on reading a request body.
+const DefaultBodyTimeout = 30 * time.Second
+
+// DefaultWriteTimeout is the default bound on a stalled response.
+const DefaultWriteTimeout = 30 * time.Second
 
 // Config configures the API handler.
 type Config struct {
@@ -28,6 +35,18 @@ type Config struct {
 	// MaxBodyBytes limits request bodies; larger bodies get 413.
 	// Default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// BodyTimeout bounds how long a request's body may take to arrive,
+	// counted from the start of its handling; a body not read whole by
+	// then is answered 408 and its connection closed. It covers the body
+	// only, so a long poll still waits its whole wait_seconds. Default
+	// DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds each stretch of a response the client takes
+	// (a write of up to 64 KiB): a client that stops reading its answer
+	// for that long has its connection closed, which ends the request.
+	// An answer of any size still reaches a client that reads it. Default
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
 	// Logger receives internal errors (with request ids) and, at debug
 	// level, one line per request. Default: discard. Tokens are never logged.
 	Logger *slog.Logger
@@ -39,14 +58,16 @@ type Config struct {
 
 // server holds the handler's state; its methods are the route handlers.
 type server struct {
-	e       *engine.Engine
-	auth    *Auth
-	maxBody int64
-	log     *slog.Logger
-	ready   func(ctx context.Context) error
-	mux     *http.ServeMux
-	routes  []route
-	clock   engine.Clock
+	e            *engine.Engine
+	auth         *Auth
+	maxBody      int64
+	bodyTimeout  time.Duration
+	writeTimeout time.Duration
+	log          *slog.Logger
+	ready        func(ctx context.Context) error
+	mux          *http.ServeMux
+	routes       []route
+	clock        engine.Clock
 }
 
 // now is the engine clock's time.
@@ -84,17 +105,31 @@ func newServer(cfg Config) (*server, error) {
 	if cfg.MaxBodyBytes < 0 {
 		return nil, errors.New("api config: MaxBodyBytes: must not be negative")
 	}
+	if cfg.BodyTimeout < 0 {
+		return nil, errors.New("api config: BodyTimeout: must not be negative")
+	}
+	if cfg.WriteTimeout < 0 {
+		return nil, errors.New("api config: WriteTimeout: must not be negative")
+	}
 	s := &server{
-		e:       cfg.Engine,
-		auth:    auth,
-		maxBody: cfg.MaxBodyBytes,
-		log:     cfg.Logger,
-		ready:   cfg.Ready,
-		mux:     http.NewServeMux(),
-		clock:   cfg.Engine.Config().Clock,
+		e:            cfg.Engine,
+		auth:         auth,
+		maxBody:      cfg.MaxBodyBytes,
+		bodyTimeout:  cfg.BodyTimeout,
+		writeTimeout: cfg.WriteTimeout,
+		log:          cfg.Logger,
+		ready:        cfg.Ready,
+		mux:          http.NewServeMux(),
+		clock:        cfg.Engine.Config().Clock,
 	}
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.bodyTimeout == 0 {
+		s.bodyTimeout = DefaultBodyTimeout
+	}
+	if s.writeTimeout == 0 {
+		s.writeTimeout = DefaultWriteTimeout
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -165,8 +200,12 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := requestID(r)
 	w.Header().Set("X-Request-Id", id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
-	sw := &statusWriter{ResponseWriter: w}
+	rc := http.NewResponseController(w)
+	sw := &statusWriter{ResponseWriter: w, rc: rc, writeTimeout: s.writeTimeout}
+	// No deadline left over from the connection's previous answer.
+	_ = rc.SetWriteDeadline(time.Time{})
 	start := time.Now()
+	s.boundBody(rc, r)
 	defer func() {
 		if p := recover(); p != nil {
 			if err, ok := p.(error); ok && errors.Is(err, http.ErrAbortHandler) {
@@ -188,6 +227,42 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.route(sw, r)
+}
+
+// boundBody gives the request's body BodyTimeout to arrive: the
+// connection's read deadline is set now and cleared once the body has been
+// read to its end. The server sets no deadline past the headers itself (a
+// whole-request ReadTimeout would also end long polls, whose wait follows
+// the body), so without it a client trickling a body, or stalling in it,
+// would hold the connection and its handler forever. A body the handler
+// leaves unread keeps the deadline, which then bounds the server's
+// draining of it after the handler.
+func (s *server) boundBody(rc *http.ResponseController, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	if err := rc.SetReadDeadline(time.Now().Add(s.bodyTimeout)); err != nil {
+		return // not a connection that takes deadlines (a test recorder)
+	}
+	r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+}
+
+// deadlineBody clears the connection's read deadline when its body has
+// been read to the end, so that what follows (a long poll's wait, the
+// next request on the connection) is not cut short by it.
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	cleared bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.cleared {
+		b.cleared = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 func needsAuth(path string) bool {
@@ -246,17 +321,28 @@ func (c *captureWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// statusWriter remembers whether and with which status a response started.
+// writeChunk is the most of a response written under one write deadline.
+const writeChunk = 64 << 10
+
+// statusWriter remembers whether and with which status a response started,
+// and gives each stretch of the response (writeChunk bytes) writeTimeout
+// to leave: the server sets no write deadline itself (a whole-response
+// WriteTimeout would cut large answers to slow readers short), so without
+// it a client that never reads its answer would hold the handler and the
+// connection forever.
 type statusWriter struct {
 	http.ResponseWriter
-	code  int
-	wrote bool
+	rc           *http.ResponseController
+	writeTimeout time.Duration
+	code         int
+	wrote        bool
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if !w.wrote {
 		w.code, w.wrote = code, true
 	}
+	w.extend()
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -264,7 +350,23 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 	if !w.wrote {
 		w.code, w.wrote = http.StatusOK, true
 	}
-	return w.ResponseWriter.Write(p)
+	n := 0
+	for {
+		c := min(len(p)-n, writeChunk)
+		w.extend()
+		m, err := w.ResponseWriter.Write(p[n : n+c])
+		n += m
+		if err != nil || n == len(p) {
+			return n, err
+		}
+	}
+}
+
+// extend moves the connection's write deadline writeTimeout ahead.
+func (w *statusWriter) extend() {
+	if w.rc != nil && w.writeTimeout > 0 {
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.writeTimeout))
+	}
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.

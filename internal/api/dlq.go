@@ -92,14 +92,21 @@ func (s *server) deadSummary(w http.ResponseWriter, r *http.Request) error {
 // not filter: an empty body selects every dead task. An "ids" list given
 // empty is refused rather than read as no filter: a client whose list of
 // ids came out empty must not redrive or purge the whole DLQ.
+//
+// type, error_code and ids are compared byte for byte: they must be valid
+// Unicode as sent (text), as the query parameters of GET /v1/dlq are.
 type dlqFilterBody struct {
-	Type        string   `json:"type"`
-	ErrorCode   string   `json:"error_code"`
-	NoErrorCode bool     `json:"no_error_code"`
-	Reason      string   `json:"reason"`
-	Since       *string  `json:"since"`
-	IDs         []string `json:"ids"`
-	Limit       int      `json:"limit"`
+	Type        text    `json:"type"`
+	ErrorCode   text    `json:"error_code"`
+	NoErrorCode bool    `json:"no_error_code"`
+	Reason      string  `json:"reason"`
+	Since       *string `json:"since"`
+	IDs         []text  `json:"ids"`
+	Limit       int     `json:"limit"`
+	// OlderThanSeconds is for purge only; redrive refuses it as unknown.
+	// It is a member here rather than in a struct embedding this one,
+	// whose decoding errors would name the field "dlqFilterBody.limit".
+	OlderThanSeconds *float64 `json:"older_than_seconds"`
 }
 
 // errCodeAndNoCode refuses a filter asking for a code and for none.
@@ -108,13 +115,19 @@ func errCodeAndNoCode() error {
 }
 
 func (b *dlqFilterBody) filter() (store.DeadFilter, error) {
-	f := store.DeadFilter{Type: b.Type, ErrorCode: b.ErrorCode, NoErrorCode: b.NoErrorCode, IDs: b.IDs, Limit: b.Limit}
+	f := store.DeadFilter{Type: string(b.Type), ErrorCode: string(b.ErrorCode), NoErrorCode: b.NoErrorCode, Limit: b.Limit}
+	if b.IDs != nil {
+		f.IDs = make([]string, len(b.IDs))
+		for i, id := range b.IDs {
+			f.IDs[i] = string(id)
+		}
+	}
 	if b.NoErrorCode && b.ErrorCode != "" {
 		return f, errCodeAndNoCode()
 	}
 	var err error
 	if b.Type != "" {
-		if err := engine.ValidateType("type", b.Type); err != nil {
+		if err := engine.ValidateType("type", f.Type); err != nil {
 			return f, err
 		}
 	}
@@ -147,6 +160,9 @@ func (s *server) redrive(w http.ResponseWriter, r *http.Request) error {
 	if err := s.readBody(w, r, &b, true); err != nil {
 		return err
 	}
+	if b.OlderThanSeconds != nil {
+		return fieldError("older_than_seconds", "unknown field")
+	}
 	f, err := b.filter()
 	if err != nil {
 		return err
@@ -159,18 +175,12 @@ func (s *server) redrive(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// purgeBody is the body of POST /v1/dlq/purge.
-type purgeBody struct {
-	dlqFilterBody
-	OlderThanSeconds *float64 `json:"older_than_seconds"`
-}
-
 // purge handles POST /v1/dlq/purge.
 func (s *server) purge(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseQuery(r); err != nil {
 		return err
 	}
-	var b purgeBody
+	var b dlqFilterBody
 	if err := s.readBody(w, r, &b, true); err != nil {
 		return err
 	}

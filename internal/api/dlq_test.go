@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -160,4 +161,44 @@ func TestDLQNoErrorCode(t *testing.T) {
 	if e.state(coded) != store.StateDead {
 		t.Fatalf("the task with a code was touched: %s", e.state(coded))
 	}
+}
+
+// TestDLQFilterBodyTextMustBeUnicode: the type, error_code and ids of a
+// redrive or purge body are compared byte for byte, as the query
+// parameters of GET /v1/dlq are: invalid UTF-8 or an unpaired surrogate
+// escape is a 400 naming the field, not turned into U+FFFD (which selects
+// other tasks, or none, and reports success).
+func TestDLQFilterBodyTextMustBeUnicode(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, route := range []string{"/v1/dlq/redrive", "/v1/dlq/purge"} {
+		for _, c := range []struct{ body, field string }{
+			{"{\"type\":\"a\xff\"}", "type"},
+			{"{\"error_code\":\"E\xff\"}", "error_code"},
+			{`{"error_code":"E\udc00"}`, "error_code"},
+			{"{\"ids\":[\"\xff\"]}", "ids"},
+			{`{"ids":["\ud800"]}`, "ids"},
+		} {
+			r := e.do("POST", route, c.body)
+			if r.status != http.StatusBadRequest || r.errCode() != CodeInvalidField || !strings.HasPrefix(r.errField(), c.field) {
+				t.Errorf("%s %s: got %s, want 400 naming %s", route, c.body, r, c.field)
+			}
+		}
+	}
+}
+
+// TestDLQBodyTypeErrorsNameTheWireField: a member of the wrong type in a
+// purge body is named as sent ("limit"), as in a redrive body, not by the
+// Go struct holding it ("dlqFilterBody.limit"); older_than_seconds stays
+// purge's alone.
+func TestDLQBodyTypeErrorsNameTheWireField(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, route := range []string{"/v1/dlq/redrive", "/v1/dlq/purge"} {
+		for _, c := range []struct{ body, field string }{
+			{`{"limit":"x"}`, "limit"}, {`{"reason":1}`, "reason"}, {`{"no_error_code":"yes"}`, "no_error_code"},
+		} {
+			e.mustErr(http.StatusBadRequest, CodeInvalidField, c.field, "POST", route, c.body)
+		}
+	}
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "older_than_seconds", "POST", "/v1/dlq/redrive", `{"older_than_seconds":5}`)
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "older_than_seconds", "POST", "/v1/dlq/purge", `{"older_than_seconds":"x"}`)
 }

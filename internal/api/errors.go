@@ -23,6 +23,7 @@ const (
 	CodeMethodNotAllowed     = "method_not_allowed"     // 405
 	CodeConflict             = "conflict"               // 409: the task's state does not allow the operation
 	CodeLeaseLost            = "lease_lost"             // 409: the lease expired or was superseded
+	CodeRequestTimeout       = "request_timeout"        // 408: the request body did not arrive in time
 	CodePayloadTooLarge      = "payload_too_large"      // 413
 	CodeUnsupportedMediaType = "unsupported_media_type" // 415
 	CodeInternal             = "internal"               // 500

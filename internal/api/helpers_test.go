@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -35,6 +36,9 @@ func (c *offsetClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 type envOpts struct {
 	apiTokens, readTokens []string
 	maxBody               int64
+	bodyTimeout           time.Duration
+	writeTimeout          time.Duration
+	log                   *slog.Logger
 	ready                 func(context.Context) error
 	poll                  time.Duration
 	sync                  string
@@ -95,7 +99,8 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if err := eng.Start(ctx); err != nil {
 		t.Fatalf("start engine: %v", err)
 	}
-	srv, err := newServer(Config{Engine: eng, APITokens: o.apiTokens, ReadTokens: o.readTokens, MaxBodyBytes: o.maxBody, Ready: o.ready})
+	srv, err := newServer(Config{Engine: eng, APITokens: o.apiTokens, ReadTokens: o.readTokens, MaxBodyBytes: o.maxBody, BodyTimeout: o.bodyTimeout,
+		WriteTimeout: o.writeTimeout, Logger: o.log, Ready: o.ready})
 	if err != nil {
 		t.Fatalf("api: %v", err)
 	}

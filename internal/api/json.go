@@ -9,6 +9,7 @@ import (
 	"math"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,10 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, dst any, optio
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return tooLarge
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return &apiError{Status: http.StatusRequestTimeout, Code: CodeRequestTimeout,
+				Message: fmt.Sprintf("the request body did not arrive within %s", s.bodyTimeout)}
 		}
 		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: "could not read the request body"}
 	}

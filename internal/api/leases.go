@@ -136,8 +136,8 @@ type failBody struct {
 
 // reportedError is the "error" member of a fail body.
 type reportedError struct {
-	Code              string   `json:"code"`
-	Message           string   `json:"message"`
+	Code              text     `json:"code"`
+	Message           text     `json:"message"`
 	Retryable         *bool    `json:"retryable"`
 	RetryAfterSeconds *float64 `json:"retry_after_seconds"`
 }
@@ -174,7 +174,7 @@ func (s *server) failTask(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(b.Error, &re, "error."); err != nil {
 		return err
 	}
-	rep := engine.ReportedError{Code: re.Code, Message: re.Message, Retryable: re.Retryable}
+	rep := engine.ReportedError{Code: string(re.Code), Message: string(re.Message), Retryable: re.Retryable}
 	if rep.RetryAfter, err = optSeconds("error.retry_after_seconds", re.RetryAfterSeconds, maxDelay); err != nil {
 		return err
 	}

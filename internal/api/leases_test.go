@@ -249,3 +249,27 @@ func testLeaseValidation(t *testing.T, backend string) {
 	// After all that the lease still works.
 	e.must(http.StatusOK, "POST", "/v1/tasks/"+id+"/complete", map[string]any{"lease_id": lease})
 }
+
+// TestFailReportTextMustBeUnicode: a failed attempt's error code is matched
+// byte for byte against the type's retry_on and no_retry_on lists and the
+// dead-letter filters, so a code (or message) that is not valid Unicode as
+// sent is a 400 naming it, as other text fields are, not silently turned
+// into U+FFFD; the lease is kept for a corrected report.
+func TestFailReportTextMustBeUnicode(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	id := e.enqueue(map[string]any{"type": "a"})["id"].(string)
+	lease := e.leaseOne("a", nil)["lease_id"].(string)
+	for _, c := range []struct{ errJSON, field string }{
+		{"{\"code\":\"E\xff\",\"message\":\"x\"}", "error.code"},
+		{`{"code":"E\ud800","message":"x"}`, "error.code"},
+		{"{\"message\":\"bad \xfe\"}", "error.message"},
+		{`{"message":"\udc00"}`, "error.message"},
+	} {
+		e.mustErr(http.StatusBadRequest, CodeInvalidField, c.field, "POST", "/v1/tasks/"+id+"/fail",
+			`{"lease_id":"`+lease+`","error":`+c.errJSON+`}`)
+	}
+	if st := e.state(id); st != store.StateRunning {
+		t.Fatalf("task %s after refused reports, want running", st)
+	}
+	e.must(http.StatusOK, "POST", "/v1/tasks/"+id+"/fail", map[string]any{"lease_id": lease, "error": map[string]any{"code": "E1", "message": "é"}})
+}

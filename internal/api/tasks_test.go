@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/internal/engine"
@@ -315,4 +316,45 @@ func testGetTaskShowsOneMomentOfTaskAndHistory(t *testing.T, backend string) {
 			t.Fatalf("%s: task in state %v with %d finished attempts: %v", outcome, g["state"], len(as), g)
 		}
 	}
+}
+
+// TestPayloadsThatAreNotUTF8AreRefused: a payload is stored as sent, so one
+// holding bytes that are not UTF-8 would be written back raw in the 201,
+// in GET, in every list page and in pull leases, answers that are then not
+// JSON (RFC 8259 requires UTF-8) and that strict clients cannot decode.
+// Such a payload is a 400 naming it, in a batch with the task's index, as
+// in the Go API; a surrogate escape stays ASCII and is taken as sent.
+func TestPayloadsThatAreNotUTF8AreRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, body := range []string{
+		"{\"type\":\"a\",\"payload\":\"\xff\"}",
+		"{\"type\":\"a\",\"payload\":{\"k\":\"caf\xc3\"}}",
+		"{\"type\":\"a\",\"payload\":[\"\xed\xa0\x80\"]}",
+	} {
+		r := e.mustErr(http.StatusBadRequest, CodeInvalidField, "payload", "POST", "/v1/tasks", body)
+		if !utf8.Valid(r.raw) {
+			t.Errorf("body %q: the error answer is not UTF-8: %q", body, r.raw)
+		}
+	}
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "tasks[1].payload", "POST", "/v1/tasks/batch",
+		"{\"tasks\":[{\"type\":\"a\"},{\"type\":\"a\",\"payload\":\"\xff\"}]}")
+	if n := len(e.must(http.StatusOK, "GET", "/v1/tasks", nil).m["tasks"].([]any)); n != 0 {
+		t.Fatalf("%d tasks enqueued with payloads that are not UTF-8", n)
+	}
+	r := e.must(http.StatusCreated, "POST", "/v1/tasks", `{"type":"a","payload":"\ud800 \u00e9"}`)
+	if !utf8.Valid(r.raw) || r.m["payload"] == nil {
+		t.Fatalf("a payload with escapes: %s", r)
+	}
+}
+
+// TestPayloadLimitIsTheEngines: a server whose body limit was raised above
+// engine.MaxPayloadBytes still refuses a larger payload, with a 400 naming
+// it, as the Go API does: every answer holding the task would carry it.
+// A payload of exactly the limit is taken.
+func TestPayloadLimitIsTheEngines(t *testing.T) {
+	e := newEnv(t, envOpts{maxBody: 4 * engine.MaxPayloadBytes})
+	over := `{"type":"a","payload":"` + strings.Repeat("x", engine.MaxPayloadBytes-1) + `"}`
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "payload", "POST", "/v1/tasks", over)
+	at := `{"type":"a","payload":"` + strings.Repeat("x", engine.MaxPayloadBytes-2) + `"}`
+	e.must(http.StatusCreated, "POST", "/v1/tasks", at)
 }

@@ -31,6 +31,10 @@ when this node is the elected leader, and the JSON HTTP API on --listen.
 Several servers may share one PostgreSQL database; one of them leads.
 
 Without API tokens the server only listens on loopback addresses.
+
+Retention durations need a unit: 30d (days), 1d12h, 12h or 90m; forever
+keeps a class; 0 takes the default. A plain number is refused, since
+elsewhere it means seconds. The start-up log shows the retention in force.
 `
 
 // stringsValue is a repeatable string flag.
@@ -67,7 +71,7 @@ type serverOptions struct {
 	apiTokens, readTokens                   []string
 	noScheduler, pollOnly, noMigrate        bool
 	lease, poll, leaderTTL                  time.Duration
-	succeededRet, deadRet                   time.Duration
+	retention                               retentionOptions
 	maxBody                                 int64
 }
 
@@ -87,8 +91,7 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	fs.Var(durationValue{&o.lease}, "lease", "lease of in-process workers, extended by heartbeats: 1s to 1h (default 30s)")
 	fs.Var(durationValue{&o.poll}, "poll-interval", "fallback poll interval when no wake-up arrives: 10ms to 1h (default 1s)")
 	fs.Var(durationValue{&o.leaderTTL}, "leader-ttl", "scheduler leadership lease: 1s to 1h (default 10s)")
-	fs.Var(durationValue{&o.succeededRet}, "succeeded-retention", "delete succeeded and cancelled tasks after this long (default 24h)")
-	fs.Var(durationValue{&o.deadRet}, "dead-retention", "delete dead tasks after this long (default 720h)")
+	o.retention.register(fs)
 	fs.Int64Var(&o.maxBody, "max-body", api.DefaultMaxBodyBytes, "largest accepted request body in bytes")
 	if st, ok := parseFlags(env, fs, args); !ok {
 		return nil, st
@@ -136,6 +139,9 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 			return nil, usageError(env, "server", fmt.Sprintf("%s: must be between %v and %v, or 0 for the default %s (got %v)",
 				d.flag, d.min, fmtHours(d.max), d.def, d.v))
 		}
+	}
+	if err := o.retention.check(); err != nil {
+		return nil, usageError(env, "server", err.Error())
 	}
 	if o.logFormat != "text" && o.logFormat != "json" {
 		return nil, usageError(env, "server", fmt.Sprintf("--log-format: want text or json, got %q", o.logFormat))
@@ -344,7 +350,7 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 	eng, err := engine.New(engine.Config{
 		Store: st, Logger: log, NodeID: o.nodeID, Version: Version,
 		LeaseDuration: o.lease, PollInterval: o.poll, LeaderTTL: o.leaderTTL,
-		SucceededRetention: o.succeededRet, CancelledRetention: o.succeededRet, DeadRetention: o.deadRet,
+		SucceededRetention: o.retention.succeeded, CancelledRetention: o.retention.cancelled, DeadRetention: o.retention.dead,
 		NoScheduler: o.noScheduler,
 	})
 	if err != nil {
@@ -374,7 +380,7 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 		_ = st.Close()
 	}
 	log.Info("retryq server started", "node", eng.NodeID(), "db", kind, "listen", rs.addr, "schema", applied,
-		"auth", len(o.apiTokens)+len(o.readTokens) > 0)
+		"auth", len(o.apiTokens)+len(o.readTokens) > 0, "retention", eng.Retention())
 	return rs, nil
 }
 

@@ -64,7 +64,8 @@ type Config struct {
 	// extend it every third of it. Default 30s.
 	LeaseDuration time.Duration
 	// PollInterval bounds how long fetchers and the scheduler sleep without a
-	// wake-up (the fallback for lost notifications). Default 1s.
+	// wake-up (the fallback for lost notifications). Default 1s; at least
+	// MinPollInterval.
 	PollInterval time.Duration
 
 	// Retention: finished tasks are deleted this long after their last
@@ -74,7 +75,8 @@ type Config struct {
 	DeadRetention      time.Duration // default 30 days
 	RetentionInterval  time.Duration // default 1m
 
-	// LeaderTTL is the leadership lease of the scheduler loops. Default 10s.
+	// LeaderTTL is the leadership lease of the scheduler loops. Default
+	// 10s; at least MinLeaderTTL.
 	LeaderTTL time.Duration
 	// NoScheduler disables the scheduler loops (and the election) on this node.
 	NoScheduler bool
@@ -85,10 +87,32 @@ type Config struct {
 	MaxOutcomeBatch int
 }
 
+// Bounds of Config's durations.
+const (
+	// MinLeaderTTL is the shortest LeaderTTL. The leader renews its lease
+	// every quarter of it, each renewal bounded by that quarter: with a far
+	// shorter lease no renewal finishes in time, no node ever leads, and
+	// delayed tasks and retries are never run.
+	MinLeaderTTL = time.Second
+	// MinPollInterval is the shortest PollInterval: every fetcher and the
+	// scheduler query the database at least this often when idle, so a
+	// far shorter one (1ns, a unit forgotten) keeps the database busy
+	// answering idle polls.
+	MinPollInterval = 10 * time.Millisecond
+	// MinLeaseDuration is the shortest LeaseDuration: heartbeats extend a
+	// lease every third of it.
+	MinLeaseDuration = 3 * time.Millisecond
+)
+
+// configErr is an invalid Config field: an ErrInvalid naming it.
+func configErr(field, format string, args ...any) error {
+	return fmt.Errorf("engine config: %w", fieldErr(field, format, args...))
+}
+
 func (c *Config) withDefaults() (Config, error) {
 	out := *c
 	if out.Store == nil {
-		return out, errors.New("engine config: Store: required")
+		return out, configErr("Store", "is required")
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.DiscardHandler)
@@ -109,30 +133,24 @@ func (c *Config) withDefaults() (Config, error) {
 		out.DefaultPolicy = out.DefaultPolicy.WithDefaults()
 	}
 	if err := out.DefaultPolicy.Validate(); err != nil {
-		return out, fmt.Errorf("engine config: DefaultPolicy: %w", err)
-	}
-	def := func(d *time.Duration, v time.Duration, name string) error {
-		if *d == 0 {
-			*d = v
-		}
-		if *d < 0 {
-			return fmt.Errorf("engine config: %s: must be positive", name)
-		}
-		return nil
+		return out, fmt.Errorf("engine config: %w", &FieldError{Field: "DefaultPolicy", Message: err.Error(), Err: err})
 	}
 	for _, f := range []struct {
-		d    *time.Duration
-		v    time.Duration
-		name string
+		d        *time.Duration
+		def, min time.Duration
+		name     string
 	}{
-		{&out.DefaultTimeout, 5 * time.Minute, "DefaultTimeout"},
-		{&out.LeaseDuration, 30 * time.Second, "LeaseDuration"},
-		{&out.PollInterval, time.Second, "PollInterval"},
-		{&out.RetentionInterval, time.Minute, "RetentionInterval"},
-		{&out.LeaderTTL, 10 * time.Second, "LeaderTTL"},
+		{&out.DefaultTimeout, 5 * time.Minute, 1, "DefaultTimeout"},
+		{&out.LeaseDuration, 30 * time.Second, MinLeaseDuration, "LeaseDuration"},
+		{&out.PollInterval, time.Second, MinPollInterval, "PollInterval"},
+		{&out.RetentionInterval, time.Minute, 1, "RetentionInterval"},
+		{&out.LeaderTTL, 10 * time.Second, MinLeaderTTL, "LeaderTTL"},
 	} {
-		if err := def(f.d, f.v, f.name); err != nil {
-			return out, err
+		if *f.d == 0 {
+			*f.d = f.def
+		}
+		if *f.d < f.min {
+			return out, configErr(f.name, "must be at least %s, or 0 for the default %s (got %s)", f.min, f.def, *f.d)
 		}
 	}
 	if out.SucceededRetention == 0 {
@@ -149,9 +167,6 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxOutcomeBatch <= 0 {
 		out.MaxOutcomeBatch = 1000
-	}
-	if out.LeaseDuration < 3*time.Millisecond {
-		return out, errors.New("engine config: LeaseDuration: must be at least 3ms")
 	}
 	return out, nil
 }
@@ -207,8 +222,8 @@ type Engine struct {
 func (e *Engine) LongPolls() int { return int(e.longPolls.Load()) }
 
 // EndLongPolls answers the pull leases waiting for tasks (LeaseRequest.Wait)
-// at once, with what they have (nothing), and makes later ones wait no
-// more. A server calls it when it begins to shut down: a long poll holds
+// at once, with what they have (nothing), and makes later ones lease
+// nothing (see Lease). A server calls it when it begins to shut down: a long poll holds
 // no task, and must not hold the shutdown for its whole wait. Close calls
 // it too.
 func (e *Engine) EndLongPolls() { e.endPollsOnce.Do(func() { close(e.pollsEnded) }) }

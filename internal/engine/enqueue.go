@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/retryq/retryq/store"
 )
@@ -20,12 +21,16 @@ var ErrInvalid = errors.New("invalid input")
 type FieldError struct {
 	Field   string
 	Message string
+	Err     error // the cause, when another package's check refused the value (nil otherwise)
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
 
 // Is reports whether target is ErrInvalid.
 func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+// Unwrap returns the cause, if any.
+func (e *FieldError) Unwrap() error { return e.Err }
 
 func fieldErr(field, format string, args ...any) error {
 	return &FieldError{Field: field, Message: fmt.Sprintf(format, args...)}
@@ -38,6 +43,13 @@ const (
 	MaxPriority       = 1_000_000
 	MaxMaxAttempts    = 10_000
 	MaxBatch          = 10_000
+	// MaxPayloadBytes bounds a task's payload, whichever entry point
+	// enqueues it (the HTTP API's body limit, 1 MiB by default, can be
+	// raised). Every answer holding the task carries the payload, escaped
+	// up to six times its size, and `retryq` reads answers of at most
+	// 64 MiB: a larger payload would be a task no CLI pull worker can
+	// lease and no `retryq tasks get` can show.
+	MaxPayloadBytes = 8 << 20
 )
 
 // EnqueueRequest describes a task to enqueue.
@@ -79,10 +91,17 @@ func (e *Engine) prepare(ctx context.Context, prefix string, r EnqueueRequest, n
 		return store.NewTask{}, err
 	}
 	payload := r.Payload
+	if len(payload) > MaxPayloadBytes {
+		return store.NewTask{}, fieldErr(prefix+"payload", "is larger than %d bytes (got %d)", MaxPayloadBytes, len(payload))
+	}
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")
 	} else if !json.Valid(payload) {
 		return store.NewTask{}, fieldErr(prefix+"payload", "is not valid JSON")
+	} else if !utf8.Valid(payload) {
+		// Stored as given, it would be written back raw in every answer
+		// holding it, which would then not be JSON (RFC 8259: UTF-8).
+		return store.NewTask{}, fieldErr(prefix+"payload", "must be UTF-8 (it holds bytes that are not)")
 	}
 	if r.MaxAttempts < 0 || r.MaxAttempts > MaxMaxAttempts {
 		return store.NewTask{}, fieldErr(prefix+"max_attempts", "must be between 0 and %d (got %d)", MaxMaxAttempts, r.MaxAttempts)
@@ -98,6 +117,10 @@ func (e *Engine) prepare(ctx context.Context, prefix string, r EnqueueRequest, n
 	}
 	if r.Delay > 0 && !r.RunAt.IsZero() {
 		return store.NewTask{}, fieldErr(prefix+"run_at", "cannot be combined with a delay")
+	}
+	if !r.RunAt.IsZero() && store.CheckTime("run time", r.RunAt) != nil {
+		// The store would refuse it too, but as a whole batch naming no field.
+		return store.NewTask{}, fieldErr(prefix+"run_at", "must be within years 1 to 9999 in UTC (got %s)", r.RunAt.UTC().Format(time.RFC3339Nano))
 	}
 	runAt := r.RunAt
 	if runAt.IsZero() {

@@ -26,16 +26,14 @@ func ValidateID(id string) error {
 	return nil
 }
 
-// Get returns a task.
+// Get returns a task. The store's errors already name the call and the
+// task ("get task <id>: not found", storage.md), so the methods here
+// return them as they are rather than saying so twice.
 func (e *Engine) Get(ctx context.Context, id string) (store.Task, error) {
 	if err := ValidateID(id); err != nil {
 		return store.Task{}, err
 	}
-	t, err := e.st.GetTask(ctx, id)
-	if err != nil {
-		return store.Task{}, fmt.Errorf("get task %s: %w", id, err)
-	}
-	return t, nil
+	return e.st.GetTask(ctx, id) // the store's errors name the call (storage.md, Errors)
 }
 
 // Attempts returns a task's attempt history.
@@ -43,11 +41,7 @@ func (e *Engine) Attempts(ctx context.Context, id string) ([]store.Attempt, erro
 	if err := ValidateID(id); err != nil {
 		return nil, err
 	}
-	as, err := e.st.ListAttempts(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("list attempts of %s: %w", id, err)
-	}
-	return as, nil
+	return e.st.ListAttempts(ctx, id)
 }
 
 func checkLimit(limit int) (int, error) {
@@ -76,11 +70,7 @@ func (e *Engine) List(ctx context.Context, p store.ListParams) ([]store.Task, st
 			return nil, "", fieldErr("state", "unknown state %q (want one of scheduled, pending, running, retry_waiting, succeeded, dead, cancelled)", s)
 		}
 	}
-	ts, next, err := e.st.ListTasks(ctx, p)
-	if err != nil {
-		return nil, "", fmt.Errorf("list tasks: %w", err)
-	}
-	return ts, next, nil
+	return e.st.ListTasks(ctx, p)
 }
 
 // Cancel cancels a task that has not finished.
@@ -91,7 +81,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) (store.Task, error) {
 	held := e.leases.leaseOf(id) // a handler of this process may be running it
 	t, err := e.st.CancelTask(ctx, store.CancelParams{ID: id, Now: e.now()})
 	if err != nil {
-		return store.Task{}, fmt.Errorf("cancel task %s: %w", id, err)
+		return store.Task{}, err // "cancel task <id>: ..." from the store
 	}
 	e.log.Info("task cancelled", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
 	if held != "" {
@@ -110,7 +100,7 @@ func (e *Engine) Retry(ctx context.Context, id string) (store.Task, error) {
 	}
 	t, err := e.st.RetryTask(ctx, store.RetryParams{ID: id, Now: e.now()})
 	if err != nil {
-		return store.Task{}, fmt.Errorf("retry task %s: %w", id, err)
+		return store.Task{}, err // "retry task <id>: ..." from the store
 	}
 	e.log.Info("task retried manually", "task_id", t.ID, "type", t.Type)
 	e.wake.broadcast()
@@ -154,20 +144,12 @@ func (e *Engine) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task
 	if err := e.checkDeadFilter(&f); err != nil {
 		return nil, "", err
 	}
-	ts, next, err := e.st.ListDead(ctx, f)
-	if err != nil {
-		return nil, "", fmt.Errorf("list dead tasks: %w", err)
-	}
-	return ts, next, nil
+	return e.st.ListDead(ctx, f)
 }
 
 // DeadSummary groups the DLQ by type, error code and reason.
 func (e *Engine) DeadSummary(ctx context.Context, since time.Time) ([]store.DeadGroup, error) {
-	gs, err := e.st.DeadSummary(ctx, store.SummaryParams{Since: since})
-	if err != nil {
-		return nil, fmt.Errorf("summarize dead tasks: %w", err)
-	}
-	return gs, nil
+	return e.st.DeadSummary(ctx, store.SummaryParams{Since: since})
 }
 
 // Redrive puts dead tasks matching the filter back to pending.
@@ -177,7 +159,7 @@ func (e *Engine) Redrive(ctx context.Context, f store.DeadFilter) (int, error) {
 	}
 	n, err := e.st.RedriveDead(ctx, f)
 	if err != nil {
-		return 0, fmt.Errorf("redrive dead tasks: %w", err)
+		return 0, err // "redrive dead tasks: ..." from the store
 	}
 	e.log.Info("dead tasks redriven", "count", n, "type", f.Type, "error_code", f.ErrorCode, "reason", f.Reason)
 	if n > 0 {
@@ -193,7 +175,7 @@ func (e *Engine) Purge(ctx context.Context, f store.DeadFilter) (int, error) {
 	}
 	n, err := e.st.PurgeDead(ctx, f)
 	if err != nil {
-		return 0, fmt.Errorf("purge dead tasks: %w", err)
+		return 0, err // "purge dead tasks: ..." from the store
 	}
 	e.log.Info("dead tasks purged", "count", n, "type", f.Type, "error_code", f.ErrorCode, "reason", f.Reason)
 	return n, nil

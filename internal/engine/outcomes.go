@@ -49,7 +49,11 @@ func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]st
 		e.ctr.countRecorded(o)
 		switch o.State {
 		case store.StatePending:
-			ready = true
+			if !o.RunAt.After(now) {
+				ready = true
+			} else if earliest.IsZero() || o.RunAt.Before(earliest) {
+				earliest = o.RunAt // a delayed release (holdBack)
+			}
 		case store.StateRetryWaiting:
 			if !o.RunAt.After(now) {
 				ready = true

@@ -43,7 +43,10 @@ func ParseLeaseToken(tok string) (taskID, leaseID string, err error) {
 	return tok[:i], tok[i+1:], nil
 }
 
-// Lease leases tasks to a remote worker, long-polling up to r.Wait.
+// Lease leases tasks to a remote worker, long-polling up to r.Wait. Once
+// the node began to shut down (EndLongPolls, BeginShutdown, Close) it
+// leases nothing and answers no tasks at once; tasks a fetch leased as the
+// shutdown began are given back, their attempts not counted.
 func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error) {
 	if r.WorkerID == "" || len(r.WorkerID) > 200 || !store.ValidText(r.WorkerID) {
 		return nil, fieldErr("worker_id", "is required: UTF-8 text without NUL bytes, at most 200 bytes")
@@ -74,6 +77,9 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 	if r.LeaseDuration == 0 {
 		r.LeaseDuration = e.pullLeaseDefault(ctx, r.Types)
 	}
+	if e.shuttingDown() {
+		return nil, nil
+	}
 	deadline := time.Now().Add(r.Wait)
 	sub := e.wake.subscribe()
 	defer e.wake.unsubscribe(sub)
@@ -93,6 +99,14 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			// and cost an attempt each.
 			e.releaseUnclaimed(tasks)
 			return nil, fmt.Errorf("lease tasks: %w", ctx.Err())
+		}
+		if len(tasks) > 0 && e.shuttingDown() {
+			// The node began to shut down while the fetch committed: the
+			// worker could run the tasks but, once the drain ends, perhaps
+			// report to no one (on one node), and each would wait for the
+			// reaper and cost an attempt. Give them back instead.
+			e.releaseUnclaimed(tasks)
+			return nil, nil
 		}
 		if len(tasks) > 0 || r.Wait == 0 {
 			for i := range tasks {
@@ -118,6 +132,17 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			return nil, nil
 		}
 		t.Stop()
+	}
+}
+
+// shuttingDown reports whether EndLongPolls was called: the node began
+// to shut down.
+func (e *Engine) shuttingDown() bool {
+	select {
+	case <-e.pollsEnded:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -241,9 +266,19 @@ func (e *Engine) Fail(ctx context.Context, id, token string, rep ReportedError) 
 	if err != nil {
 		return store.Outcome{}, err
 	}
-	spec, err := e.TypeSpec(ctx, t.Type)
+	spec, err := e.decidingSpec(ctx, t.Type)
 	if err != nil {
-		return store.Outcome{}, err
+		if ctx.Err() != nil {
+			return store.Outcome{}, fmt.Errorf("fail task %s: %w", id, err)
+		}
+		// Not decided under the defaults: the task is held back, the
+		// attempt not counted, and the answer says when it runs again.
+		out := e.holdBack(&t, err)
+		if err := e.record(ctx, &t, out); err != nil {
+			return store.Outcome{}, fmt.Errorf("fail task %s: %w", id, err)
+		}
+		return store.Outcome{TaskID: out.TaskID, LeaseID: out.LeaseID, State: store.StateRetryWaiting, RunAt: out.RunAt,
+			LastDelay: unreadableTypeDelay}, nil
 	}
 	out := e.Decide(&t, &spec, rep.failure(), e.now())
 	if err := e.record(ctx, &t, out); err != nil {

@@ -199,3 +199,47 @@ func TestCompleteAtTheExpiryInstant(t *testing.T) {
 		t.Fatalf("task after complete: %s, %v", got.State, err)
 	}
 }
+
+// fetchThenShutdown is a store whose FetchTasks begins the engine's
+// shutdown once the fetch has committed: a pull lease (no wait) was in
+// flight as the server began to drain.
+type fetchThenShutdown struct {
+	store.Store
+	e atomic.Pointer[Engine]
+}
+
+func (s *fetchThenShutdown) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Task, error) {
+	ts, err := s.Store.FetchTasks(ctx, p)
+	if e := s.e.Load(); len(ts) > 0 && e != nil {
+		e.BeginShutdown()
+	}
+	return ts, err
+}
+
+// TestLeaseHandsOutNothingOnceShutdownBegan: a pull lease whose fetch
+// commits after the node began to shut down gives its tasks back (pending,
+// attempt not counted) and answers none, and a lease asked for later
+// leases nothing. The worker would get tasks it could report to nobody
+// once the drain ends (on one node), so each waited for the reaper and
+// cost an attempt.
+func TestLeaseHandsOutNothingOnceShutdownBegan(t *testing.T) {
+	st := &fetchThenShutdown{Store: openWorkerStoreOn(t, "sqlite")}
+	e := startWorkerEngine(t, st, Config{NoScheduler: true})
+	st.e.Store(e)
+	id := mustEnqueue(t, e, "pull.drain", `1`)
+	ts, err := e.Lease(context.Background(), LeaseRequest{WorkerID: "py", Types: []string{"pull.drain"}, Max: 1, LeaseDuration: time.Hour})
+	if err != nil || len(ts) != 0 {
+		t.Fatalf("Lease committed as shutdown began = %d tasks, %v; want none and no error", len(ts), err)
+	}
+	tk := waitTask(t, e, id, "released", func(tk store.Task) bool { return tk.State == store.StatePending })
+	if tk.Attempt != 0 || tk.LeaseID != "" {
+		t.Fatalf("released task: attempt %d, lease %q; want attempt 0 and no lease", tk.Attempt, tk.LeaseID)
+	}
+	ts, err = e.Lease(context.Background(), LeaseRequest{WorkerID: "py2", Types: []string{"pull.drain"}, Max: 1})
+	if err != nil || len(ts) != 0 {
+		t.Fatalf("Lease after shutdown began = %d tasks, %v; want none and no error", len(ts), err)
+	}
+	if tk, err := e.Get(context.Background(), id); err != nil || tk.State != store.StatePending || tk.Attempt != 0 {
+		t.Fatalf("task after a lease during shutdown: %+v, %v; want pending, attempt 0", tk, err)
+	}
+}

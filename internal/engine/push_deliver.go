@@ -42,6 +42,19 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 	if e.debugging() {
 		e.log.Debug("push delivery started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "url", pt.logURL)
 	}
+	// The delivery is decided under its type's policy, read before it is
+	// sent: when that cannot be read, nothing is sent and the task is held
+	// back rather than decided under the engine's defaults.
+	spec, err := e.decidingSpec(leaseCtx, t.Type)
+	if err != nil {
+		cancelLease(nil)
+		if !e.leases.remove(t.ID, t.LeaseID) {
+			e.ctr.leaseLost.Add(1)
+			return
+		}
+		_ = e.record(context.WithoutCancel(leaseCtx), t, e.holdBack(t, err)) // logged by record
+		return
+	}
 	res := p.attempt(leaseCtx, pt, t)
 	if !e.leases.remove(t.ID, t.LeaseID) {
 		// The task was leased again since: this delivery's lease is gone,
@@ -80,7 +93,6 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 		out = store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StateSucceeded,
 			OutcomeKind: store.OutcomeSucceeded, Detail: res.detail()}
 	} else {
-		spec := e.specFor(recCtx, t.Type)
 		out = e.Decide(t, &spec, res.failure(pt), now)
 	}
 	_ = e.record(recCtx, t, out) // logged by record

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,5 +101,36 @@ func testRetentionDeletesABacklogInSmallTransactions(t *testing.T, backend strin
 		if ts.Type == "ret.t" && ts.RetentionDeleted[store.StateSucceeded] != n {
 			t.Errorf("retention totals: %d succeeded tasks of ret.t, want %d", ts.RetentionDeleted[store.StateSucceeded], n)
 		}
+	}
+}
+
+// TestRetentionInForceIsShownWithDefaultsApplied: Retention reports what
+// the leader enforces, zero fields as their defaults and negative ones as
+// kept forever, and the scheduler logs it when its loops start, so that an
+// operator sees what will be deleted (an unlabelled number of seconds
+// where days were meant emptied the dead-letter queue unnoticed).
+func TestRetentionInForceIsShownWithDefaultsApplied(t *testing.T) {
+	st := backendtest.Open(t, "sqlite", "NORMAL")
+	var logs logBuffer
+	e, err := New(Config{Store: st, NodeID: "retention-shown", CancelledRetention: -1, DeadRetention: 36 * time.Hour,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Retention{Succeeded: 24 * time.Hour, Cancelled: -1, Dead: 36 * time.Hour}
+	if got := e.Retention(); got != want {
+		t.Errorf("Retention() = %+v, want %+v", got, want)
+	}
+	if err := e.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	line := `msg="scheduler loops started" node=retention-shown retention.succeeded=1d retention.cancelled=forever retention.dead=36h0m0s`
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; !strings.Contains(logs.String(), line); i++ {
+		if i >= 1000 || time.Now().After(deadline) {
+			t.Fatalf("no %q in the log within 10 s:\n%s", line, logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -51,7 +53,7 @@ func (s *schedPoke) take() (time.Time, bool) {
 // at the next due time, and retention every RetentionInterval.
 func (e *Engine) runScheduler(ctx context.Context) {
 	ctx = context.WithValue(ctx, schedLoopKey{}, ctx)
-	e.log.Info("scheduler loops started", "node", e.cfg.NodeID)
+	e.log.Info("scheduler loops started", "node", e.cfg.NodeID, "retention", e.Retention())
 	defer e.log.Info("scheduler loops stopped", "node", e.cfg.NodeID)
 	// The first pass runs at once; next records that the timer is armed
 	// for now, so that a wake-up already waiting (say for a task delayed
@@ -81,7 +83,10 @@ func (e *Engine) runScheduler(ctx context.Context) {
 			return
 		}
 		promoted := e.promote(ctx)
-		reaped := e.reap(ctx)
+		reaped, passed := e.reap(ctx)
+		if len(passed) > store.MaxExcludeTypes {
+			passed, reaped = nil, false // too many to leave out: their expiries count
+		}
 		if !time.Now().Before(nextRetention) {
 			// One batch per pass, so that a backlog of finished tasks does
 			// not hold up promotion and reaping: while batches come back
@@ -103,7 +108,9 @@ func (e *Engine) runScheduler(ctx context.Context) {
 		next = time.Now().Add(e.cfg.PollInterval)
 		now := e.now()
 		cctx, cancel := e.schedCallCtx(ctx)
-		wk, err := e.st.NextWakeup(cctx)
+		// The leases of the types the reaper passed over stay expired; left
+		// out, they do not hide the next expiry it can reap.
+		wk, err := e.st.NextWakeup(cctx, store.WakeupParams{ExcludeTypes: passed})
 		cancel()
 		if err == nil {
 			for _, w := range []struct {
@@ -170,9 +177,11 @@ func (e *Engine) promote(ctx context.Context) (ok bool) {
 }
 
 // reap applies the retry decision to tasks whose lease expired. It reports
-// false when it left expired leases it could not reap (a failed store call,
-// a type whose configuration could not be read).
-func (e *Engine) reap(ctx context.Context) (ok bool) {
+// false when it left expired leases it could not reap for another reason
+// than passed: the types whose configuration could not be read, whose
+// leases it leaves expired (at most store.MaxExcludeTypes; more make it
+// report false).
+func (e *Engine) reap(ctx context.Context) (ok bool, passed []string) {
 	ok = true
 	// Types whose configuration could not be read in this pass: their
 	// tasks are left expired, and the later listings of the pass leave
@@ -183,7 +192,7 @@ func (e *Engine) reap(ctx context.Context) (ok bool) {
 	var exclude []string
 	for i := 0; i < 20 && ctx.Err() == nil; i++ {
 		if len(exclude) > store.MaxExcludeTypes {
-			return false // bounded: the rest waits for the next pass
+			return false, nil // bounded: the rest waits for the next pass
 		}
 		now := e.now()
 		cctx, cancel := e.schedCallCtx(ctx)
@@ -193,10 +202,10 @@ func (e *Engine) reap(ctx context.Context) (ok bool) {
 			if ctx.Err() == nil {
 				e.log.Warn("list expired leases failed", "err", err)
 			}
-			return false
+			return false, exclude
 		}
 		if len(tasks) == 0 {
-			return ok
+			return ok, exclude
 		}
 		full := len(tasks) == reapBatch
 		// Decide under each type's own configuration. A type whose
@@ -212,7 +221,7 @@ func (e *Engine) reap(ctx context.Context) (ok bool) {
 			if postponed[typ] {
 				continue
 			}
-			ent, err := e.types.get(ctx, typ)
+			spec, err := e.decidingSpec(ctx, typ)
 			if err != nil {
 				if postponed == nil {
 					postponed = make(map[string]bool)
@@ -223,12 +232,11 @@ func (e *Engine) reap(ctx context.Context) (ok bool) {
 				continue
 			}
 			kept = append(kept, tasks[j])
-			outs = append(outs, e.Decide(&kept[len(kept)-1], &ent.spec, Failure{LeaseExpired: true}, now))
+			outs = append(outs, e.Decide(&kept[len(kept)-1], &spec, Failure{LeaseExpired: true}, now))
 		}
-		ok = ok && postponed == nil
 		if tasks = kept; len(tasks) == 0 {
 			if !full {
-				return ok
+				return ok, exclude
 			}
 			continue // list past the postponed types
 		}
@@ -239,7 +247,7 @@ func (e *Engine) reap(ctx context.Context) (ok bool) {
 			if ctx.Err() == nil {
 				e.log.Warn("record reaped outcomes failed", "err", err)
 			}
-			return false
+			return false, exclude
 		}
 		woke := false
 		for j := range tasks {
@@ -260,10 +268,10 @@ func (e *Engine) reap(ctx context.Context) (ok bool) {
 			e.sched.poke(time.Time{})
 		}
 		if !full {
-			return ok
+			return ok, exclude
 		}
 	}
-	return ok // bounded: more expired leases may be left for the next pass, at once
+	return ok, exclude // bounded: more expired leases may be left for the next pass, at once
 }
 
 // retention deletes one batch of finished tasks past their age and logs
@@ -298,6 +306,37 @@ func (e *Engine) retention(ctx context.Context) (more bool) {
 		e.log.Info("retention deleted finished tasks", "succeeded", res.Succeeded, "cancelled", res.Cancelled, "dead", res.Dead)
 	}
 	return res.Succeeded == p.Limit || res.Cancelled == p.Limit || res.Dead == p.Limit
+}
+
+// Retention is how long the engine keeps finished tasks when it leads,
+// defaults applied. A negative duration keeps the class forever.
+type Retention struct {
+	Succeeded, Cancelled, Dead time.Duration
+}
+
+// LogValue implements slog.LogValuer: each class as "30d", "12h0m0s" or
+// "forever".
+func (r Retention) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("succeeded", RetentionText(r.Succeeded)),
+		slog.String("cancelled", RetentionText(r.Cancelled)), slog.String("dead", RetentionText(r.Dead)))
+}
+
+// RetentionText prints a retention as an operator writes it: "forever"
+// when negative, whole days as "30d", else Go's duration text.
+func RetentionText(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "forever"
+	case d > 0 && d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	}
+	return d.String()
+}
+
+// Retention returns the retention this engine enforces when it leads.
+// Several nodes may be configured differently: the leader's applies.
+func (e *Engine) Retention() Retention {
+	return Retention{Succeeded: e.cfg.SucceededRetention, Cancelled: e.cfg.CancelledRetention, Dead: e.cfg.DeadRetention}
 }
 
 // retentionBatch bounds the tasks of each class one retention pass deletes.

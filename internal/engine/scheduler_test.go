@@ -210,9 +210,9 @@ func (s *stuckStore) PromoteDue(ctx context.Context, p store.PromoteParams) (int
 	return s.Store.PromoteDue(ctx, p)
 }
 
-func (s *stuckStore) NextWakeup(ctx context.Context) (store.Wakeup, error) {
+func (s *stuckStore) NextWakeup(ctx context.Context, p store.WakeupParams) (store.Wakeup, error) {
 	s.passes.Add(1)
-	return s.Store.NextWakeup(ctx)
+	return s.Store.NextWakeup(ctx, p)
 }
 
 // TestStuckDueWorkDoesNotSpinTheScheduler: a due time already past that
@@ -324,6 +324,53 @@ func testReaperPassesTasksOfAnUnreadableType(t *testing.T, backend string) {
 		t.Fatalf("Reaped = %d; want 1 (only the good type's task)", c.Reaped)
 	}
 	if got, err := st.GetTask(ctx, nts[0].ID); err != nil || got.State != store.StateRunning {
+		t.Fatalf("bad.t task: %s, %v; want still running (reap postponed)", got.State, err)
+	}
+}
+
+// TestReaperWakesForLeasesBehindAnUnreadableType: while an expired lease of
+// a type whose configuration cannot be read stays expired (the reaper
+// passes over it), the scheduler still wakes at the next lease expiry of
+// another type. Before, NextWakeup kept reporting the passed lease's past
+// expiry, which the scheduler ignored, so a later lease was reaped only at
+// the next poll interval.
+func TestReaperWakesForLeasesBehindAnUnreadableType(t *testing.T) {
+	backendtest.Run(t, testReaperWakesForLeasesBehindAnUnreadableType)
+}
+
+func testReaperWakesForLeasesBehindAnUnreadableType(t *testing.T, backend string) {
+	ctx := context.Background()
+	st := openWorkerStoreOn(t, backend)
+	now := time.Now()
+	if _, err := st.PutType(ctx, store.TypeConfig{Type: "bad.t", Policy: []byte(`{"max_attempts":3,"field_from_a_newer_version":1}`)}, now); err != nil {
+		t.Fatal(err)
+	}
+	bad, good := NewID(now), NewID(now.Add(time.Millisecond))
+	if _, err := st.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: []store.NewTask{
+		{ID: bad, Type: "bad.t", Payload: []byte("null"), RunAt: now},
+		{ID: good, Type: "good.t", Payload: []byte("null"), RunAt: now},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	// A worker of another process leased both and died: the bad type's
+	// lease has expired, the good one's expires in two seconds.
+	if got, err := st.FetchTasks(ctx, store.FetchParams{Types: []string{"bad.t"}, Limit: 1, WorkerID: "gone", LeaseDuration: time.Millisecond, Now: now}); err != nil || len(got) != 1 {
+		t.Fatalf("fetch bad.t: %d tasks, %v", len(got), err)
+	}
+	const lease = 2 * time.Second
+	if got, err := st.FetchTasks(ctx, store.FetchParams{Types: []string{"good.t"}, Limit: 1, WorkerID: "gone", LeaseDuration: lease, Now: now}); err != nil || len(got) != 1 {
+		t.Fatalf("fetch good.t: %d tasks, %v", len(got), err)
+	}
+	e := startWorkerEngine(t, st, Config{NodeID: "reap-wake-test", PollInterval: time.Minute})
+	waitFor(t, "the scheduler to lead", e.IsLeader)
+	deadline := now.Add(lease + 5*time.Second) // far less than the poll interval
+	for e.Counters().Reaped == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the good.t lease, expired %v ago, was not reaped: the scheduler slept for its poll interval", time.Since(now.Add(lease)).Round(time.Millisecond))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, err := st.GetTask(ctx, bad); err != nil || got.State != store.StateRunning {
 		t.Fatalf("bad.t task: %s, %v; want still running (reap postponed)", got.State, err)
 	}
 }

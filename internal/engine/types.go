@@ -221,15 +221,37 @@ func (c *typeCache) invalidate(typ string) {
 	c.mu.Unlock()
 }
 
-// specFor returns a type's configuration for deciding about one of its
-// tasks: the cached stored one, or the engine defaults when it cannot be
-// loaded (an attempt's outcome must be decided even while the database is
-// briefly away).
-func (e *Engine) specFor(ctx context.Context, typ string) TypeSpec {
-	if ent, err := e.types.get(ctx, typ); err == nil {
-		return ent.spec
+// unreadableTypeDelay is how long a task whose type's configuration cannot
+// be read waits, given back, before it is leased again (holdBack).
+const unreadableTypeDelay = 10 * time.Second
+
+// decidingSpec returns the configuration under which an attempt of a task
+// of typ is run and decided: the stored one as this node's cache holds it
+// (the last known one while a reload fails). It never falls back to the
+// engine defaults, which could dead-letter or retry the task under the
+// wrong max attempts, error lists or timeout: when the configuration cannot
+// be read (the database is away, or it does not decode, as one written by
+// a newer version during a rolling upgrade) and this node knows no earlier
+// copy, it returns the error, and the caller decides nothing. Every path
+// that runs or decides an attempt (handlers, push deliveries, pull reports,
+// the reaper) asks here.
+func (e *Engine) decidingSpec(ctx context.Context, typ string) (TypeSpec, error) {
+	ent, err := e.types.get(ctx, typ)
+	if err != nil {
+		return TypeSpec{}, fmt.Errorf("read configuration of type %s: %w", typ, err)
 	}
-	return e.defaultSpec(typ)
+	return ent.spec, nil
+}
+
+// holdBack is the outcome of an attempt that decidingSpec could not give a
+// configuration for: a delayed release. The lease is given back, the
+// attempt not counted and nothing recorded in the history, and the task
+// waits (retry_waiting) for unreadableTypeDelay before it is leased again,
+// so that it neither loops hot nor is decided under a policy not its own.
+func (e *Engine) holdBack(t *store.Task, err error) store.Outcome {
+	e.log.Warn("attempt held back: type configuration unavailable", "task_id", t.ID, "type", t.Type,
+		"attempt", t.Attempt, "retry_in", unreadableTypeDelay, "err", err)
+	return store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending, RunAt: e.now().Add(unreadableTypeDelay)}
 }
 
 func (e *Engine) defaultSpec(typ string) TypeSpec {
@@ -304,7 +326,7 @@ func (e *Engine) StoredTypeSpec(ctx context.Context, typ string) (TypeSpec, erro
 func (e *Engine) ListTypes(ctx context.Context) ([]TypeSpec, error) {
 	tcs, err := e.st.ListTypes(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list types: %w", err)
+		return nil, err // "list types: ..." from the store
 	}
 	out := make([]TypeSpec, 0, len(tcs))
 	for _, tc := range tcs {
@@ -346,7 +368,7 @@ func (e *Engine) PutType(ctx context.Context, spec TypeSpec) (TypeSpec, error) {
 	}
 	saved, err := e.st.PutType(ctx, tc, e.now())
 	if err != nil {
-		return TypeSpec{}, fmt.Errorf("put type %s: %w", spec.Type, err)
+		return TypeSpec{}, err // "put type <type>: ..." from the store
 	}
 	e.types.invalidate(spec.Type)
 	e.pushTypesChanged()

@@ -301,7 +301,17 @@ func (w *workerRun) execute(t *store.Task) {
 		w.release([]*store.Task{t})
 		return
 	}
-	spec := e.specFor(w.handlerCtx, t.Type)
+	spec, err := e.decidingSpec(w.handlerCtx, t.Type)
+	if err != nil {
+		// The handler does not start under a timeout, nor end under a
+		// policy, that is not its type's: the task is held back.
+		if w.handlerCtx.Err() != nil {
+			w.release([]*store.Task{t})
+		} else {
+			w.giveBackOutcome(t, e.holdBack(t, err))
+		}
+		return
+	}
 	leaseCtx, cancelLease := context.WithCancelCause(w.handlerCtx)
 	if !e.leases.start(t.ID, t.LeaseID, cancelLease) {
 		cancelLease(nil)
@@ -313,7 +323,7 @@ func (w *workerRun) execute(t *store.Task) {
 	if e.debugging() {
 		e.log.Debug("task started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
 	}
-	err := callHandler(ctx, w.cfg.Handle, t)
+	err = callHandler(ctx, w.cfg.Handle, t)
 	cause := context.Cause(ctx)
 	cancel()
 	cancelLease(nil)
@@ -446,16 +456,21 @@ func (w *workerRun) giveBack(t *store.Task) {
 
 // release gives leases back (pending again, attempt not counted).
 func (w *workerRun) release(ts []*store.Task) {
-	e := w.e
 	for _, t := range ts {
-		e.leases.remove(t.ID, t.LeaseID)
-		out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
-		w.pending.Add(1)
-		e.outcomes.submit(out, func(_ struct{}, err error) {
-			e.logOutcome(t, &out, err)
-			w.pending.Done()
-		})
+		w.giveBackOutcome(t, store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending})
 	}
+}
+
+// giveBackOutcome records out, a release of t's lease (at once or delayed),
+// without waiting for the commit.
+func (w *workerRun) giveBackOutcome(t *store.Task, out store.Outcome) {
+	e := w.e
+	e.leases.remove(t.ID, t.LeaseID)
+	w.pending.Add(1)
+	e.outcomes.submit(out, func(_ struct{}, err error) {
+		e.logOutcome(t, &out, err)
+		w.pending.Done()
+	})
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -177,7 +177,7 @@ func ProbeCosts(st store.Store, reps int) (fetch, promote, wake time.Duration, e
 			return
 		}
 		t2 := time.Now()
-		if _, err = st.NextWakeup(ctx); err != nil {
+		if _, err = st.NextWakeup(ctx, store.WakeupParams{}); err != nil {
 			return
 		}
 		t3 := time.Now()

@@ -531,7 +531,7 @@ func (d *diff) compareTables(i int) {
 		return all
 	})
 	d.call("next wake-up", func(b int, s store.Store) any {
-		w, err := s.NextWakeup(d.ctx)
+		w, err := s.NextWakeup(d.ctx, store.WakeupParams{})
 		return []string{errClass(err), stamp(w.NextRunAt), stamp(w.NextLeaseExpiry)}
 	})
 	if i%5 == 4 {

@@ -137,15 +137,22 @@ const promoteSQL = promoteHead + `NULL::text FROM counted`
 const promoteNotifySQL = promoteHead + `CASE WHEN counted.n > 0 THEN pg_notify('` + notifyChannel + `', '')::text END FROM counted`
 
 // NextWakeup returns the earliest due time and lease expiry.
-func (s *Store) NextWakeup(ctx context.Context) (store.Wakeup, error) {
+func (s *Store) NextWakeup(ctx context.Context, p store.WakeupParams) (store.Wakeup, error) {
 	const op = "get next wakeup"
 	if err := s.check(op); err != nil {
 		return store.Wakeup{}, err
 	}
+	exclude, err := store.CheckWakeup(p)
+	if err != nil {
+		return store.Wakeup{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if exclude == nil {
+		exclude = []string{}
+	}
 	var runAt, exp *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT
+	err = s.pool.QueryRow(ctx, `SELECT
 	(SELECT min(run_at) FROM tasks WHERE state IN ('scheduled', 'retry_waiting')),
-	(SELECT min(lease_expires_at) FROM tasks WHERE state = 'running')`).Scan(&runAt, &exp)
+	(SELECT min(lease_expires_at) FROM tasks WHERE state = 'running' AND NOT (type = ANY($1::text[])))`, exclude).Scan(&runAt, &exp)
 	if err != nil {
 		return store.Wakeup{}, translate(op, err)
 	}

@@ -34,14 +34,14 @@ const recordOutcomeSQL = `
 WITH upd AS (
 	UPDATE tasks AS t SET
 		state = $5,
-		attempt = CASE WHEN $5 = 'pending' AND NOT $16 THEN t.attempt - 1 ELSE t.attempt END,
+		attempt = CASE WHEN $5 <> 'succeeded' AND NOT $17 THEN t.attempt - 1 ELSE t.attempt END,
 		run_at = CASE WHEN $16 THEN $6 ELSE t.run_at END,
-		effective_prio = CASE WHEN $16 THEN $7 ELSE t.effective_prio END,
+		effective_prio = CASE WHEN $16 AND $17 THEN $7 ELSE t.effective_prio END,
 		last_error_code = CASE WHEN $8::text IS NULL THEN t.last_error_code ELSE $8 END,
 		last_error_message = CASE WHEN $8::text IS NULL THEN t.last_error_message ELSE $9 END,
 		last_error_class = CASE WHEN $8::text IS NULL THEN t.last_error_class ELSE $10 END,
 		first_failure_at = CASE WHEN $17 THEN coalesce(t.first_failure_at, $4) ELSE t.first_failure_at END,
-		last_delay_ns = CASE WHEN $5 = 'pending' AND NOT $16 THEN t.last_delay_ns ELSE $11 END,
+		last_delay_ns = CASE WHEN $5 <> 'succeeded' AND NOT $17 THEN t.last_delay_ns ELSE $11 END,
 		dead_reason = CASE WHEN $5 = 'dead' THEN $12 ELSE t.dead_reason END,
 		success_detail = CASE WHEN $5 = 'succeeded' THEN $14 ELSE t.success_detail END,
 		lease_id = NULL,
@@ -83,14 +83,14 @@ WITH o AS (
 ), upd AS (
 	UPDATE tasks AS t SET
 		state = o.state,
-		attempt = CASE WHEN o.state = 'pending' AND NOT o.retry THEN t.attempt - 1 ELSE t.attempt END,
+		attempt = CASE WHEN o.state <> 'succeeded' AND NOT o.failure THEN t.attempt - 1 ELSE t.attempt END,
 		run_at = CASE WHEN o.retry THEN o.run_at ELSE t.run_at END,
-		effective_prio = CASE WHEN o.retry THEN o.prio ELSE t.effective_prio END,
+		effective_prio = CASE WHEN o.retry AND o.failure THEN o.prio ELSE t.effective_prio END,
 		last_error_code = CASE WHEN o.code IS NULL THEN t.last_error_code ELSE o.code END,
 		last_error_message = CASE WHEN o.code IS NULL THEN t.last_error_message ELSE o.msg END,
 		last_error_class = CASE WHEN o.code IS NULL THEN t.last_error_class ELSE o.class END,
 		first_failure_at = CASE WHEN o.failure THEN coalesce(t.first_failure_at, $17) ELSE t.first_failure_at END,
-		last_delay_ns = CASE WHEN o.state = 'pending' AND NOT o.retry THEN t.last_delay_ns ELSE o.delay END,
+		last_delay_ns = CASE WHEN o.state <> 'succeeded' AND NOT o.failure THEN t.last_delay_ns ELSE o.delay END,
 		dead_reason = CASE WHEN o.state = 'dead' THEN o.reason ELSE t.dead_reason END,
 		success_detail = CASE WHEN o.state = 'succeeded' THEN o.detail ELSE t.success_detail END,
 		lease_id = NULL,
@@ -163,7 +163,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		}
 		seen[o.TaskID] = true
 		state := o.State
-		retry := false // a failure stored as retry_waiting or pending
+		retry := false // stored with its RunAt: a failure stored as retry_waiting or pending, or a delayed release
 		runAt := o.RunAt
 		var invalid error
 		switch state {
@@ -182,6 +182,14 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 				invalid = fmt.Errorf("record outcome of task %s: %w", o.TaskID, err)
 			}
 		case store.StatePending:
+			if runAt.After(p.Now) {
+				// A delayed release: due again at RunAt, the attempt not
+				// counted (store.Outcome). It is no failure.
+				state, retry = store.StateRetryWaiting, true
+				if err := store.CheckTime("run time", runAt); err != nil {
+					invalid = fmt.Errorf("record outcome of task %s: %w", o.TaskID, err)
+				}
+			}
 		default:
 			invalid = fmt.Errorf("record outcome of task %s: state %q is not an outcome: %w", o.TaskID, o.State, store.ErrInvalid)
 		}

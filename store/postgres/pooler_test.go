@@ -236,7 +236,7 @@ func TestPoolerInterleaved(t *testing.T) {
 			case 0:
 				_, err = s.Stats(ctx, store.StatsParams{Since: t0.Add(-time.Hour)})
 			case 1:
-				_, err = s.NextWakeup(ctx)
+				_, err = s.NextWakeup(ctx, store.WakeupParams{})
 			case 2:
 				_, err = s.PromoteDue(ctx, store.PromoteParams{Limit: 10, Now: t0})
 			case 3:

@@ -105,15 +105,27 @@ func (s *Store) PromoteDue(ctx context.Context, p store.PromoteParams) (int, err
 }
 
 // NextWakeup implements store.Store.
-func (s *Store) NextWakeup(ctx context.Context) (store.Wakeup, error) {
+func (s *Store) NextWakeup(ctx context.Context, p store.WakeupParams) (store.Wakeup, error) {
 	const op = "get next wakeup"
 	if err := s.check(op); err != nil {
 		return store.Wakeup{}, err
 	}
+	exclude, err := store.CheckWakeup(p)
+	if err != nil {
+		return store.Wakeup{}, fmt.Errorf("%s: %w", op, err)
+	}
+	var notIn string
+	args := make([]any, 0, len(exclude))
+	if len(exclude) > 0 {
+		notIn = ` AND type NOT IN (` + inList(len(exclude)) + `)`
+		for _, t := range exclude {
+			args = append(args, t)
+		}
+	}
 	var run, lease sql.NullInt64
-	err := s.r.QueryRowContext(ctx, `SELECT
+	err = s.r.QueryRowContext(ctx, `SELECT
 		(SELECT min(run_at) FROM tasks WHERE state IN ('scheduled', 'retry_waiting')),
-		(SELECT min(lease_expires_at) FROM tasks WHERE state = 'running')`).Scan(&run, &lease)
+		(SELECT min(lease_expires_at) FROM tasks WHERE state = 'running'`+notIn+`)`, args...).Scan(&run, &lease)
 	if err != nil {
 		return store.Wakeup{}, translate(op, err)
 	}

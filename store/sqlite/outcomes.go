@@ -121,6 +121,14 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			r.deadReason = o.DeadReason
 		case store.StatePending:
 			r.release = 1
+			if o.RunAt.After(p.Now) {
+				// A delayed release: due again at RunAt (store.Outcome).
+				if err := store.CheckTime("run time", o.RunAt); err != nil {
+					errs[i] = fmt.Errorf("record outcome of task %s: %w", o.TaskID, err)
+					continue
+				}
+				r.state, r.runAt = string(store.StateRetryWaiting), o.RunAt.UnixMicro()
+			}
 		default:
 			errs[i] = fmt.Errorf("record outcome of task %s: %w: state %q is not an outcome", o.TaskID, store.ErrInvalid, o.State)
 			continue

@@ -82,6 +82,7 @@ func testDeadSummaryTies(e *env) {
 var retentionTests = []testCase{
 	{"Retention/DeleteFinished", testDeleteFinished},
 	{"Retention/CountedOnce", testRetentionCountedOnce},
+	{"Retention/SparesRedrivenTasks", testRetentionSparesRedrivenTasks},
 }
 
 // deadFixture creates six dead tasks and some live ones:

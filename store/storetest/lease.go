@@ -11,6 +11,7 @@ var leaseTests = []testCase{
 	{"Lease/Extend", testExtend},
 	{"Lease/Expired", testExpired},
 	{"Lease/ExpiredExcludeTypes", testExpiredExcludeTypes},
+	{"Lease/NextWakeupExcludeTypes", testNextWakeupExcludeTypes},
 	{"Lease/ReaperRace", testReaperRace},
 	{"Lease/ExpiryInstant", testLeaseExpiryInstant},
 	{"Lease/ExtendOddIDsAreLost", testExtendOddIDs},
@@ -196,4 +197,37 @@ func testExpiredExcludeTypes(e *env) {
 	_, err = e.s.ExpiredLeases(e.ctx, store.ExpiredParams{Limit: 10, Now: now, ExcludeTypes: many})
 	e.isErr("excluding more than MaxExcludeTypes types", err, store.ErrInvalid)
 	e.eqIDs("excluding MaxExcludeTypes types", expired(10, many[:store.MaxExcludeTypes]...), "t_0", "t_1", "t_2", "t_3", "t_4")
+}
+
+// testNextWakeupExcludeTypes: NextWakeup's lease expiry leaves out the
+// tasks of the types in ExcludeTypes (those the reaper passes over), so
+// that their past expiry does not hide the next one; the due time of
+// waiting tasks is not filtered.
+func testNextWakeupExcludeTypes(e *env) {
+	for i, typ := range []string{"a", "a", "b", "c"} {
+		e.start(base.Add(time.Duration(i)*time.Second), nt(fmt.Sprintf("t_%d", i), typ))
+	}
+	due := base.Add(time.Hour)
+	e.makeState(base, store.NewTask{ID: "t_w", Type: "a", Payload: []byte("null"), RunAt: due}, store.StateScheduled)
+	wake := func(exclude ...string) store.Wakeup {
+		e.t.Helper()
+		w, err := e.s.NextWakeup(e.ctx, store.WakeupParams{ExcludeTypes: exclude})
+		e.noErr("NextWakeup", err)
+		return w
+	}
+	expiry := func(i int) time.Time { return base.Add(time.Duration(i)*time.Second + leaseDur) }
+	e.eqTime("lease expiry without exclusions", wake().NextLeaseExpiry, expiry(0))
+	e.eqTime("lease expiry excluding a", wake("a").NextLeaseExpiry, expiry(2))
+	e.eqTime("lease expiry excluding a and b, twice", wake("b", "a", "b").NextLeaseExpiry, expiry(3))
+	e.eqTime("lease expiry excluding every type", wake("a", "b", "c").NextLeaseExpiry, time.Time{})
+	e.eqTime("due time excluding a", wake("a").NextRunAt, due)
+	_, err := e.s.NextWakeup(e.ctx, store.WakeupParams{ExcludeTypes: []string{"a", "b\x00"}})
+	e.isErr("excluding a type that is not text", err, store.ErrInvalid)
+	many := make([]string, store.MaxExcludeTypes+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("x%d", i)
+	}
+	_, err = e.s.NextWakeup(e.ctx, store.WakeupParams{ExcludeTypes: many})
+	e.isErr("excluding more than MaxExcludeTypes types", err, store.ErrInvalid)
+	e.eqTime("excluding MaxExcludeTypes types", wake(many[:store.MaxExcludeTypes]...).NextLeaseExpiry, expiry(0))
 }

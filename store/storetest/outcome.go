@@ -15,6 +15,7 @@ var outcomeTests = []testCase{
 	{"Outcome/Dead", testOutcomeDead},
 	{"Outcome/Release", testOutcomeRelease},
 	{"Outcome/ReleaseKeepsLastError", testReleaseKeepsLastError},
+	{"Outcome/DelayedRelease", testOutcomeDelayedRelease},
 	{"Outcome/StaleLease", testOutcomeStaleLease},
 	{"Outcome/ExpiredLease", testOutcomeExpiredLease},
 	{"Outcome/CancelledMeanwhile", testOutcomeCancelled},
@@ -230,6 +231,38 @@ func testReleaseKeepsLastError(e *env) {
 	e.eqTime("FirstFailureAt after release", got.FirstFailureAt, now)
 	e.eqTime("UpdatedAt", got.UpdatedAt, later)
 	e.eq("history (the failure only)", len(e.attempts("t_1")), 1)
+}
+
+// testOutcomeDelayedRelease: a release with a RunAt after Now gives the
+// lease back as a release does (the attempt not counted, no history, the
+// last error, delay, priority and first failure kept), but the task waits
+// as retry_waiting until RunAt, and the next wake-up names it.
+func testOutcomeDelayedRelease(e *env) {
+	tk := e.start(base, nt("t_1", "a"))
+	now := base.Add(time.Second)
+	e.mustRecord(now, failRetry(tk, now, "E1")) // due at once: pending
+	tk = e.lease(now, "t_1", "a")
+	before := e.get("t_1", store.StateRunning)
+	later, due := now.Add(time.Second), now.Add(time.Hour)
+	e.mustRecord(later, store.Outcome{TaskID: tk.ID, LeaseID: tk.LeaseID, State: store.StatePending, RunAt: due,
+		EffectivePrio: before.EffectivePrio - 5, Error: &store.ErrorInfo{Code: "E_RELEASE", Message: "held", Class: "unknown"}, LastDelay: time.Minute})
+	got := e.get("t_1", store.StateRetryWaiting)
+	e.eq("Attempt after a delayed release", got.Attempt, 1)
+	e.eqTime("RunAt", got.RunAt, due)
+	e.eq("LeaseID", got.LeaseID, "")
+	e.eq("EffectivePrio", got.EffectivePrio, before.EffectivePrio)
+	e.eq("LastError", got.LastError, &store.ErrorInfo{Code: "E1", Message: "failed: E1", Class: "transient"})
+	e.eq("LastDelay", got.LastDelay, 10*time.Second)
+	e.eqTime("FirstFailureAt", got.FirstFailureAt, now)
+	e.eq("history (the failure only)", len(e.attempts("t_1")), 1)
+	wk, err := e.s.NextWakeup(e.ctx, store.WakeupParams{})
+	e.noErr("NextWakeup", err)
+	e.eqTime("NextRunAt", wk.NextRunAt, due)
+	e.eq("fetched before RunAt", len(e.fetch(later, 1, "a")), 0)
+	n, err := e.s.PromoteDue(e.ctx, store.PromoteParams{Limit: 10, Now: due})
+	e.noErr("PromoteDue", err)
+	e.eq("promoted at RunAt", n, 1)
+	e.eq("Attempt of the next lease", e.lease(due, "t_1", "a").Attempt, 2)
 }
 
 func testOutcomeStaleLease(e *env) {

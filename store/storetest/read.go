@@ -59,7 +59,7 @@ func testPromote(e *env) {
 func testNextWakeup(e *env) {
 	wake := func() store.Wakeup {
 		e.t.Helper()
-		w, err := e.s.NextWakeup(e.ctx)
+		w, err := e.s.NextWakeup(e.ctx, store.WakeupParams{})
 		e.noErr("NextWakeup", err)
 		return w
 	}

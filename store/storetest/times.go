@@ -52,7 +52,7 @@ func testTimesRoundTrip(e *env) {
 	}
 
 	// The earliest due time of the far-future task is reported exactly.
-	w, err := e.s.NextWakeup(e.ctx)
+	w, err := e.s.NextWakeup(e.ctx, store.WakeupParams{})
 	e.noErr("NextWakeup", err)
 	if want := cases[4].runAt.Truncate(time.Microsecond); !w.NextRunAt.Equal(want) {
 		e.t.Errorf("NextWakeup.NextRunAt = %v, want %v", w.NextRunAt, want)
