@@ -94,11 +94,12 @@ func (e *Engine) prepare(ctx context.Context, prefix string, r EnqueueRequest, n
 	if len(payload) > MaxPayloadBytes {
 		return store.NewTask{}, fieldErr(prefix+"payload", "is larger than %d bytes (got %d)", MaxPayloadBytes, len(payload))
 	}
-	if len(payload) == 0 {
+	switch {
+	case len(payload) == 0:
 		payload = json.RawMessage("null")
-	} else if !json.Valid(payload) {
+	case !json.Valid(payload):
 		return store.NewTask{}, fieldErr(prefix+"payload", "is not valid JSON")
-	} else if !utf8.Valid(payload) {
+	case !utf8.Valid(payload):
 		// Stored as given, it would be written back raw in every answer
 		// holding it, which would then not be JSON (RFC 8259: UTF-8).
 		return store.NewTask{}, fieldErr(prefix+"payload", "must be UTF-8 (it holds bytes that are not)")
