@@ -202,3 +202,19 @@ func TestDLQBodyTypeErrorsNameTheWireField(t *testing.T) {
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "older_than_seconds", "POST", "/v1/dlq/redrive", `{"older_than_seconds":5}`)
 	e.mustErr(http.StatusBadRequest, CodeInvalidField, "older_than_seconds", "POST", "/v1/dlq/purge", `{"older_than_seconds":"x"}`)
 }
+
+// TestDLQQueryTextMustBeUnicode: a free-text filter in a query string must
+// be Unicode text, as in a redrive or purge body: GET /v1/dlq with an
+// error_code that is not UTF-8 (or holds NUL) is a 400 naming it, not a
+// list that quietly matches nothing.
+func TestDLQQueryTextMustBeUnicode(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	for _, route := range []string{"/v1/dlq?error_code=E%FF", "/v1/dlq?error_code=E%00", "/v1/dlq/summary?error_code=%C3"} {
+		e.mustErr(http.StatusBadRequest, CodeInvalidField, "error_code", "GET", route, "")
+	}
+	e.mustErr(http.StatusBadRequest, CodeInvalidField, "type", "GET", "/v1/dlq?type=a%FF", "")
+	r := e.do("GET", "/v1/dlq?error_code=%C3%A9t%C3%A9", "")
+	if r.status != http.StatusOK {
+		t.Errorf("GET with a Unicode error_code: got %s, want 200", r)
+	}
+}

@@ -117,11 +117,15 @@ func stateNames() string {
 	return strings.Join(names, ", ")
 }
 
-// text reads an optional free-text filter of at most max bytes.
+// text reads an optional free-text filter of at most max bytes: Unicode
+// text without NUL, as the same filter in a request body.
 func (q query) text(name string, max int) (string, error) {
 	v := q[name]
 	if len(v) > max {
 		return "", fieldError(name, "is longer than %d bytes", max)
+	}
+	if !store.ValidText(v) {
+		return "", fieldError(name, "must be valid UTF-8 text without NUL bytes")
 	}
 	return v, nil
 }

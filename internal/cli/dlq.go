@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/store"
 )
 
 func init() {
@@ -72,6 +73,9 @@ func (f *dlqFilter) check(now time.Time) string {
 	}
 	if len(f.errorCode) > engine.MaxErrorCodeLen {
 		return fmt.Sprintf("--error-code: at most %d bytes", engine.MaxErrorCodeLen)
+	}
+	if !store.ValidText(f.errorCode) {
+		return "--error-code: must be valid UTF-8 text without NUL bytes"
 	}
 	if f.noErrorCode && f.errorCode != "" {
 		return "--no-error-code: cannot be combined with --error-code"
