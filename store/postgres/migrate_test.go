@@ -14,6 +14,7 @@ import (
 
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/storetest"
 )
 
 // TestMigrate applies the migrations explicitly and checks the schema version.
@@ -397,30 +398,9 @@ func TestUpgradeFromEveryVersionKeepsData(t *testing.T) {
 			if applied, known, err := st.SchemaVersion(ctx); err != nil || applied != known {
 				t.Fatalf("SchemaVersion after the upgrade = %d, %d, %v", applied, known, err)
 			}
-			for id, want := range map[string]store.State{"ok": store.StateSucceeded, "bad": store.StateDead} {
-				task, err := st.GetTask(ctx, id)
-				if err != nil || task.State != want || !task.UpdatedAt.Equal(finished) {
-					t.Errorf("GetTask(%s) = %+v, %v; want %s, updated %v", id, task, err, want, finished)
-				}
-			}
-			ok, err := st.ListAttempts(ctx, "ok")
-			if err != nil || len(ok) != 1 || ok[0].Outcome != store.OutcomeSucceeded || ok[0].Detail != "200 OK" ||
-				ok[0].WorkerID != "w" || !ok[0].FinishedAt.Equal(finished) {
-				t.Errorf("history of the succeeded task = %+v, %v", ok, err)
-			}
-			bad, err := st.ListAttempts(ctx, "bad")
-			if err != nil || len(bad) != 1 || bad[0].Outcome != store.OutcomeFailed || bad[0].Error == nil || bad[0].Error.Code != "E400" {
-				t.Errorf("history of the dead task = %+v, %v", bad, err)
-			}
-			if tc, err := st.GetType(ctx, "t"); err != nil || tc.Priority != 3 || tc.Timeout != 1000 || string(tc.Policy) != `{"max_attempts":5}` {
-				t.Errorf("GetType = %+v, %v", tc, err)
-			}
-			// Retention deletes the dead task with its history (no foreign
-			// key cascades since migration 2) and counts it (migration 5).
-			res, err := st.DeleteFinished(ctx, store.RetentionParams{DeadBefore: finished.Add(time.Hour), Limit: 10})
-			if err != nil || res.Dead != 1 {
-				t.Errorf("DeleteFinished of the dead task = %+v, %v", res, err)
-			}
+			storetest.CheckUpgradeFixture(ctx, t, st, finished)
+			// The dead task's history went with it (no foreign key cascades
+			// since migration 2).
 			var left int
 			if err := st.pool.QueryRow(ctx, "SELECT count(*) FROM attempts WHERE task_id = 'bad'").Scan(&left); err != nil || left != 0 {
 				t.Errorf("history rows of the deleted task = %d, %v", left, err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/storetest"
 )
 
 // rawDB opens path without the store, as another tool or an older retryq
@@ -91,29 +92,7 @@ func TestUpgradeFromEveryVersionKeepsData(t *testing.T) {
 			if st.OpenedVersion() != v {
 				t.Errorf("OpenedVersion = %d, want %d", st.OpenedVersion(), v)
 			}
-			for id, want := range map[string]store.State{"ok": store.StateSucceeded, "bad": store.StateDead} {
-				task, err := st.GetTask(ctx, id)
-				if err != nil || task.State != want || !task.UpdatedAt.Equal(finished) {
-					t.Errorf("GetTask(%s) = %+v, %v; want %s, updated %v", id, task, err, want, finished)
-				}
-			}
-			ok, err := st.ListAttempts(ctx, "ok")
-			if err != nil || len(ok) != 1 || ok[0].Outcome != store.OutcomeSucceeded || ok[0].Detail != "200 OK" ||
-				ok[0].WorkerID != "w" || !ok[0].FinishedAt.Equal(finished) {
-				t.Errorf("history of the succeeded task = %+v, %v", ok, err)
-			}
-			bad, err := st.ListAttempts(ctx, "bad")
-			if err != nil || len(bad) != 1 || bad[0].Outcome != store.OutcomeFailed || bad[0].Error == nil || bad[0].Error.Code != "E400" {
-				t.Errorf("history of the dead task = %+v, %v", bad, err)
-			}
-			if tc, err := st.GetType(ctx, "t"); err != nil || tc.Priority != 3 || tc.Timeout != 1000 || string(tc.Policy) != `{"max_attempts":5}` {
-				t.Errorf("GetType = %+v, %v", tc, err)
-			}
-			// Retention counts what it deletes in the newest table.
-			res, err := st.DeleteFinished(ctx, store.RetentionParams{DeadBefore: finished.Add(time.Hour), Limit: 10})
-			if err != nil || res.Dead != 1 {
-				t.Errorf("DeleteFinished of the dead task = %+v, %v", res, err)
-			}
+			storetest.CheckUpgradeFixture(ctx, t, st, finished)
 		})
 	}
 }

@@ -346,14 +346,7 @@ func testRetentionCountedOnce(e *env) {
 		e.noErr("concurrent DeleteFinished", err)
 	}
 	e.eq("deleted in all", deleted, n)
-	st, err := e.s.Stats(e.ctx, store.StatsParams{})
-	e.noErr("Stats", err)
-	counted := 0
-	for _, ts := range st {
-		if ts.Type == "r" {
-			counted = ts.RetentionDeleted[store.StateSucceeded]
-		}
-	}
+	counted := e.retentionDeleted("r", store.StateSucceeded)
 	e.eq("counted", counted, n)
 }
 

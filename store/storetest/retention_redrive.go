@@ -109,13 +109,20 @@ func testRetentionSparesRedrivenTasks(e *env) {
 	}
 	e.eq("redriven (bulk and single) = tasks left pending", bulk+len(single), pending)
 	e.eq("deleted by retention = tasks gone", retention, gone)
+	counted := e.retentionDeleted("rr", store.StateDead)
+	e.eq("retention counted", counted, gone)
+}
+
+// retentionDeleted is how many tasks of typ in state retention has deleted,
+// as Stats reports it.
+func (e *env) retentionDeleted(typ string, state store.State) int {
+	e.t.Helper()
 	st, err := e.s.Stats(e.ctx, store.StatsParams{})
 	e.noErr("Stats", err)
-	counted := 0
 	for _, ts := range st {
-		if ts.Type == "rr" {
-			counted = ts.RetentionDeleted[store.StateDead]
+		if ts.Type == typ {
+			return ts.RetentionDeleted[state]
 		}
 	}
-	e.eq("retention counted", counted, gone)
+	return 0
 }
