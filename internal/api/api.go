@@ -120,7 +120,7 @@ func newServer(cfg Config) (*server, error) {
 		log:          cfg.Logger,
 		ready:        cfg.Ready,
 		mux:          http.NewServeMux(),
-		clock:        cfg.Engine.Config().Clock,
+		clock:        cfg.Engine,
 	}
 	if s.maxBody == 0 {
 		s.maxBody = DefaultMaxBodyBytes

@@ -52,6 +52,10 @@ type Config struct {
 	Logger *slog.Logger // default: discard
 	Clock  Clock        // default: system clock
 	Rand   retry.Rand   // default: math/rand/v2 global source
+	// ClockSync chooses whether Clock is corrected by the database
+	// server's clock (PostgreSQL). Default ClockSyncAuto: the system clock
+	// is, an injected one is not.
+	ClockSync ClockSyncMode
 
 	NodeID  string // default: host-pid-random
 	Version string // recorded in the node registry
@@ -122,6 +126,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Rand == nil {
 		out.Rand = globalRand{}
+	}
+	if out.ClockSync < ClockSyncAuto || out.ClockSync > ClockSyncOn {
+		return out, configErr("ClockSync", "must be ClockSyncAuto, ClockSyncOff or ClockSyncOn (got %d)", out.ClockSync)
 	}
 	if out.NodeID == "" {
 		host, _ := os.Hostname()
@@ -194,6 +201,7 @@ type Engine struct {
 	retained retentionCounts
 	ctr      counters
 	locals   locals
+	clock    clockSync
 
 	leading  leaderState
 	holder   string // the leadership lease's holder name (newHolder)
@@ -298,6 +306,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.leading.changed = make(chan struct{}, 1)
 	e.holder = newHolder(c.NodeID)
+	e.setupClockSync()
 	e.types = newTypeCache(e)
 	e.push = newPusher(e)
 	e.inserts = newBatcher(c.MaxEnqueueBatch, 4*c.MaxEnqueueBatch, e.commitInserts)
@@ -319,12 +328,11 @@ func (e *Engine) Store() store.Store { return e.st }
 // NodeID returns this node's id.
 func (e *Engine) NodeID() string { return e.cfg.NodeID }
 
-// now returns the engine clock's time.
-func (e *Engine) now() time.Time { return e.cfg.Clock.Now() }
-
 // Start launches the commit loops, the node heartbeat and (unless
-// NoScheduler) the leader election that runs the scheduler loops. It returns
-// at once; Close stops everything.
+// NoScheduler) the leader election that runs the scheduler loops. When the
+// engine syncs its clock with the database's (ClockSyncMode) it first
+// measures the offset, waiting up to a second for it; otherwise it returns
+// at once. Close stops everything.
 func (e *Engine) Start(ctx context.Context) error {
 	e.startMu.Lock()
 	defer e.startMu.Unlock()
@@ -335,6 +343,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.loopsCtx = ctx
+	if e.clock.db != nil {
+		// Before anything is written, so that this node's first due times
+		// and leases are on the database's timeline too.
+		synced := e.syncClock(ctx)
+		e.goLoop(func() { e.clockLoop(ctx, synced) })
+	}
 	// Several commit loops share the enqueue queue: while one batch commits,
 	// the next can already be on its way, so the store (or PostgreSQL's own
 	// group commit) can fold them into one fsync.

@@ -70,6 +70,8 @@ func (e *Engine) runScheduler(ctx context.Context) {
 			at, recheck := e.sched.take()
 			if recheck {
 				at = time.Now()
+			} else if !at.IsZero() {
+				at = e.localTime(at) // a due time of the engine's clock
 			}
 			if at.IsZero() || !at.Before(next) {
 				continue
@@ -117,10 +119,12 @@ func (e *Engine) runScheduler(ctx context.Context) {
 				at   time.Time
 				done bool
 			}{{wk.NextRunAt, promoted}, {wk.NextLeaseExpiry, reaped}} {
-				if w.at.IsZero() || !w.at.Before(next) || (!w.done && !w.at.After(now)) {
+				if w.at.IsZero() || (!w.done && !w.at.After(now)) {
 					continue
 				}
-				next = w.at
+				if at := e.localTime(w.at); at.Before(next) {
+					next = at
+				}
 			}
 		} else if ctx.Err() == nil {
 			e.log.Warn("scheduler: next wake-up lookup failed", "err", err)

@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// ClockSyncMode chooses whether the engine corrects its Clock by the
+// database server's clock.
+//
+// On PostgreSQL many nodes write and judge the same times: a task's due
+// time is written by the node that enqueued or retried it and judged by
+// every fetching node, a lease's expiry is written by the node that holds
+// it and judged by the leader's reaper. With each node on its own wall
+// clock, a node whose clock runs ahead would reap leases that their
+// holders still keep (the task runs twice at once) and run tasks before
+// they are due; one that runs behind would hold them back. When the store
+// can read the database server's time (store.DatabaseClock), the engine
+// measures the offset between its Clock and that time, at Start and then
+// every 30 seconds, and adds it to every time it reads from its Clock, so
+// that all nodes work on the database's timeline however wrong their own
+// clocks are. Timers still use this process's clock, converted.
+type ClockSyncMode int
+
+const (
+	// ClockSyncAuto, the default, corrects the system clock and leaves an
+	// injected Config.Clock (a test's fake) as it is.
+	ClockSyncAuto ClockSyncMode = iota
+	// ClockSyncOff never corrects the clock.
+	ClockSyncOff
+	// ClockSyncOn corrects any Clock, an injected one too.
+	ClockSyncOn
+)
+
+const (
+	// clockSyncInterval is how often the offset is measured again.
+	clockSyncInterval = 30 * time.Second
+	// clockSyncTimeout bounds one measurement (clockSyncSamples round
+	// trips), the one Start waits for included.
+	clockSyncTimeout = time.Second
+	// clockSyncSamples round trips make one measurement; the one that
+	// took the least time gives the estimate.
+	clockSyncSamples = 3
+	// clockSyncTolerance is how far a new estimate may be from the offset
+	// in force, beyond the estimate's own uncertainty, before it replaces
+	// it: the engine's time does not wobble with every measurement, and
+	// a node on the database's host (or on NTP with it) keeps offset 0.
+	clockSyncTolerance = 5 * time.Millisecond
+	// clockSkewWarn is the offset from which the correction is logged as a
+	// warning: the node's clock is wrong enough to fix.
+	clockSkewWarn = time.Second
+)
+
+// clockSync holds the offset added to the engine's Clock.
+type clockSync struct {
+	db     store.DatabaseClock // nil: no correction
+	offset atomic.Int64        // nanoseconds added to the Clock's time
+}
+
+// setupClockSync decides whether the engine corrects its clock.
+func (e *Engine) setupClockSync() {
+	dc, ok := e.st.(store.DatabaseClock)
+	if !ok {
+		return
+	}
+	_, system := e.cfg.Clock.(systemClock)
+	switch e.cfg.ClockSync {
+	case ClockSyncOn:
+		e.clock.db = dc
+	case ClockSyncAuto:
+		if system {
+			e.clock.db = dc
+		}
+	}
+}
+
+// Now returns the engine's time: its Clock's, corrected by the offset from
+// the database server's clock when the engine syncs it (ClockSyncMode).
+// Every time the engine writes or compares with the store's (due times,
+// lease expiries, attempt times) is of this clock.
+func (e *Engine) Now() time.Time { return e.now() }
+
+// now returns the engine's time (Now).
+func (e *Engine) now() time.Time {
+	t := e.cfg.Clock.Now()
+	if off := e.clock.offset.Load(); off != 0 {
+		t = t.Add(time.Duration(off))
+	}
+	return t
+}
+
+// ClockOffset returns the correction the engine adds to its Clock's time:
+// the database server's clock minus this node's, as last measured and
+// applied (0 when the engine does not sync its clock, or the two agree to
+// within a few milliseconds).
+func (e *Engine) ClockOffset() time.Duration { return time.Duration(e.clock.offset.Load()) }
+
+// localTime converts at, a time of the engine's clock (a due time or lease
+// expiry read from the store), to this process's clock, for a timer.
+func (e *Engine) localTime(at time.Time) time.Time {
+	return at.Add(-time.Duration(e.clock.offset.Load()))
+}
+
+// measureClock estimates the offset between the database server's clock
+// and the engine's Clock: of clockSyncSamples round trips, the one that
+// took the least time, assuming the server read its clock halfway through.
+// The uncertainty is half that round trip (plus the server clock's
+// microsecond resolution).
+func (e *Engine) measureClock(ctx context.Context) (offset, uncertainty time.Duration, err error) {
+	best := time.Duration(-1)
+	for range clockSyncSamples {
+		t0 := e.cfg.Clock.Now()
+		db, err := e.clock.db.DatabaseNow(ctx)
+		t1 := e.cfg.Clock.Now()
+		if err != nil {
+			return 0, 0, err
+		}
+		rtt := max(t1.Sub(t0), 0)
+		if best >= 0 && rtt >= best {
+			continue
+		}
+		best = rtt
+		offset = db.Sub(t0.Add(rtt / 2))
+	}
+	return offset, best/2 + time.Microsecond, nil
+}
+
+// syncClock measures the offset and applies it when it differs from the
+// one in force by more than the measurement can tell apart. It reports
+// whether the measurement succeeded.
+func (e *Engine) syncClock(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, clockSyncTimeout)
+	defer cancel()
+	est, unc, err := e.measureClock(ctx)
+	if err != nil {
+		e.log.Debug("clock sync: could not read the database's time", "err", err)
+		return false
+	}
+	cur := time.Duration(e.clock.offset.Load())
+	if diff := est - cur; diff.Abs() <= unc+clockSyncTolerance {
+		return true
+	}
+	e.clock.offset.Store(int64(est))
+	level := slog.LevelInfo
+	if est.Abs() >= clockSkewWarn {
+		level = slog.LevelWarn
+	}
+	e.log.Log(ctx, level, "clock sync: this node's clock differs from the database server's; the engine uses the database's time",
+		"node", e.cfg.NodeID, "offset", est.String(), "previous_offset", cur.String(), "uncertainty", unc.String())
+	return true
+}
+
+// clockLoop measures the offset again every clockSyncInterval (after a
+// failure, every tenth of it), so that the engine follows a node clock that
+// drifts or is stepped.
+func (e *Engine) clockLoop(ctx context.Context, synced bool) {
+	wait := clockSyncInterval
+	if !synced {
+		wait = clockSyncInterval / 10
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		wait = clockSyncInterval
+		if !e.syncClock(ctx) {
+			wait = clockSyncInterval / 10
+		}
+		timer.Reset(wait)
+	}
+}

@@ -1,0 +1,195 @@
+package engine
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/postgres"
+)
+
+// dbNow reads the database server's time.
+func dbNow(t *testing.T, dc store.DatabaseClock) time.Time {
+	t.Helper()
+	now, err := dc.DatabaseNow(context.Background())
+	if err != nil {
+		t.Fatalf("database time: %v", err)
+	}
+	return now
+}
+
+// within fails t unless got is within tol of want.
+func within(t *testing.T, what string, got, want time.Time, tol time.Duration) {
+	t.Helper()
+	if d := got.Sub(want); d.Abs() > tol {
+		t.Fatalf("%s: %s, which is %s from the database's %s (tolerance %s)", what, got, d, want, tol)
+	}
+}
+
+// TestClockSyncCorrectsASkewedClock: a node whose clock is 90 s behind the
+// database server's measures the offset at Start and works on the
+// database's timeline: its Now, and the times it writes into a task, are
+// the database's. Without the sync they were 90 s early.
+func TestClockSyncCorrectsASkewedClock(t *testing.T) {
+	t.Parallel()
+	const skew = -90 * time.Second
+	st := openPG(t, pgtest.URL(t))
+	e := startWorkerEngine(t, st, Config{NodeID: "skewed", NoScheduler: true, Clock: skewClock(skew), ClockSync: ClockSyncOn})
+
+	if off := e.ClockOffset(); (off + skew).Abs() > time.Second {
+		t.Fatalf("ClockOffset = %s, want about %s", off, -skew)
+	}
+	within(t, "engine Now", e.Now(), dbNow(t, st), time.Second)
+
+	id := mustEnqueue(t, e, "clock", `{}`)
+	tk := mustGet(t, e, id)
+	within(t, "the task's created time", tk.CreatedAt, dbNow(t, st), 2*time.Second)
+	within(t, "the task's run time", tk.RunAt, dbNow(t, st), 2*time.Second)
+}
+
+// TestClockSyncLeavesAgreeingClocksAlone: the engine does not correct an
+// injected clock by default (tests' fakes keep their time), nor apply an
+// offset it cannot tell from the measurement's noise: the system clock of
+// the database's own host stays uncorrected, exactly.
+func TestClockSyncLeavesAgreeingClocksAlone(t *testing.T) {
+	t.Parallel()
+	st := openPG(t, pgtest.URL(t))
+	fake := startWorkerEngine(t, st, Config{NodeID: "fake", NoScheduler: true, Clock: skewClock(time.Hour)})
+	if off := fake.ClockOffset(); off != 0 {
+		t.Fatalf("injected clock, ClockSyncAuto: offset %s, want 0", off)
+	}
+	if d := time.Until(fake.Now()); d < 59*time.Minute {
+		t.Fatalf("injected clock, ClockSyncAuto: Now is %s ahead, want the fake's hour", d)
+	}
+	off := startWorkerEngine(t, st, Config{NodeID: "off", NoScheduler: true, Clock: skewClock(time.Hour), ClockSync: ClockSyncOff})
+	if o := off.ClockOffset(); o != 0 {
+		t.Fatalf("ClockSyncOff: offset %s, want 0", o)
+	}
+	sys := startWorkerEngine(t, st, Config{NodeID: "system", NoScheduler: true})
+	for i := range 5 {
+		if !sys.syncClock(context.Background()) {
+			t.Fatalf("sync %d failed", i)
+		}
+		if o := sys.ClockOffset(); o != 0 {
+			t.Fatalf("system clock on the database's host: offset %s after sync %d, want 0", o, i)
+		}
+	}
+}
+
+// TestSkewedNodesKeepEachOthersLeasesAndDueTimes: two nodes on one
+// database, one clock four minutes ahead of the other. The leader (ahead)
+// must not reap the lease the worker node (behind) holds and heartbeats,
+// and a task delayed by a second on one node must not start earlier on the
+// other. Without the sync, the leader reaped the lease at its first pass
+// (the handler was stopped and the task ran again) and the delayed task
+// started at once.
+func TestSkewedNodesKeepEachOthersLeasesAndDueTimes(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	stA, stB := openPG(t, url), openPG(t, url)
+	behind := startWorkerEngine(t, stA, Config{NodeID: "behind", NoScheduler: true, Clock: skewClock(-2 * time.Minute), ClockSync: ClockSyncOn, LeaseDuration: 3 * time.Second})
+	ahead := startWorkerEngine(t, stB, Config{NodeID: "ahead", Clock: skewClock(2 * time.Minute), ClockSync: ClockSyncOn, LeaderTTL: time.Second})
+	waitFor(t, "the node ahead to lead", ahead.IsLeader)
+
+	// A long task held on the node behind.
+	started := make(chan struct{}, 4)
+	release := make(chan struct{})
+	var runs, stopped atomic.Int32
+	runWorker(t, behind, WorkerConfig{Types: []string{"long"}, Concurrency: 1, Handle: func(ctx context.Context, _ *store.Task) error {
+		runs.Add(1)
+		started <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			stopped.Add(1)
+			return ctx.Err()
+		}
+	}})
+	long := mustEnqueue(t, behind, "long", `{}`)
+	recvWithin(t, started, 10*time.Second, "the long task to start")
+
+	// Two promotions by the leader, each of a task enqueued after the lease
+	// was taken: the leader's reaper ran at least one whole pass since.
+	for i := range 2 {
+		before := ahead.Counters().Promoted
+		if _, err := behind.Enqueue(context.Background(), EnqueueRequest{Type: "probe", Delay: 200 * time.Millisecond}); err != nil {
+			t.Fatalf("enqueue probe %d: %v", i, err)
+		}
+		waitFor(t, "the leader to promote a probe", func() bool { return ahead.Counters().Promoted > before })
+	}
+	if r := ahead.Counters().Reaped; r != 0 || stopped.Load() != 0 {
+		t.Fatalf("the leader reaped %d leases and %d handlers were stopped; want the held lease kept", r, stopped.Load())
+	}
+	tk := mustGet(t, ahead, long)
+	if tk.State != store.StateRunning || tk.Attempt != 1 {
+		t.Fatalf("held task: state %s attempt %d, want running attempt 1", tk.State, tk.Attempt)
+	}
+	close(release)
+	waitTask(t, ahead, long, "the long task to succeed", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the long task ran %d times, want 1", n)
+	}
+
+	// A task delayed by a second on the node behind, run by a worker on
+	// the node ahead: not before its second.
+	ranAt := make(chan time.Time, 1)
+	runWorker(t, ahead, WorkerConfig{Types: []string{"delayed"}, Handle: func(context.Context, *store.Task) error {
+		ranAt <- time.Now()
+		return nil
+	}})
+	enqueued := time.Now()
+	if _, err := behind.Enqueue(context.Background(), EnqueueRequest{Type: "delayed", Delay: time.Second}); err != nil {
+		t.Fatalf("enqueue delayed: %v", err)
+	}
+	at := recvWithin(t, ranAt, 10*time.Second, "the delayed task to run")
+	// The sync's uncertainty is half a loopback round trip; 100 ms is far
+	// beyond it and far below the skew.
+	if early := time.Second - at.Sub(enqueued); early > 100*time.Millisecond {
+		t.Fatalf("the task delayed by 1s started %s after its enqueue", at.Sub(enqueued))
+	}
+}
+
+// aheadDatabase is a PostgreSQL store whose server clock reads ahead of
+// this host's by skew: a database server on another machine, whose clock
+// differs from the node's.
+type aheadDatabase struct {
+	*postgres.Store
+	skew time.Duration
+}
+
+func (a aheadDatabase) DatabaseNow(ctx context.Context) (time.Time, error) {
+	now, err := a.Store.DatabaseNow(ctx)
+	return now.Add(a.skew), err
+}
+
+// TestSyncedSchedulerWakesAtDueTimes: the scheduler sets its timers on this
+// process's clock for due times of the engine's (corrected) clock. With the
+// database's clock two minutes ahead of the node's and a poll interval of a
+// minute, a task delayed by a second is promoted and run at its time; with
+// the due time taken as a time of the process's clock, it looked two
+// minutes away and waited for the poll.
+func TestSyncedSchedulerWakesAtDueTimes(t *testing.T) {
+	t.Parallel()
+	st := aheadDatabase{Store: openPG(t, pgtest.URL(t)), skew: 2 * time.Minute}
+	e := startWorkerEngine(t, st, Config{NodeID: "behind-leader", LeaderTTL: time.Second, PollInterval: time.Minute})
+	if off := e.ClockOffset(); (off - st.skew).Abs() > time.Second {
+		t.Fatalf("ClockOffset = %s, want about %s", off, st.skew)
+	}
+	waitFor(t, "the node to lead", e.IsLeader)
+	ran := make(chan struct{}, 1)
+	runWorker(t, e, WorkerConfig{Types: []string{"due"}, Handle: func(context.Context, *store.Task) error {
+		ran <- struct{}{}
+		return nil
+	}})
+	// The scheduler's first pass runs as the node takes the lead, before
+	// the task is due: only a timer set for the due time (or the minute's
+	// poll) can promote it.
+	if _, err := e.Enqueue(context.Background(), EnqueueRequest{Type: "due", Delay: time.Second}); err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	recvWithin(t, ran, 20*time.Second, "the delayed task to run (well before the minute's poll)")
+}
