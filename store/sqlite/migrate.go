@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -113,6 +114,26 @@ func (s *Store) migrate(ctx context.Context) error {
 		return translate(op, err)
 	}
 	s.opened = applied
+	return nil
+}
+
+// refuseForeign refuses, with store.ErrForeignSchema, a file whose
+// schema_migrations table another tool wrote (see historyVersion) before
+// Open changes anything in it: the switch to WAL mode rewrites the file's
+// header, and a file retryq does not own is left exactly as it was. migrate
+// checks again, under its write lock, for a table created meanwhile.
+func (s *Store) refuseForeign(ctx context.Context) error {
+	const op = "migrate sqlite schema"
+	var n int
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&n); err != nil {
+		return translate(op, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := historyVersion(ctx, s.w); errors.Is(err, store.ErrForeignSchema) {
+		return translate(op, err)
+	}
 	return nil
 }
 

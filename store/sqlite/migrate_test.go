@@ -4,6 +4,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -100,7 +102,7 @@ func TestUpgradeFromEveryVersionKeepsData(t *testing.T) {
 // TestOpenRefusesAnotherToolsHistory: a file whose schema_migrations table
 // another migration tool wrote (here golang-migrate's layout) is refused
 // with store.ErrForeignSchema, whatever version that tool recorded, and
-// left as it was: not called newer than the binary, not called current,
+// left as it was (in its journal mode too): not called newer than the binary, not called current,
 // and no retryq migration applied to it.
 func TestOpenRefusesAnotherToolsHistory(t *testing.T) {
 	for _, version := range []int64{2, int64(KnownVersion()), 20240101120000} {
@@ -131,6 +133,21 @@ func TestOpenRefusesAnotherToolsHistory(t *testing.T) {
 			}
 			if fmt.Sprint(tables) != "[schema_migrations]" {
 				t.Errorf("tables after the refused open: %v, want only the other tool's", tables)
+			}
+			// Nor switched to WAL mode, which rewrites the file's header
+			// (bytes 18 and 19, the file format versions: 1 for a rollback
+			// journal, 2 for WAL) and which the other tool may not expect.
+			header := make([]byte, 20)
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := io.ReadFull(f, header); err != nil {
+				t.Fatal(err)
+			}
+			if header[18] != 1 || header[19] != 1 {
+				t.Errorf("file format versions after the refused open: %d %d, want 1 1 (rollback journal, as the other tool left it)", header[18], header[19])
 			}
 		})
 	}

@@ -85,6 +85,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
 	s := &Store{cfg: cfg, w: w, stmts: make(map[string]*sql.Stmt)}
+	if err := s.refuseForeign(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
 	if err := s.setWAL(ctx); err != nil {
 		w.Close()
 		return nil, err
