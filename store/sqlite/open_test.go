@@ -117,9 +117,12 @@ func TestOpenNewFileFromProcesses(t *testing.T) {
 // TestOpenReadOnlyFileRefused: a database file the process may not write
 // is refused by Open with ErrReadOnly. It used to open, answer reads and
 // pings (so a server reported ready), and fail every write.
+//
+// Root may write any file: run as root, the test runs again as user nobody
+// (runUnprivileged).
 func TestOpenReadOnlyFileRefused(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root may write any file")
+	if runUnprivileged(t) {
+		return
 	}
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "ro.db")
@@ -141,6 +144,45 @@ func TestOpenReadOnlyFileRefused(t *testing.T) {
 	}
 	if !errors.Is(err, ErrReadOnly) {
 		t.Errorf("Open of a read-only file = %v, want ErrReadOnly", err)
+	}
+}
+
+// TestPingFailsOnAFileThatMayNotBeWritten: a store whose file may no longer
+// be written (its permissions changed, or its file system was remounted
+// read-only, as Linux does after I/O errors) still answers reads, but every
+// write fails. Ping, which backs the server's /readyz, says so with
+// ErrUnavailable and ErrReadOnly, and says ready again once the file may be
+// written. Before, Ping only read, and the node called itself ready while
+// every enqueue failed. Run as root, the test runs as user nobody.
+func TestPingFailsOnAFileThatMayNotBeWritten(t *testing.T) {
+	if runUnprivileged(t) {
+		return
+	}
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping of a writable file: %v", err)
+	}
+	for _, p := range []string{path, path + "-wal"} {
+		if err := os.Chmod(p, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		err = s.Ping(ctx)
+		if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, ErrReadOnly) {
+			t.Fatalf("Ping with %s read-only: %v, want ErrUnavailable and ErrReadOnly", filepath.Base(p), err)
+		}
+		t.Logf("Ping with %s read-only: %v", filepath.Base(p), err)
+		if err := os.Chmod(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Ping(ctx); err != nil {
+			t.Fatalf("Ping once writable again: %v", err)
+		}
 	}
 }
 

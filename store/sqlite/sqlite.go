@@ -190,6 +190,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
 		return translate("ping sqlite", err)
 	}
+	// A file that answers reads may still refuse writes: its file system
+	// was remounted read-only (as Linux does after I/O errors), or its
+	// permissions changed. Every enqueue and outcome would then fail, so
+	// the store is not ready. The database file and its WAL are written.
+	for _, p := range []string{s.cfg.Path, s.cfg.Path + "-wal"} {
+		if err := writable(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("ping sqlite: %w: %w: %s: %w", store.ErrUnavailable, ErrReadOnly, p, err)
+		}
+	}
 	return nil
 }
 
