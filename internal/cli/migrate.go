@@ -20,7 +20,9 @@ databases are migrated whenever they are opened (here too); PostgreSQL
 databases are migrated here (or by the server unless --no-migrate). Of
 several migrate commands run at once, one applies the migrations and the
 others wait for it. A database newer than this binary is refused, and so is
-a schema_migrations table another tool wrote.
+a schema_migrations table another tool wrote. On PostgreSQL a migration
+waits at most 10s for a lock another session holds on a table it changes,
+then rolls back and fails (allow longer with ?lock_timeout=60s in the URL).
 `
 
 func runMigrate(ctx context.Context, env *Env, args []string) int {

@@ -161,7 +161,7 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	woke, wake := "", "NULL::bigint"
 	if !s.cfg.PollOnly {
 		woke = `, woke AS MATERIALIZED (
-	SELECT pg_notify('` + notifyChannel + `', '') WHERE EXISTS (SELECT 1 FROM upd)
+	SELECT pg_notify(` + notifyChannelSQL + `, '') WHERE EXISTS (SELECT 1 FROM upd)
 )`
 		wake = "(SELECT count(*) FROM woke)"
 	}

@@ -134,7 +134,7 @@ const promoteSQL = promoteHead + `NULL::text FROM counted`
 // promoteNotifySQL is promoteSQL that also sends the wake-up notification
 // (at its commit) when it promoted any task: a column of the result, so
 // the server computes it for the one row.
-const promoteNotifySQL = promoteHead + `CASE WHEN counted.n > 0 THEN pg_notify('` + notifyChannel + `', '')::text END FROM counted`
+const promoteNotifySQL = promoteHead + `CASE WHEN counted.n > 0 THEN pg_notify(` + notifyChannelSQL + `, '')::text END FROM counted`
 
 // NextWakeup returns the earliest due time and lease expiry.
 func (s *Store) NextWakeup(ctx context.Context, p store.WakeupParams) (store.Wakeup, error) {

@@ -246,7 +246,7 @@ WITH ins AS (` + insertRowsSQL + `
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING t.*
 ), woke AS MATERIALIZED (
-	SELECT pg_notify('` + notifyChannel + `', '') WHERE EXISTS (SELECT 1 FROM ins WHERE ins.state <> 'running')
+	SELECT pg_notify(` + notifyChannelSQL + `, '') WHERE EXISTS (SELECT 1 FROM ins WHERE ins.state <> 'running')
 )
 SELECT ` + taskCols + ` FROM ins AS t, (SELECT count(*) FROM woke) AS w`
 

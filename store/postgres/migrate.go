@@ -69,6 +69,13 @@ var migrationNames = func() []string {
 // nodes ("retryq" in ASCII).
 const migrateLockKey int64 = 0x7265747279710001
 
+// ErrMigrationLockTimeout is wrapped (with store.ErrUnavailable) by Migrate
+// and Upgrade when a migration waited longer than its lock timeout
+// (Config.MigrateLockTimeout) for a lock another session holds on a table
+// the migration changes. The migration rolled back; run it again once that
+// session's transaction ends (pg_locks and pg_stat_activity show it).
+var ErrMigrationLockTimeout = errors.New("a migration waited too long for a lock another session holds on a table it changes (a long-running transaction or query)")
+
 // KnownVersion is the newest schema version this binary knows.
 func KnownVersion() int { return len(migrations) }
 
@@ -106,8 +113,19 @@ func (s *Store) Upgrade(ctx context.Context) (from, to int, err error) {
 		return applied, applied, nil
 	}
 	err = s.inTx(ctx, op, func(tx pgx.Tx) error {
+		// A node waits for another's migration however long it takes (the
+		// session's lock_timeout, if any, is lifted for that wait); the
+		// lock timeout applies to the migration's statements only.
+		var session string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('lock_timeout'), set_config('lock_timeout', '0', true)").Scan(&session, new(string)); err != nil {
+			return fmt.Errorf("read lock_timeout: %w", err)
+		}
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLockKey); err != nil {
 			return err
+		}
+		lockTimeout := s.migrateLockTimeout(session)
+		if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", lockTimeout); err != nil {
+			return fmt.Errorf("set lock_timeout: %w", err)
 		}
 		// IF NOT EXISTS, not to_regclass: a lookup without a lock on the
 		// table may miss one a concurrent migration created while this one
@@ -128,6 +146,10 @@ func (s *Store) Upgrade(ctx context.Context) (from, to int, err error) {
 		}
 		for _, m := range migrations[from:] {
 			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				var pgErr *pgconn.PgError
+				if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+					return fmt.Errorf("apply %s: %w (lock_timeout %s): %w", m.name, ErrMigrationLockTimeout, lockTimeout, err)
+				}
 				return fmt.Errorf("apply %s: %w", m.name, err)
 			}
 			if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
@@ -140,6 +162,22 @@ func (s *Store) Upgrade(ctx context.Context) (from, to int, err error) {
 		return 0, 0, err
 	}
 	return from, len(migrations), nil
+}
+
+// migrateLockTimeout returns the lock_timeout of a migration's
+// statements, set for its transaction only (set_config's is_local, as SET
+// LOCAL, so nothing outlives it through a transaction-mode pooler):
+// Config.MigrateLockTimeout when set, else the session's own lock_timeout
+// (session, as current_setting shows it) when it has one, else
+// DefaultMigrateLockTimeout.
+func (s *Store) migrateLockTimeout(session string) string {
+	if d := s.cfg.MigrateLockTimeout; d > 0 {
+		return strconv.FormatInt(max(d.Milliseconds(), 1), 10) + "ms"
+	}
+	if session != "" && session != "0" {
+		return session
+	}
+	return strconv.FormatInt(DefaultMigrateLockTimeout.Milliseconds(), 10) + "ms"
 }
 
 // querier is a pool, a connection or a transaction.

@@ -292,7 +292,9 @@ func TestMigrateRefusesAnotherToolsHistory(t *testing.T) {
 
 // TestMigrateReportsOnlyWhatItApplied: of several nodes upgrading one
 // database at once, only the one that applied the migrations reports them;
-// the others, which waited for its lock, find the schema current.
+// the others, which waited for its lock, find the schema current. They
+// wait for it past their lock timeout: that bounds waits for tables, not
+// for another node's migration.
 func TestMigrateReportsOnlyWhatItApplied(t *testing.T) {
 	url := pgtest.URL(t)
 	ctx := t.Context()
@@ -310,7 +312,11 @@ func TestMigrateReportsOnlyWhatItApplied(t *testing.T) {
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		s := openURL(t, url, func(c *Config) { c.AutoMigrate = false })
+		nodeURL, timeout := url, 100*time.Millisecond
+		if i == 0 { // a lock timeout of the session's own
+			nodeURL, timeout = withParam(t, url, "lock_timeout", "100ms"), 0
+		}
+		s := openURL(t, nodeURL, func(c *Config) { c.AutoMigrate, c.MigrateLockTimeout = false, timeout })
 		wg.Go(func() { results[i].from, results[i].to, errs[i] = s.Upgrade(ctx) })
 	}
 	// Release the lock once every node waits for it.
@@ -319,7 +325,9 @@ func TestMigrateReportsOnlyWhatItApplied(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d migrations wait for the lock after 30s", waiting, n)
 		}
-		if err := holder.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())").Scan(&waiting); err != nil {
+		if err := holder.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+			AND waitstart < clock_timestamp() - interval '300 ms'`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(10 * time.Millisecond) // polling pg_locks
@@ -435,5 +443,83 @@ func TestFailedMigrationLeavesNoTrace(t *testing.T) {
 	}
 	if applied, _, err := other.SchemaVersion(ctx); err != nil || applied != 0 {
 		t.Errorf("SchemaVersion after the failed migration = %d, %v; want 0", applied, err)
+	}
+}
+
+// atVersion returns a store on a new database holding retryq's schema at
+// version v, as that version's binary left it.
+func atVersion(t *testing.T, url string, v int, cfg func(*Config)) *Store {
+	t.Helper()
+	s := openURL(t, url, func(c *Config) {
+		c.AutoMigrate = false
+		if cfg != nil {
+			cfg(c)
+		}
+	})
+	if _, err := s.pool.Exec(t.Context(), createMigrationsTable); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:v] {
+		if _, err := s.pool.Exec(t.Context(), m.sql); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.pool.Exec(t.Context(), "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// TestMigrateGivesUpWaitingForATableLock: a long transaction has read the
+// attempts table that migration 4 alters. The migration waits for its lock
+// no longer than its lock timeout, then fails with ErrMigrationLockTimeout
+// naming the migration, leaving the schema as it was; it used to wait as
+// long as the transaction lasted (every statement on the table queued
+// behind its lock meanwhile). The timeout comes from Config, else from the
+// session's own lock_timeout (the URL's), else the default.
+func TestMigrateGivesUpWaitingForATableLock(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name        string
+		lockTimeout string // the URL's lock_timeout, if any
+		cfg         func(*Config)
+		before      time.Duration // the migration must fail within this
+	}{
+		{"config", "", func(c *Config) { c.MigrateLockTimeout = 300 * time.Millisecond }, 20 * time.Second},
+		{"session", "300ms", nil, 20 * time.Second},
+		{"default", "", nil, DefaultMigrateLockTimeout + 20*time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			url := pgtest.URL(t)
+			storeURL := url
+			if c.lockTimeout != "" {
+				storeURL = withParam(t, url, "lock_timeout", c.lockTimeout)
+			}
+			s := atVersion(t, storeURL, 3, c.cfg)
+			ctx := t.Context()
+			holder := connect(t, url)
+			if _, err := holder.Exec(ctx, "BEGIN; SELECT count(*) FROM attempts"); err != nil {
+				t.Fatal(err)
+			}
+			uctx, cancel := context.WithTimeout(ctx, c.before)
+			defer cancel()
+			start := time.Now()
+			_, _, err := s.Upgrade(uctx)
+			if err == nil || !errors.Is(err, ErrMigrationLockTimeout) || !errors.Is(err, store.ErrUnavailable) ||
+				!strings.Contains(err.Error(), "0004_attempts_lighter_indexes") {
+				t.Fatalf("Upgrade behind a transaction holding a table lock after %v: %v; want ErrMigrationLockTimeout naming migration 4",
+					time.Since(start).Round(time.Millisecond), err)
+			}
+			if applied, _, err := s.SchemaVersion(ctx); err != nil || applied != 3 {
+				t.Errorf("SchemaVersion after the timeout = %d, %v; want 3", applied, err)
+			}
+			if _, err := holder.Exec(ctx, "COMMIT"); err != nil {
+				t.Fatal(err)
+			}
+			if from, to, err := s.Upgrade(ctx); err != nil || from != 3 || to != KnownVersion() {
+				t.Errorf("Upgrade once the lock is free = %d, %d, %v; want 3, %d", from, to, err, KnownVersion())
+			}
+		})
 	}
 }

@@ -88,7 +88,8 @@ func (s *Store) publishCancel(payload string) {
 }
 
 // Wakeups returns a channel receiving a value whenever some process
-// inserted, promoted or released tasks (NOTIFY retryq_wakeup). Values
+// inserted, promoted or released tasks in the store's schema (NOTIFY on
+// the schema's channel, see notifyChannelSQL). Values
 // coalesce: one pending value stands for any number of notifications.
 //
 // The listener holds one dedicated connection outside the pool. When it
@@ -160,9 +161,7 @@ func (s *Store) listen(ctx context.Context, ch chan struct{}) {
 		signal(ch)
 		up := time.Now()
 		err = s.waitLoop(ctx, conn, ch)
-		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = conn.Close(closeCtx)
-		cancel()
+		closeConn(conn)
 		if ctx.Err() != nil {
 			return
 		}
@@ -188,19 +187,48 @@ func (s *Store) listen(ctx context.Context, ch chan struct{}) {
 const listenSessionSQL = `SELECT set_config('idle_session_timeout', '0', false)
 WHERE current_setting('server_version_num')::int >= 140000`
 
+// listenConn connects the listener and sets its session up. The setup is
+// bounded by the connect timeout, as the connection is: a network path cut
+// silently before a reply (no reset, the peer just goes quiet) used to
+// keep the listener waiting for that reply until the store closed, with no
+// wake-ups meanwhile; waitLoop's pings only watch a connection set up.
 func (s *Store) listenConn(ctx context.Context) (*pgx.Conn, error) {
 	cfg := s.pool.Config().ConnConfig.Copy()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	for _, sql := range []string{listenSessionSQL, "LISTEN " + notifyChannel} {
-		if _, err := conn.Exec(ctx, sql); err != nil {
-			_ = conn.Close(context.Background())
-			return nil, err
-		}
+	timeout := cfg.ConnectTimeout
+	if timeout <= 0 {
+		timeout = s.cfg.ConnectTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	fail := func(err error) (*pgx.Conn, error) {
+		closeConn(conn)
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, listenSessionSQL); err != nil {
+		return fail(err)
+	}
+	// The channel is read on this connection: its search_path is the
+	// pool's, so it names the schema the store's statements notify for.
+	var channel string
+	if err := conn.QueryRow(ctx, "SELECT "+notifyChannelSQL).Scan(&channel); err != nil {
+		return fail(err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		return fail(err)
 	}
 	return conn, nil
+}
+
+// closeConn closes the listener's connection, waiting a second at most
+// for a path that may be cut.
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
 }
 
 // listenPingInterval is how long the listener waits for a notification

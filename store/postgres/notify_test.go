@@ -3,9 +3,12 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
@@ -102,7 +105,7 @@ func TestListenerSurvivesIdleSessionTimeout(t *testing.T) {
 		}
 	}
 	drain(ch)
-	if _, err := x.Exec(ctx, "NOTIFY "+notifyChannel); err != nil {
+	if _, err := x.Exec(ctx, "NOTIFY "+publicChannel); err != nil {
 		t.Fatal(err)
 	}
 	waitWakeup(t, ch, "a notification after the idle period")
@@ -230,12 +233,12 @@ func TestRetryAndRedriveWakeOnlyWhenTheyApply(t *testing.T) {
 func wakeupCounter(ctx context.Context, t *testing.T, s *Store, url string) func(marker string) int {
 	t.Helper()
 	l := connect(t, url)
-	if _, err := l.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+	if _, err := l.Exec(ctx, "LISTEN "+publicChannel); err != nil {
 		t.Fatal(err)
 	}
 	return func(marker string) int {
 		t.Helper()
-		if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, marker); err != nil {
+		if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, $2)", publicChannel, marker); err != nil {
 			t.Fatal(err)
 		}
 		n := 0
@@ -251,5 +254,133 @@ func wakeupCounter(ctx context.Context, t *testing.T, s *Store, url string) func
 				n++
 			}
 		}
+	}
+}
+
+// TestWakeupsStayInTheirSchema: two deployments in two schemas of one
+// database notify on channels of their own. An insert in schema A wakes
+// A's listener and not B's, and a cancellation in B is not delivered to
+// A's Cancellations (all used to share the channel retryq_wakeup, so
+// every deployment woke every other and saw its task and lease ids).
+func TestWakeupsStayInTheirSchema(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	x := connect(t, dbURL)
+	if _, err := x.Exec(ctx, `CREATE SCHEMA tenant_a; CREATE SCHEMA tenant_b`); err != nil {
+		t.Fatal(err)
+	}
+	a := openURL(t, withSearchPath(t, dbURL, "tenant_a"), nil)
+	b := openURL(t, withSearchPath(t, dbURL, "tenant_b"), nil)
+	wakeA, wakeB := a.Wakeups(ctx), b.Wakeups(ctx)
+	waitWakeup(t, wakeA, "A's listener up")
+	waitWakeup(t, wakeB, "B's listener up")
+	cancelsA, cancelsB := a.Cancellations(ctx), b.Cancellations(ctx)
+	runA, runB := leased(t, a, "a", 1, t0), leased(t, b, "b", 2, t0)
+
+	// cancelled cancels task on s and waits for its cancellation to come
+	// back through cancels: every notification committed before it has then
+	// been handled by s's listener.
+	cancelled := func(s *Store, cancels <-chan store.LeaseRef, task store.Task) {
+		t.Helper()
+		if _, err := s.CancelTask(ctx, store.CancelParams{ID: task.ID, Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ref := <-cancels:
+			if ref.TaskID != task.ID || ref.LeaseID != task.LeaseID {
+				t.Errorf("cancelling %s delivered the cancellation of task %q lease %q", task.ID, ref.TaskID, ref.LeaseID)
+			}
+		case <-ctx.Done():
+			t.Fatalf("the cancellation of %s never arrived", task.ID)
+		}
+	}
+	cancelled(b, cancelsB, runB[0]) // B has handled its own inserts' wake-ups
+	drain(wakeB)
+
+	if _, err := a.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("new", 1), Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	waitWakeup(t, wakeA, "an insert in A")
+	cancelled(b, cancelsB, runB[1]) // committed after A's insert
+	select {
+	case <-wakeB:
+		t.Error("an insert in schema A woke the store of schema B")
+	default:
+	}
+	cancelled(a, cancelsA, runA[0]) // fails if B's cancellations came first
+}
+
+// TestWakeupsInSchemasOfAnyName: a deployment wakes its own listener
+// whatever its schema's name: capitals, quotes and spaces (the channel is
+// LISTENed as a quoted identifier), and names too long to fit PostgreSQL's
+// 63-byte identifier bound after the channel's prefix, multibyte ones
+// included. Every channel fits the bound and names one schema; public's
+// is retryq_wakeup, as before channels were per schema.
+func TestWakeupsInSchemasOfAnyName(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	x := connect(t, dbURL)
+	schemas := []string{
+		`Tenant "Q" x`,
+		strings.Repeat("s", 49),
+		strings.Repeat("s", 50),
+		strings.Repeat("é", 31) + "x", // 63 bytes
+		strings.Repeat("é", 31) + "y",
+	}
+	seen := map[string]string{}
+	for i, schema := range schemas {
+		quoted := pgx.Identifier{schema}.Sanitize()
+		if _, err := x.Exec(ctx, "CREATE SCHEMA "+quoted); err != nil {
+			t.Fatal(err)
+		}
+		s := openURL(t, withSearchPath(t, dbURL, quoted), nil)
+		var channel string
+		if err := s.pool.QueryRow(ctx, "SELECT "+notifyChannelSQL).Scan(&channel); err != nil {
+			t.Fatal(err)
+		}
+		if len(channel) > 63 {
+			t.Errorf("schema %q: channel %q is %d bytes, over PostgreSQL's 63", schema, channel, len(channel))
+		}
+		if other, ok := seen[channel]; ok {
+			t.Errorf("schemas %q and %q share channel %q", other, schema, channel)
+		}
+		seen[channel] = schema
+		wake := s.Wakeups(ctx)
+		waitWakeup(t, wake, "listener up in "+schema)
+		drain(wake)
+		if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks(fmt.Sprint(i), 1), Now: t0}); err != nil {
+			t.Fatal(err)
+		}
+		waitWakeup(t, wake, "an insert in schema "+schema)
+	}
+	var public string
+	if err := x.QueryRow(ctx, "SELECT "+notifyChannelSQL).Scan(&public); err != nil || public != publicChannel {
+		t.Errorf("the schema public's channel is %q (%v), want %q", public, err, publicChannel)
+	}
+}
+
+// TestListenerReconnectsWhenCutWhileListening: the network path of the
+// listener's new connection is cut silently while it sends LISTEN (the
+// server's reply never arrives). The listener gives up on that connection
+// within its connect timeout and listens on a new one; it used to wait for
+// the reply as long as the store stayed open, never waking anyone again.
+func TestListenerReconnectsWhenCutWhileListening(t *testing.T) {
+	t.Parallel()
+	proxy, s, _ := cutPair(t, pgtest.URL(t), func(c *Config) { c.ConnectTimeout = time.Second })
+	proxy.cutOnReply("LISTEN")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	wake := s.Wakeups(ctx)
+	select {
+	case <-wake:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no listener up within 30s of a cut during LISTEN")
+	}
+	if proxy.replyCut.Load() != nil {
+		t.Fatal("LISTEN's reply never came through the proxy; the test cut nothing")
 	}
 }

@@ -4,8 +4,9 @@
 // Concurrent nodes share one database: FetchTasks leases with
 // FOR UPDATE SKIP LOCKED so fetchers never lease the same task and never wait
 // for each other, every transition is a conditional update naming the state
-// and lease it expects, and inserts, promotions and releases NOTIFY the
-// channel "retryq_wakeup" so idle nodes wake up early (see Store.Wakeups).
+// and lease it expects, and inserts, promotions and releases NOTIFY a
+// channel of the deployment's schema ("retryq_wakeup" in the schema public,
+// see notifyChannelSQL) so idle nodes wake up early (see Store.Wakeups).
 //
 // Times are stored as timestamptz, which has microsecond precision: every
 // time.Time is truncated to the microsecond on the way in (consistently, so
@@ -43,10 +44,42 @@ const (
 	DefaultReconnectMin    = 100 * time.Millisecond
 	DefaultReconnectMax    = 5 * time.Second
 	DefaultApplicationName = "retryq"
+	// DefaultMigrateLockTimeout is how long a migration waits for a lock
+	// on a table it changes when neither Config.MigrateLockTimeout nor
+	// the session's lock_timeout sets it.
+	DefaultMigrateLockTimeout = 10 * time.Second
 )
 
-// notifyChannel is the LISTEN/NOTIFY channel used for wakeups.
-const notifyChannel = "retryq_wakeup"
+// publicChannel is the LISTEN/NOTIFY channel of a deployment whose tables
+// are in the schema public (see notifyChannelSQL).
+const publicChannel = "retryq_wakeup"
+
+// notifyChannelSQL is the SQL expression naming the LISTEN/NOTIFY channel
+// of the deployment whose tables are in the session's current schema.
+// NOTIFY reaches every session of the database that listens, whatever its
+// schema, so deployments in several schemas of one database each need a
+// channel of their own: one shared channel woke every deployment for the
+// others' work and showed each the others' task and lease ids. Every node
+// of a deployment evaluates it with the same search_path, so all agree.
+// The channel is:
+//
+//   - retryq_wakeup for the schema public (what every deployment used
+//     before, so nodes on older binaries and newer ones still wake each
+//     other in the common case);
+//   - retryq_wakeup.SCHEMA for a schema name of at most 49 bytes (the
+//     channel then fits PostgreSQL's 63-byte identifier bound whole);
+//   - retryq_wakeup#HASH for a longer name, HASH being the first 32 hex
+//     digits of the SHA-256 of the name's bytes (a different separator,
+//     so no short name's channel is a long name's).
+//
+// The statements that notify evaluate it on the server (pg_notify takes
+// the channel as text, exactly); the listener reads it once per
+// connection and LISTENs on it as a quoted identifier (listenConn).
+const notifyChannelSQL = `(CASE
+	WHEN coalesce(current_schema(), 'public') = 'public' THEN '` + publicChannel + `'
+	WHEN octet_length(current_schema()) <= 49 THEN '` + publicChannel + `.' || current_schema()
+	ELSE '` + publicChannel + `#' || left(encode(sha256(convert_to(current_schema(), current_setting('server_encoding'))), 'hex'), 32)
+END)`
 
 // Config configures Open.
 type Config struct {
@@ -83,6 +116,16 @@ type Config struct {
 	PollOnly bool
 	// AutoMigrate makes Open apply pending migrations.
 	AutoMigrate bool
+	// MigrateLockTimeout bounds how long each statement of a migration
+	// waits for a lock on a table it changes, held by another session (a
+	// long transaction or query) before the migration gives up with
+	// ErrMigrationLockTimeout and rolls back. Every statement on that
+	// table queues behind a waiting migration's lock, so a migration that
+	// waited without bound stalled the nodes with it. Zero takes the
+	// session's lock_timeout when set (as in the URL's
+	// ?lock_timeout=30s), else DefaultMigrateLockTimeout. The wait for a
+	// concurrent migration's advisory lock is not bounded.
+	MigrateLockTimeout time.Duration
 	// ReconnectMin and ReconnectMax bound the exponential backoff of the
 	// Wakeups listener's reconnects (defaults 100ms and 5s).
 	ReconnectMin time.Duration
@@ -108,6 +151,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("postgres config: MinConns (%d) exceeds MaxConns (%d): %w", c.MinConns, c.MaxConns, store.ErrInvalid)
 	case c.ConnectTimeout < 0:
 		return fmt.Errorf("postgres config: ConnectTimeout must not be negative: %w", store.ErrInvalid)
+	case c.MigrateLockTimeout < 0:
+		return fmt.Errorf("postgres config: MigrateLockTimeout must not be negative: %w", store.ErrInvalid)
 	case c.ReconnectMin < 0:
 		return fmt.Errorf("postgres config: ReconnectMin must not be negative: %w", store.ErrInvalid)
 	case c.ReconnectMax < 0:
@@ -364,7 +409,7 @@ func (s *Store) inBatch(ctx context.Context, op string, b *pgx.Batch, read func(
 // queueNotify adds a wakeup notification to b (sent when b commits).
 func (s *Store) queueNotify(b *pgx.Batch) {
 	if !s.cfg.PollOnly {
-		b.Queue("SELECT pg_notify('" + notifyChannel + "', '')")
+		b.Queue("SELECT pg_notify(" + notifyChannelSQL + ", '')")
 	}
 }
 

@@ -55,6 +55,7 @@ func TestConfigValidate(t *testing.T) {
 		{Config{URL: "postgres://x/y", MinConns: 5, MaxConns: 2}, "MinConns"},
 		{Config{URL: "postgres://x/y", ReconnectMin: time.Second, ReconnectMax: time.Millisecond}, "ReconnectMin"},
 		{Config{URL: "postgres://x:notaport/y"}, "URL"},
+		{Config{URL: "postgres://x/y", MigrateLockTimeout: -time.Second}, "MigrateLockTimeout"},
 	} {
 		err := tc.cfg.Validate()
 		if !errors.Is(err, store.ErrInvalid) {

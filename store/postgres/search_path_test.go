@@ -14,13 +14,20 @@ import (
 // withSearchPath returns dbURL with the search_path run-time parameter set.
 func withSearchPath(t *testing.T, dbURL, path string) string {
 	t.Helper()
+	return withParam(t, dbURL, "search_path", path)
+}
+
+// withParam returns dbURL with the parameter name set to value. Spaces are
+// written %20: pgx reads a '+' in a query as itself.
+func withParam(t *testing.T, dbURL, name, value string) string {
+	t.Helper()
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := u.Query()
-	q.Set("search_path", path)
-	u.RawQuery = q.Encode()
+	q.Set(name, value)
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20") // Encode writes a '+' as %2B
 	return u.String()
 }
 

@@ -36,7 +36,7 @@ SELECT `+taskCols+` FROM upd AS t`, p.ID, us(p.Now))
 	// gone.
 	prefix, _ := cancelPayload(p.ID, "")
 	return s.transition(ctx, op, "cancel", p.ID, cancelSQL+`, woke AS MATERIALIZED (
-	SELECT pg_notify('`+notifyChannel+`', $3::text || upd.old_lease) FROM upd
+	SELECT pg_notify(`+notifyChannelSQL+`, $3::text || upd.old_lease) FROM upd
 	WHERE upd.old_lease IS NOT NULL AND octet_length($3::text || upd.old_lease) <= `+strconv.Itoa(maxNotifyPayload)+`
 )
 SELECT `+taskCols+` FROM upd AS t, (SELECT count(*) FROM woke) AS w`, p.ID, us(p.Now), prefix)
@@ -94,7 +94,7 @@ func (s *Store) woken(update string) string {
 WITH upd AS (` + update + `
 RETURNING t.*
 ), woke AS MATERIALIZED (
-	SELECT pg_notify('` + notifyChannel + `', '') WHERE EXISTS (SELECT 1 FROM upd)
+	SELECT pg_notify(` + notifyChannelSQL + `, '') WHERE EXISTS (SELECT 1 FROM upd)
 )
 SELECT ` + taskCols + ` FROM upd AS t, (SELECT count(*) FROM woke) AS w`
 }
