@@ -426,6 +426,17 @@ func translate(op string, err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
+	var ce *pgconn.ConnectError
+	var pe *pgconn.PgError
+	if errors.As(err, &ce) && !errors.As(err, &pe) {
+		// A connection attempt that failed without the server's answer,
+		// its ConnectTimeout run out included (a server that accepts but
+		// never answers): the database is unavailable, whatever context
+		// error the attempt wraps, which errors.Is still finds. A server
+		// that answered (no such database, a password refused, too many
+		// connections) is judged by its answer below.
+		return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", op, err)
 	}

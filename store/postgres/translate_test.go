@@ -3,8 +3,10 @@ package postgres
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,5 +142,53 @@ func TestOpenRefusedByServer(t *testing.T) {
 		if d := time.Since(start); d > 10*time.Second {
 			t.Errorf("%s: Open took %v", c.name, d)
 		}
+	}
+}
+
+// TestConnectTimeoutIsUnavailable: a server that accepts the TCP
+// connection but never answers (a frozen host, a full backlog behind a
+// proxy) makes the connection attempt run out its ConnectTimeout. That is
+// the database being unavailable, like a refused connection, not the
+// caller's deadline: callers that back off on ErrUnavailable must see it.
+// It used to be a bare context.DeadlineExceeded.
+func TestConnectTimeoutIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never answered
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	s, err := Open(ctx, Config{URL: "postgres://retryq@" + ln.Addr().String() + "/retryq?sslmode=disable", ConnectTimeout: 200 * time.Millisecond})
+	if err == nil {
+		_ = s.Close()
+		t.Fatal("Open of a server that never answers succeeded")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Open outlasted the caller's deadline: %v", err)
+	}
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("Open of a server that never answers: %v, want ErrUnavailable", err)
 	}
 }
