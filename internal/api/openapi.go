@@ -116,6 +116,7 @@ var errorDescriptions = map[int]string{
 	403: "Read-only token on a mutating route.",
 	404: "Unknown id or route.",
 	405: "Wrong method (see the Allow header).",
+	408: "The request body did not arrive in time; the connection is closed.",
 	409: "State conflict (code conflict) or lost lease (code lease_lost).",
 	413: "Body larger than the configured limit.",
 	415: "Body present but not application/json.",
@@ -161,7 +162,7 @@ func openAPIDocument() map[string]any {
 		errs = append(errs, 400, 405, 500)
 		if op.body != "" {
 			o["requestBody"] = map[string]any{"required": !op.bodyOptional, "content": jsonContent(ref(op.body))}
-			errs = append(errs, 413, 415)
+			errs = append(errs, 408, 413, 415)
 		}
 		if strings.HasPrefix(op.path, "/v1/") {
 			errs = append(errs, 503)

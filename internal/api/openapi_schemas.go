@@ -89,7 +89,7 @@ func openAPISchemas() map[string]any {
 			"no_error_code": boolean("Only dead tasks whose last error has no code (not with error_code)."),
 			"reason":        enum("non_retryable", "max_attempts", "retry_window"),
 			"since":         timeT("Died at or after."),
-			"ids":           arr(str("")),
+			"ids":           withDesc(arr(str("")), "Only these task ids, at most 10000; not empty (omit it to select by the other fields)."),
 			"limit":         integer("At most this many tasks; 0 = no limit."),
 		}
 		for k, v := range extra {
@@ -190,7 +190,7 @@ func openAPISchemas() map[string]any {
 		"CompleteRequest":   obj(map[string]any{"lease_id": str("")}, "lease_id"),
 		"CompleteResponse":  obj(map[string]any{"state": enum("succeeded")}, "state"),
 		"FailRequest": obj(map[string]any{"lease_id": str(""), "error": obj(map[string]any{
-			"code": str("Matched against the policy's retry_on/no_retry_on; HTTP status codes are classified."), "message": str(""),
+			"code": str("At most 200 bytes. Matched against the policy's retry_on/no_retry_on; HTTP status codes are classified."), "message": str("Required; kept up to 4 KiB."),
 			"retryable":           boolean("Omit to let the policy classify the code."),
 			"retry_after_seconds": secs("Requested delay, capped by the policy's max delay"),
 		}, "message")}, "lease_id", "error"),
