@@ -202,7 +202,7 @@ func (e *Engine) Heartbeat(ctx context.Context, token string, d time.Duration) (
 		}
 	}
 	now := e.now()
-	exp := now.Add(d)
+	exp := storedTime(now.Add(d))
 	if keep.After(exp) {
 		exp = keep
 	}
@@ -274,6 +274,7 @@ func (e *Engine) Fail(ctx context.Context, id, token string, rep ReportedError) 
 		// Not decided under the defaults: the task is held back, the
 		// attempt not counted, and the answer says when it runs again.
 		out := e.holdBack(&t, err)
+		out.RunAt = storedTime(out.RunAt)
 		if err := e.record(ctx, &t, out); err != nil {
 			return store.Outcome{}, fmt.Errorf("fail task %s: %w", id, err)
 		}
@@ -281,8 +282,15 @@ func (e *Engine) Fail(ctx context.Context, id, token string, rep ReportedError) 
 			LastDelay: unreadableTypeDelay}, nil
 	}
 	out := e.Decide(&t, &spec, rep.failure(), e.now())
+	out.RunAt = storedTime(out.RunAt)
 	if err := e.record(ctx, &t, out); err != nil {
 		return store.Outcome{}, fmt.Errorf("fail task %s: %w", id, err)
 	}
 	return out, nil
 }
+
+// storedTime is t as the stores keep it, to the microsecond (see
+// docs/storage.md), for answers that report a time just written: the
+// caller then sees the time it reads back later, not one up to a
+// microsecond later.
+func storedTime(t time.Time) time.Time { return t.Truncate(time.Microsecond) }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/store"
 )
 
@@ -242,4 +243,41 @@ func TestLeaseHandsOutNothingOnceShutdownBegan(t *testing.T) {
 	if tk, err := e.Get(context.Background(), id); err != nil || tk.State != store.StatePending || tk.Attempt != 0 {
 		t.Fatalf("task after a lease during shutdown: %+v, %v; want pending, attempt 0", tk, err)
 	}
+}
+
+// TestPullAnswersCarryTheStoredTimes: the lease expiry a heartbeat answers
+// and the due time a failure report answers are the times the store keeps
+// (microseconds), so a worker that compares them with what it reads later
+// sees one time, not two that differ below the microsecond. They used to
+// carry the nanoseconds of the engine's clock.
+func TestPullAnswersCarryTheStoredTimes(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T, backend string) {
+		ctx := context.Background()
+		clock := &stoppedClock{}
+		clock.set(time.Date(2026, 5, 1, 12, 0, 0, 123456789, time.UTC))
+		e := startWorkerEngine(t, openWorkerStoreOn(t, backend), Config{NoScheduler: true, Clock: clock})
+		mustEnqueue(t, e, "pull.times", `1`)
+		ts, err := e.Lease(ctx, LeaseRequest{WorkerID: "py", Types: []string{"pull.times"}, Max: 1})
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("lease: %v, %v", ts, err)
+		}
+		token := LeaseToken(&ts[0])
+		exp, err := e.Heartbeat(ctx, token, 10*time.Second+789)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := mustGet(t, e, ts[0].ID); !got.LeaseExpiresAt.Equal(exp) {
+			t.Fatalf("heartbeat answered expiry %v, the store keeps %v", exp, got.LeaseExpiresAt)
+		}
+		out, err := e.Fail(ctx, ts[0].ID, token, ReportedError{Code: "x", Message: "boom", RetryAfter: time.Second + 789})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.State != store.StateRetryWaiting {
+			t.Fatalf("fail: state %s, want retry_waiting", out.State)
+		}
+		if got := mustGet(t, e, ts[0].ID); !got.RunAt.Equal(out.RunAt) {
+			t.Fatalf("fail answered due time %v, the store keeps %v", out.RunAt, got.RunAt)
+		}
+	})
 }
