@@ -36,7 +36,14 @@ func runMigrate(ctx context.Context, env *Env, args []string) int {
 		return exitUsage
 	}
 	dsn := firstNonEmpty(*db, env.Getenv("RETRYQ_DB"), defaultDB)
-	st, kind, err := openDB(ctx, dsn, dbOptions{migrate: false})
+	if err := checkDSN(dsn); err != nil {
+		return usageError(env, "migrate", dsnSource(*db, env)+": "+err.Error())
+	}
+	// Opened as behind a transaction-mode pooler (no LISTEN, no named
+	// prepared statements), which migrating needs neither of: so it also
+	// works through PgBouncer, where the statements a node prepares at
+	// start collide on the pooler's shared server connections.
+	st, kind, err := openDB(ctx, dsn, dbOptions{migrate: false, pollOnly: true})
 	if err != nil {
 		fmt.Fprintf(env.Stderr, "retryq migrate: %v\n", err)
 		return 1
