@@ -29,16 +29,17 @@ per task, up to --concurrency at a time. The task's JSON payload is CMD's
 standard input; RETRYQ_TASK_ID, RETRYQ_TASK_TYPE and RETRYQ_ATTEMPT are in
 its environment. Its standard output and error pass through.
 
-While CMD runs the lease is heartbeated every --lease/3. Exit status 0
-completes the task. Any other exit fails the attempt with error code
-"exit:N" and the last non-empty line CMD wrote to standard error as the
-message; codes listed in --permanent-exit are reported as not retryable, the
-others as retryable. The server decides with the type's retry policy whether
-and when the task runs again. If the lease is lost (the task was cancelled,
-or the lease expired and another worker took it), CMD is stopped and its
-outcome dropped. An outcome the server cannot take yet (it is unreachable
-or answers 5xx, say while it restarts) is retried until the lease would
-expire.
+While CMD runs the lease is heartbeated every --lease/3 (a failed heartbeat
+is tried again after a tenth of that). Exit status 0 completes the task. Any
+other exit fails the attempt with error code "exit:N" and the last non-empty
+line CMD wrote to standard error as the message; codes listed in
+--permanent-exit are reported as not retryable, the others as retryable.
+The server decides with the type's retry policy whether and when the task
+runs again. If the lease is lost (the task was cancelled, or the lease
+expired and another worker took it) or runs out while no heartbeat reaches
+the server, CMD is stopped and its outcome dropped. An outcome the server
+cannot take yet (it is unreachable or answers 5xx, say while it restarts)
+is retried until the lease would expire.
 
 SIGINT or SIGTERM stops leasing and lets running commands finish for up to
 --grace; commands still running then are stopped (SIGTERM, then SIGKILL to
@@ -196,6 +197,11 @@ type leasedTask struct {
 	// lease (or its last successful heartbeat) was asked for plus --lease,
 	// on this machine's clock. Only handle's goroutines touch it.
 	holdsUntil time.Time
+	// endsBy is when the lease has expired at the latest: the time the
+	// lease's answer arrived plus --lease. Past it, with no heartbeat
+	// accepted since, the task may run elsewhere and no outcome of this
+	// run can count.
+	endsBy time.Time
 }
 
 func (w *pullWorker) run(ctx context.Context) int {
@@ -285,6 +291,7 @@ func (w *pullWorker) leaseLoop(ctx context.Context) int {
 		}
 		asked := time.Now()
 		tasks, err := w.lease(ctx, free)
+		answered := time.Now()
 		for range free - len(tasks) {
 			<-w.sem
 		}
@@ -316,7 +323,7 @@ func (w *pullWorker) leaseLoop(ctx context.Context) int {
 		}
 		for i := range tasks {
 			t := tasks[i]
-			t.holdsUntil = asked.Add(w.o.lease)
+			t.holdsUntil, t.endsBy = asked.Add(w.o.lease), answered.Add(w.o.lease)
 			w.running.Add(1)
 			go func() {
 				defer w.running.Done()
@@ -398,31 +405,61 @@ func (w *pullWorker) logReport(t leasedTask, err error, what string) {
 }
 
 // heartbeat extends the lease every lease/3 until ctx ends; it closes lost
-// when the server says the lease is gone. It returns when the lease holds
-// until at the earliest, after its last successful extension.
+// when the server says the lease is gone, or when the lease has run out
+// with no heartbeat accepted (the server unreachable or hanging), as the
+// engine's watchdog stops an in-process handler. It returns when the lease
+// holds until at the earliest, after its last successful extension.
 func (w *pullWorker) heartbeat(ctx context.Context, t leasedTask, lost chan<- struct{}) time.Time {
-	tick := time.NewTicker(w.o.lease / 3)
-	defer tick.Stop()
+	// Every third of the lease, counted from the previous try; a failed
+	// try is repeated after a tenth of that, so that a server back within
+	// the lease extends it in time.
+	interval := w.o.lease / 3
+	next := time.NewTimer(interval)
+	defer next.Stop()
 	path := "/v1/leases/" + url.PathEscape(t.LeaseID) + "/heartbeat"
 	body := map[string]any{"lease_seconds": w.o.lease.Seconds()}
-	holdsUntil := t.holdsUntil
+	holdsUntil, endsBy := t.holdsUntil, t.endsBy
+	watchdog := time.NewTimer(time.Until(endsBy))
+	defer watchdog.Stop()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return holdsUntil
-		case <-tick.C:
+		case <-watchdog.C:
+			w.logf("task %s: its lease ran out with no heartbeat accepted since %s; stopping the command (the task may run elsewhere)",
+				t.ID, endsBy.Add(-w.o.lease).Format("15:04:05.000"))
+			close(lost)
+			return holdsUntil
+		case <-next.C:
 		}
 		asked := time.Now()
-		_, err := w.c.call(ctx, "POST", path, nil, body, nil)
+		// A call still waiting when the lease runs out would extend
+		// nothing the watchdog could wait for.
+		callCtx, cancel := context.WithDeadline(ctx, endsBy)
+		_, err := w.c.call(callCtx, "POST", path, nil, body, nil)
+		cancel()
+		if err == nil {
+			next.Reset(max(0, interval-time.Since(asked)))
+		} else {
+			next.Reset(interval / 10)
+		}
 		switch {
 		case err == nil:
-			holdsUntil = asked.Add(w.o.lease)
+			holdsUntil, endsBy = asked.Add(w.o.lease), time.Now().Add(w.o.lease)
+			watchdog.Reset(time.Until(endsBy))
+			if failing {
+				w.logf("task %s: heartbeats work again", t.ID)
+			}
+			failing = false
 		case ctx.Err() != nil:
 		case isAPIError(err, 409, ""), isAPIError(err, 404, ""):
 			close(lost)
 			return holdsUntil
-		default:
-			w.logf("task %s: heartbeat failed (will retry): %v", t.ID, err)
+		case !time.Now().Before(endsBy): // the watchdog fires next
+		case !failing:
+			w.logf("task %s: heartbeat failed (will retry until the lease runs out at %s): %v", t.ID, endsBy.Format("15:04:05.000"), err)
+			failing = true
 		}
 	}
 }

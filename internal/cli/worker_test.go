@@ -422,3 +422,59 @@ func TestWorkerSurvivesClosedStdout(t *testing.T) {
 		t.Fatalf("the worker did not exit after SIGTERM\n%s", diag())
 	}
 }
+
+// TestWorkerStopsCommandWhenLeaseRunsOutUnheartbeated: the server goes
+// away while a task's command runs, so no heartbeat reaches it. Once the
+// lease has run out (the reaper may give the task to another worker, and
+// no outcome of this run can count), the command is stopped as for a lease
+// the server says is lost, instead of running on beside its successor.
+func TestWorkerStopsCommandWhenLeaseRunsOutUnheartbeated(t *testing.T) {
+	s := startAPIServer(t, nil)
+	dir := t.TempDir()
+	handler := filepath.Join(dir, "handler.sh")
+	writeTestFile(t, handler, `
+trap 'touch "$OUT/stopped"; exit 143' TERM
+touch "$OUT/started"
+i=0
+while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
+touch "$OUT/ran-out"
+`)
+	cmd := exec.Command(os.Args[0], "worker", "--server", s.url, "--types", "cli.partition", "--exec", "sh "+handler,
+		"--lease", "2s", "--worker-id", "partitioned-worker", "--grace", "5s")
+	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "OUT="+dir, "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
+	var stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	diag := func() string { return "worker stderr:\n" + stderr.String() }
+	exists := func(name string) func() bool {
+		return func() bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
+	}
+
+	s.cliOK(t, "enqueue", "cli.partition", "--payload", `{}`)
+	pollUntil(t, 20*time.Second, "the command to start", exists("started"), diag)
+	s.rs.shutdown() // no heartbeat gets through from now on
+	// The lease of 2s ends at most 2s after the cut; the command is then
+	// stopped within the worker's SIGTERM grace.
+	pollUntil(t, 10*time.Second, "the command to be stopped once its lease ran out", exists("stopped"), diag)
+	// Not at the first failed heartbeat: the worker tried again until the
+	// lease ran out, and says why it stopped the command.
+	out := stderr.String()
+	failed, ranOut := strings.Index(out, "heartbeat failed"), strings.Index(out, "lease ran out")
+	if failed < 0 || ranOut < failed {
+		t.Errorf("want a failed heartbeat, then the lease running out, in the worker's log\n%s", diag())
+	}
+}
