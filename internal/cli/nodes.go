@@ -73,21 +73,33 @@ func writeNodes(w io.Writer, nodes []apiNode, now time.Time) {
 		return
 	}
 	tb := newTable("ID", "HOST", "VERSION", "ROLE", "STARTED", "LAST SEEN", "ALIVE")
-	leaders := 0
+	leaders, standbys := 0, 0
 	for _, n := range nodes {
 		alive := "no"
 		if n.Alive {
 			alive = "yes"
-			if n.Role == "leader" {
+			switch n.Role {
+			case "leader":
 				leaders++
+			case "standby":
+				standbys++
 			}
 		}
 		tb.add(cleanCell(n.ID, 40), cleanCell(n.Host, 40), cleanCell(n.Version, 20), cleanCell(n.Role, 10),
 			fmtTime(n.StartedAt), fmtRelTime(n.LastSeen, now), alive)
 	}
 	tb.write(w)
-	if leaders == 0 {
-		fmt.Fprintln(w, "\nNo alive node says it leads. A standby takes the lease within 15 seconds of the leader's end and")
-		fmt.Fprintln(w, "shows it at its next heartbeat; until then retries wait to be promoted and expired leases to be reaped.")
+	switch {
+	case leaders > 0:
+	case standbys > 0:
+		fmt.Fprintln(w, "\nNo alive node holds the leadership. A standby takes it within --leader-ttl and a quarter of it")
+		fmt.Fprintln(w, "(12.5 s by default) after the leader's last renewal; until then scheduled tasks and retries wait")
+		fmt.Fprintln(w, "to be promoted and expired leases to be reaped.")
+	default:
+		// Nodes run with --no-scheduler never take the lease: waiting
+		// would not help.
+		fmt.Fprintln(w, "\nNo alive node can lead: the nodes alive, if any, run with --no-scheduler (role worker). Until a")
+		fmt.Fprintln(w, "node without --no-scheduler runs, scheduled tasks and retries are not promoted and expired leases")
+		fmt.Fprintln(w, "are not reaped.")
 	}
 }

@@ -22,7 +22,7 @@ func TestCLINodes(t *testing.T) {
 	}
 	out := s.cliOK(t, "nodes")
 	wantOutput(t, "nodes", out, "ID", "HOST", "VERSION", "ROLE", "LAST SEEN", "ALIVE", "test-node", "leader", "yes")
-	if strings.Contains(out, "No alive node says it leads") {
+	if strings.Contains(out, "No alive node") {
 		t.Errorf("nodes with a leader:\n%s", out)
 	}
 	if out := s.cliOK(t, "nodes", "--since", "2999-01-01T00:00:00Z"); !strings.Contains(out, "no nodes seen in that time") {
@@ -50,7 +50,7 @@ func TestWriteNodesWithoutLeader(t *testing.T) {
 		{ID: "a", Host: "h1", Version: "v1", Role: "leader", StartedAt: now.Add(-time.Hour), LastSeen: now.Add(-2 * time.Minute)},
 		{ID: "b", Host: "h2", Version: "v1", Role: "standby", StartedAt: now.Add(-time.Hour), LastSeen: now.Add(-3 * time.Second), Alive: true},
 	}, now)
-	wantOutput(t, "nodes after the leader died", b.String(), "2m ago", "3s ago", "No alive node says it leads")
+	wantOutput(t, "nodes after the leader died", b.String(), "2m ago", "3s ago", "No alive node holds the leadership")
 }
 
 // TestWriteNodesAfterCleanHandover: the old leader closed cleanly (role
@@ -65,7 +65,55 @@ func TestWriteNodesAfterCleanHandover(t *testing.T) {
 	}, now)
 	out := b.String()
 	wantOutput(t, "nodes after a clean handover", out, "stopped", "leader", "no", "yes")
-	if strings.Contains(out, "No alive node says it leads") {
+	if strings.Contains(out, "No alive node") {
 		t.Errorf("nodes with one alive leader:\n%s", out)
+	}
+}
+
+// TestWriteNodesWithoutSchedulerNodeSaysNoneCanLead: when every alive node
+// runs with --no-scheduler (role worker), no standby will ever take the
+// lease; the hint says so and what to do, instead of promising a standby.
+func TestWriteNodesWithoutSchedulerNodeSaysNoneCanLead(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name  string
+		nodes []apiNode
+	}{
+		{"only workers", []apiNode{
+			{ID: "w1", Role: "worker", LastSeen: now.Add(-time.Second), Alive: true},
+			{ID: "w2", Role: "worker", LastSeen: now.Add(-2 * time.Second), Alive: true},
+		}},
+		{"a stopped standby and a worker", []apiNode{
+			{ID: "a", Role: "stopped", LastSeen: now.Add(-time.Minute)},
+			{ID: "w", Role: "worker", LastSeen: now.Add(-time.Second), Alive: true},
+		}},
+		{"no node alive", []apiNode{
+			{ID: "a", Role: "standby", LastSeen: now.Add(-5 * time.Minute)},
+		}},
+	} {
+		var b strings.Builder
+		writeNodes(&b, c.nodes, now)
+		out := b.String()
+		if !strings.Contains(out, "No alive node can lead") || !strings.Contains(out, "--no-scheduler") ||
+			strings.Contains(out, "A standby takes") {
+			t.Errorf("%s:\n%s", c.name, out)
+		}
+	}
+}
+
+// TestWriteNodesWithoutLeaderStatesTakeoverTime: with a standby alive, the
+// hint gives the takeover time as docs/operations.md does (the leader TTL
+// and a quarter of it, 12.5 s by default), not a number of its own.
+func TestWriteNodesWithoutLeaderStatesTakeoverTime(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	writeNodes(&b, []apiNode{
+		{ID: "a", Role: "standby", LastSeen: now.Add(-20 * time.Second), Alive: true},
+		{ID: "b", Role: "standby", LastSeen: now.Add(-time.Second), Alive: true},
+	}, now)
+	out := b.String()
+	wantOutput(t, "nodes without a leader", out, "No alive node holds the leadership", "--leader-ttl", "12.5 s")
+	if strings.Contains(out, "15 seconds") || strings.Contains(out, "can lead") {
+		t.Errorf("nodes without a leader, standbys alive:\n%s", out)
 	}
 }
