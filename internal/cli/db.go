@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -24,15 +25,41 @@ type dbOptions struct {
 	logger   *slog.Logger
 }
 
+// checkDSN refuses, before anything is opened, a database name openDB
+// could not open whatever the database's state: an unknown scheme, or
+// "sqlite:" without a path. The caller names the flag or variable.
+func checkDSN(dsn string) error {
+	switch {
+	case strings.HasPrefix(dsn, "sqlite:"):
+		if strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "//") == "" {
+			return errors.New("sqlite: needs a file path, as in sqlite:retryq.db")
+		}
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+	case strings.HasSuffix(dsn, ".db") && !strings.Contains(dsn, "://"):
+	default:
+		return fmt.Errorf("unsupported database %q (want sqlite:PATH or postgres://USER@HOST/DB)", redactDSN(dsn))
+	}
+	return nil
+}
+
+// dsnSource names where the database name came from: --db when given,
+// else RETRYQ_DB when set, else the default (named --db too).
+func dsnSource(flagValue string, env *Env) string {
+	if flagValue == "" && env.Getenv("RETRYQ_DB") != "" {
+		return "RETRYQ_DB"
+	}
+	return "--db"
+}
+
 // openDB opens the store named by dsn: "sqlite:PATH", "postgres://…" or
 // "postgresql://…". A bare path ending in .db is taken as SQLite.
 func openDB(ctx context.Context, dsn string, o dbOptions) (store.Store, string, error) {
+	if err := checkDSN(dsn); err != nil {
+		return nil, "", fmt.Errorf("--db: %w", err)
+	}
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
 		path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "//")
-		if path == "" {
-			return nil, "", fmt.Errorf("--db: sqlite: needs a file path, as in sqlite:retryq.db")
-		}
 		st, err := sqlite.Open(ctx, sqlite.Config{Path: path})
 		if err != nil {
 			return nil, "", fmt.Errorf("open sqlite %s: %w", path, err)
@@ -44,10 +71,8 @@ func openDB(ctx context.Context, dsn string, o dbOptions) (store.Store, string, 
 			return nil, "", err // "open postgres: ..." already
 		}
 		return st, "postgres", nil
-	case strings.HasSuffix(dsn, ".db") && !strings.Contains(dsn, "://"):
+	default: // a bare path ending in .db, as checkDSN found
 		return openDB(ctx, "sqlite:"+dsn, o)
-	default:
-		return nil, "", fmt.Errorf("--db: unsupported database %q (want sqlite:PATH or postgres://USER@HOST/DB)", redactDSN(dsn))
 	}
 }
 

@@ -116,3 +116,25 @@ func FuzzRedactDSN(f *testing.F) {
 		}
 	})
 }
+
+// TestUnsupportedDBIsUsageError: a --db (or RETRYQ_DB) that names no
+// database retryq can open is a bad flag: `retryq migrate` and `retryq
+// server` exit with the usage status 2, naming the flag, and the server
+// does so before it takes its --listen address.
+func TestUnsupportedDBIsUsageError(t *testing.T) {
+	clearServerEnv(t)
+	for _, dsn := range []string{"mysql://a:b@h/x", "sqlite:", "retryq"} {
+		status, _, stderr := runMain("migrate", "--db", dsn)
+		if status != exitUsage || !strings.Contains(stderr, "--db") {
+			t.Errorf("migrate --db %q: status %d, stderr %q; want %d naming --db", dsn, status, stderr, exitUsage)
+		}
+		status, stderr = runServerToExit(t, "server", "--db", dsn, "--listen", "127.0.0.1:0")
+		if status != exitUsage || !strings.Contains(stderr, "--db") || strings.Contains(stderr, "server failed to start") {
+			t.Errorf("server --db %q: status %d, stderr %q; want %d naming --db", dsn, status, stderr, exitUsage)
+		}
+	}
+	t.Setenv("RETRYQ_DB", "mysql://h/x")
+	if status, _, stderr := runMain("migrate"); status != exitUsage || !strings.Contains(stderr, "RETRYQ_DB") {
+		t.Errorf("migrate with RETRYQ_DB=mysql://h/x: status %d, stderr %q; want %d naming RETRYQ_DB", status, stderr, exitUsage)
+	}
+}

@@ -99,7 +99,11 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	if fs.NArg() > 0 {
 		return nil, usageError(env, "server", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
+	dbFrom := dsnSource(o.db, env)
 	o.db = firstNonEmpty(o.db, env.Getenv("RETRYQ_DB"), defaultDB)
+	if err := checkDSN(o.db); err != nil {
+		return nil, usageError(env, "server", dbFrom+": "+err.Error())
+	}
 	o.listen = firstNonEmpty(o.listen, env.Getenv("RETRYQ_LISTEN"), "127.0.0.1:7420")
 	apiFrom, readFrom := "--api-token", "--read-token"
 	for _, t := range []struct {
