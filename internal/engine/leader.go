@@ -203,7 +203,13 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		}
 		switch {
 		case err != nil:
-			e.log.Warn("leader lease renewal failed", "node", e.cfg.NodeID, "err", err)
+			if loopsCancel != nil {
+				e.log.Warn("leader lease renewal failed", "node", e.cfg.NodeID, "err", err)
+			} else {
+				// A standby's attempt to take the lease, not a leader's
+				// renewal.
+				e.log.Warn("leader lease attempt failed", "node", e.cfg.NodeID, "err", err)
+			}
 			if loopsCancel != nil && !time.Now().Before(validUntil) {
 				stop("renewal failed past the lease's safe end")
 			}

@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -394,5 +397,44 @@ func TestLeaseHolderNode(t *testing.T) {
 	}
 	if h := newHolder("n1"); LeaseHolderNode(h) != "n1" || h == newHolder("n1") {
 		t.Errorf("newHolder(n1) = %q: want n1#token, different each time", h)
+	}
+}
+
+// TestStandbyLogsAttemptNotRenewal: a node that does not lead and cannot
+// reach the lease logs a failed attempt to take it, not a failed
+// "renewal", which reads as if it were the leader losing its lease; a
+// leader whose renewal fails still logs a renewal.
+func TestStandbyLogsAttemptNotRenewal(t *testing.T) {
+	st := newLeaderStore(t)
+	down := errors.New("database down")
+	st.acquire = func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
+		if call == 1 {
+			return st.Store.AcquireLeader(ctx, p)
+		}
+		return store.Lease{}, down
+	}
+	logs := &logBuffer{}
+	e, err := New(Config{Store: st, NodeID: "standby", LeaderTTL: time.Second, PollInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	// Call 1 takes the lease; call 2, the first renewal, fails: a renewal.
+	// The loops stop at the lease's safe end; the calls after that are a
+	// standby's attempts.
+	waitFor(t, "a failed renewal and then a failed attempt", func() bool {
+		s := logs.String()
+		return strings.Contains(s, "leader lease renewal failed") && strings.Contains(s, "leader lease attempt failed")
+	})
+	s := logs.String()
+	if i, j := strings.Index(s, "leader lease renewal failed"), strings.Index(s, "leader lease attempt failed"); i > j {
+		t.Fatalf("the attempt was logged before the renewal:\n%s", s)
+	}
+	if lost := strings.Index(s, "leadership lost"); lost < 0 || strings.LastIndex(s, "leader lease renewal failed") > lost {
+		t.Fatalf("a renewal failure was logged after the leadership was lost (by a standby):\n%s", s)
 	}
 }
