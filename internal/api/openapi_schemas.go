@@ -175,7 +175,9 @@ func openAPISchemas() map[string]any {
 		"NodeList": obj(map[string]any{"nodes": arr(obj(map[string]any{
 			"id": str(""), "host": str(""), "version": str(""), "role": enum("leader", "standby", "worker", "stopped"),
 			"started_at": timeT(""), "last_seen": timeT(""), "alive": boolean("Seen in the last 30 seconds and not stopped."),
-		}, "id", "host", "version", "role", "started_at", "last_seen", "alive"))}, "nodes"),
+		}, "id", "host", "version", "role", "started_at", "last_seen", "alive")),
+			"now": timeT("The registry's time when it answered (the database server's on PostgreSQL): judge last_seen against it, not the client's clock."),
+		}, "nodes", "now"),
 		"LeaseRequest": obj(map[string]any{
 			"worker_id": str("At most 200 bytes."), "types": withDesc(arr(str("")), "Task types this worker runs (1..256; none with a push target)."),
 			"max": integer("1..100 (default 1)."), "wait_seconds": secs("Long-poll up to this long, at most 30 (default 0)"),

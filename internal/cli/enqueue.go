@@ -117,13 +117,22 @@ func runEnqueue(ctx context.Context, env *Env, args []string) int {
 	if st, ok := callAPI(ctx, env, &cf, name, "POST", "/v1/tasks", nil, b, &t); !ok {
 		return st
 	}
-	now := time.Now()
 	if t.Duplicate {
 		fmt.Fprintf(env.Stdout, "duplicate: key %q already names task %s (%s); nothing added\n", t.IdempotencyKey, t.ID, stateLabel(&t))
 	} else {
 		when := "now"
-		if t.RunAt.After(now.Add(time.Second)) {
-			when = fmtTime(t.RunAt) + " (" + fmtRelTime(t.RunAt, now) + ")"
+		if t.State == "scheduled" {
+			// Relative to its creation, on the server's clock: this
+			// machine's may be off, and a short delay has partly passed
+			// by the time the answer arrives.
+			// The server stamps the creation at its commit, a moment
+			// after it set the due time: round that moment away.
+			d := t.RunAt.Sub(t.CreatedAt)
+			rel := "in " + d.Round(10*time.Millisecond).String()
+			if d >= time.Second-5*time.Millisecond {
+				rel = "in " + fmtAge(d.Round(time.Second))
+			}
+			when = fmtTime(t.RunAt) + " (" + rel + ")"
 		}
 		fmt.Fprintf(env.Stdout, "enqueued %s: %s, %s, runs %s\n", t.Type, t.ID, t.State, when)
 	}

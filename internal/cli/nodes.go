@@ -59,9 +59,15 @@ func runNodes(ctx context.Context, env *Env, args []string) int {
 	}
 	var out struct {
 		Nodes []apiNode `json:"nodes"`
+		Now   time.Time `json:"now"` // the registry's clock (absent from older servers)
 	}
 	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/nodes", q, nil, &out); !ok {
 		return st
+	}
+	if !out.Now.IsZero() {
+		// LAST SEEN on the clock the heartbeats were written at, not this
+		// machine's, which may be off.
+		now = out.Now
 	}
 	writeNodes(env.Stdout, out.Nodes, now)
 	return exitOK

@@ -1,6 +1,9 @@
 package cli
 
 import (
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +119,28 @@ func TestWriteNodesWithoutLeaderStatesTakeoverTime(t *testing.T) {
 	if strings.Contains(out, "15 seconds") || strings.Contains(out, "can lead") {
 		t.Errorf("nodes without a leader, standbys alive:\n%s", out)
 	}
+}
+
+// TestCLINodesJudgesLastSeenOnTheServersClock: LAST SEEN is the age of a
+// heartbeat on the registry's clock (the answer's "now", the database's
+// time on PostgreSQL), not on this machine's clock, which may be off from
+// it. A server whose registry says 7 s since the heartbeat shows "7s ago"
+// although the heartbeat is years old on this machine's clock; it used to
+// show the years.
+func TestCLINodesJudgesLastSeenOnTheServersClock(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/nodes" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"now": "2020-01-01T00:00:07Z", "nodes": [{"id": "n1", "host": "h", "version": "v",
+			"role": "leader", "started_at": "2019-12-31T00:00:00Z", "last_seen": "2020-01-01T00:00:00Z", "alive": true}]}`)
+	}))
+	defer srv.Close()
+	st, out, errOut := cli(t, "", "nodes", "--server", srv.URL)
+	if st != exitOK {
+		t.Fatalf("nodes: status %d, stderr %s", st, errOut)
+	}
+	wantOutput(t, "nodes against the registry's clock", out, "n1", "7s ago")
 }

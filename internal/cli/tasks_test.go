@@ -29,7 +29,7 @@ func TestCLITaskRoundTrip(t *testing.T) {
 	path := dir + "/payload.json"
 	writeTestFile(t, path, "{\n  \"report\": 9\n}\n")
 	out = s.cliOK(t, "enqueue", "report.build", "--payload", "@"+path, "--delay", "1h")
-	wantOutput(t, "delayed enqueue", out, "enqueued report.build", "scheduled", "in 59m")
+	wantOutput(t, "delayed enqueue", out, "enqueued report.build", "scheduled", "(in 1h)")
 	st, out, errOut := cli(t, `[1,2,3]`, "enqueue", "batch.job", "--payload", "@-", "--server", s.url, "--json")
 	if st != 0 || !strings.Contains(out, `"payload": [`) {
 		t.Errorf("enqueue --payload @-: status %d\nstdout: %s\nstderr: %s", st, out, errOut)
@@ -107,5 +107,17 @@ func TestNextPageCommandHidesToken(t *testing.T) {
 		if got := nextPageCommand("tasks list", c.args, "NEXT"); got != c.want {
 			t.Errorf("nextPageCommand(%q) = %s, want %s", c.args, got, c.want)
 		}
+	}
+}
+
+// TestEnqueueSaysWhenADelayedTaskRuns: a short delay is said to be one,
+// relative to the task's creation on the server's clock. It used to be
+// compared with this machine's clock once the answer came back, and a
+// task delayed by a second was said to run "now".
+func TestEnqueueSaysWhenADelayedTaskRuns(t *testing.T) {
+	s := startAPIServer(t, nil)
+	for _, c := range []struct{ delay, want string }{{"1s", "(in 1s)"}, {"250ms", "(in 250ms)"}, {"90m", "(in 1h)"}} {
+		out := s.cliOK(t, "enqueue", "later", "--delay", c.delay)
+		wantOutput(t, "enqueue --delay "+c.delay, out, "scheduled", c.want)
 	}
 }
