@@ -137,7 +137,7 @@ func (c *mnCluster) pullLoop(ctx context.Context, s *mnSlot) {
 }
 
 func (c *mnCluster) pullRun(ctx context.Context, s *mnSlot, t *store.Task) {
-	r := c.m.begin(nil, s.node, true, t)
+	r := c.m.begin(context.Background(), s.node, true, t) // no handler context to watch
 	tok := engine.LeaseToken(t)
 	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
