@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -23,12 +24,15 @@ import (
 // measures the offset between its Clock and that time, at Start and then
 // every 30 seconds, and adds it to every time it reads from its Clock, so
 // that all nodes work on the database's timeline however wrong their own
-// clocks are. Timers still use this process's clock, converted.
+// clocks are. Timers still use this process's clock, converted. Until a
+// first measurement succeeds (when the database was out of reach at
+// Start, it is tried every second) the node neither takes the leadership
+// nor leases tasks.
 type ClockSyncMode int
 
 const (
-	// ClockSyncAuto, the default, corrects the system clock and leaves an
-	// injected Config.Clock (a test's fake) as it is.
+	// ClockSyncAuto is the default: it corrects the system clock and
+	// leaves an injected Config.Clock (a test's fake) as it is.
 	ClockSyncAuto ClockSyncMode = iota
 	// ClockSyncOff never corrects the clock.
 	ClockSyncOff
@@ -55,11 +59,30 @@ const (
 	clockSkewWarn = time.Second
 )
 
+// clockSyncRetryUnsynced is how often the offset is measured while no
+// measurement has succeeded yet: until one does, the engine neither leads
+// nor leases (clockReady).
+const clockSyncRetryUnsynced = time.Second
+
+// errClockUnsynced is why a node whose clock is to be synced does not take
+// the leadership before the first measurement succeeded.
+var errClockUnsynced = errors.New("this node's clock is not yet synced with the database server's (its time could not be read)")
+
 // clockSync holds the offset added to the engine's Clock.
 type clockSync struct {
 	db     store.DatabaseClock // nil: no correction
 	offset atomic.Int64        // nanoseconds added to the Clock's time
+	synced atomic.Bool         // a measurement has succeeded
 }
+
+// clockReady reports whether the engine's time is on the database's
+// timeline: always when it does not sync its clock, else once a
+// measurement succeeded. Until then the engine neither leads nor leases
+// tasks: a node whose clock is minutes off and whose first measurement
+// failed (the database was out of reach as it started) would otherwise
+// reap the leases other nodes hold, or write leases that are already
+// expired on the database's timeline, and tasks would run twice at once.
+func (e *Engine) clockReady() bool { return e.clock.db == nil || e.clock.synced.Load() }
 
 // setupClockSync decides whether the engine corrects its clock.
 func (e *Engine) setupClockSync() {
@@ -100,16 +123,21 @@ func (e *Engine) now() time.Time {
 func (e *Engine) ClockOffset() time.Duration { return time.Duration(e.clock.offset.Load()) }
 
 // localTime converts at, a time of the engine's clock (a due time or lease
-// expiry read from the store), to this process's clock, for a timer.
+// expiry read from the store), to this process's clock, for a timer: as
+// far from time.Now as at is from the engine's Now. Timers run on the
+// process's clock, which an injected Clock (corrected or not) need not
+// follow; subtracting the offset alone gave a time of the Clock's.
 func (e *Engine) localTime(at time.Time) time.Time {
-	return at.Add(-time.Duration(e.clock.offset.Load()))
+	return time.Now().Add(at.Sub(e.now()))
 }
 
 // measureClock estimates the offset between the database server's clock
 // and the engine's Clock: of clockSyncSamples round trips, the one that
 // took the least time, assuming the server read its clock halfway through.
 // The uncertainty is half that round trip (plus the server clock's
-// microsecond resolution).
+// microsecond resolution). A sample that fails (the measurement's time ran
+// out over a long round trip) ends it with the samples taken so far; it
+// fails only when none was.
 func (e *Engine) measureClock(ctx context.Context) (offset, uncertainty time.Duration, err error) {
 	best := time.Duration(-1)
 	for range clockSyncSamples {
@@ -117,6 +145,9 @@ func (e *Engine) measureClock(ctx context.Context) (offset, uncertainty time.Dur
 		db, err := e.clock.db.DatabaseNow(ctx)
 		t1 := e.cfg.Clock.Now()
 		if err != nil {
+			if best >= 0 {
+				break
+			}
 			return 0, 0, err
 		}
 		rtt := max(t1.Sub(t0), 0)
@@ -142,9 +173,11 @@ func (e *Engine) syncClock(ctx context.Context) bool {
 	}
 	cur := time.Duration(e.clock.offset.Load())
 	if diff := est - cur; diff.Abs() <= unc+clockSyncTolerance {
+		e.clock.synced.Store(true)
 		return true
 	}
 	e.clock.offset.Store(int64(est))
+	e.clock.synced.Store(true)
 	level := slog.LevelInfo
 	if est.Abs() >= clockSkewWarn {
 		level = slog.LevelWarn
@@ -155,14 +188,11 @@ func (e *Engine) syncClock(ctx context.Context) bool {
 }
 
 // clockLoop measures the offset again every clockSyncInterval (after a
-// failure, every tenth of it), so that the engine follows a node clock that
-// drifts or is stepped.
+// failure, every tenth of it; every clockSyncRetryUnsynced while none has
+// succeeded yet), so that the engine follows a node clock that drifts or
+// is stepped.
 func (e *Engine) clockLoop(ctx context.Context, synced bool) {
-	wait := clockSyncInterval
-	if !synced {
-		wait = clockSyncInterval / 10
-	}
-	timer := time.NewTimer(wait)
+	timer := time.NewTimer(e.clockSyncWait(synced))
 	defer timer.Stop()
 	for {
 		select {
@@ -170,10 +200,18 @@ func (e *Engine) clockLoop(ctx context.Context, synced bool) {
 			return
 		case <-timer.C:
 		}
-		wait = clockSyncInterval
-		if !e.syncClock(ctx) {
-			wait = clockSyncInterval / 10
-		}
-		timer.Reset(wait)
+		timer.Reset(e.clockSyncWait(e.syncClock(ctx)))
 	}
+}
+
+// clockSyncWait is how long clockLoop waits after a measurement that
+// succeeded (ok) or failed.
+func (e *Engine) clockSyncWait(ok bool) time.Duration {
+	switch {
+	case ok:
+		return clockSyncInterval
+	case !e.clock.synced.Load():
+		return clockSyncRetryUnsynced
+	}
+	return clockSyncInterval / 10
 }

@@ -193,3 +193,182 @@ func TestSyncedSchedulerWakesAtDueTimes(t *testing.T) {
 	}
 	recvWithin(t, ran, 20*time.Second, "the delayed task to run (well before the minute's poll)")
 }
+
+// TestSyncedSchedulerWakesAtDueTimesWithAnInjectedClock: with ClockSyncOn
+// the engine corrects an injected Clock too, and the scheduler's timers,
+// which run on this process's clock, still fire at the due times. With the
+// Clock two minutes ahead of the process's (and of the database's) and a
+// poll interval of a minute, a task delayed by a second used to wait for
+// the poll: the due time was converted back to the Clock's timeline, two
+// minutes after the process's, not to the process's.
+func TestSyncedSchedulerWakesAtDueTimesWithAnInjectedClock(t *testing.T) {
+	t.Parallel()
+	st := openPG(t, pgtest.URL(t))
+	e := startWorkerEngine(t, st, Config{NodeID: "ahead-leader", Clock: skewClock(2 * time.Minute), ClockSync: ClockSyncOn,
+		LeaderTTL: time.Second, PollInterval: time.Minute})
+	if off := e.ClockOffset(); (off + 2*time.Minute).Abs() > time.Second {
+		t.Fatalf("ClockOffset = %s, want about -2m", off)
+	}
+	waitFor(t, "the node to lead", e.IsLeader)
+	ran := make(chan struct{}, 1)
+	runWorker(t, e, WorkerConfig{Types: []string{"due"}, Handle: func(context.Context, *store.Task) error {
+		ran <- struct{}{}
+		return nil
+	}})
+	if _, err := e.Enqueue(context.Background(), EnqueueRequest{Type: "due", Delay: time.Second}); err != nil {
+		t.Fatalf("enqueue: %v", err)
+	}
+	recvWithin(t, ran, 20*time.Second, "the delayed task to run (well before the minute's poll)")
+}
+
+// slowDatabase is a PostgreSQL store whose clock answers each come delay
+// late: a database server far away, many milliseconds per round trip.
+type slowDatabase struct {
+	*postgres.Store
+	delay time.Duration
+}
+
+func (s slowDatabase) DatabaseNow(ctx context.Context) (time.Time, error) {
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return time.Time{}, ctx.Err()
+	case <-t.C:
+	}
+	return s.Store.DatabaseNow(ctx)
+}
+
+// TestClockSyncOverALongRoundTrip: a measurement whose round trips do not
+// all fit its second still corrects the clock by the samples that came
+// back. With 400 ms per round trip the third sample ran out of time, and
+// the whole measurement was thrown away: a node 90 s off never synced,
+// at Start or later.
+func TestClockSyncOverALongRoundTrip(t *testing.T) {
+	t.Parallel()
+	const skew = -90 * time.Second
+	st := slowDatabase{Store: openPG(t, pgtest.URL(t)), delay: 400 * time.Millisecond}
+	e := startWorkerEngine(t, st, Config{NodeID: "far", NoScheduler: true, Clock: skewClock(skew), ClockSync: ClockSyncOn})
+	if off := e.ClockOffset(); (off + skew).Abs() > time.Second {
+		t.Fatalf("ClockOffset = %s after Start, want about %s", off, -skew)
+	}
+	within(t, "engine Now", e.Now(), dbNow(t, st.Store), time.Second)
+}
+
+// flakyClockDatabase is a PostgreSQL store whose first fails reads of the
+// database's time fail: the database was briefly out of reach as the
+// engine started.
+type flakyClockDatabase struct {
+	*postgres.Store
+	fails *atomic.Int32
+}
+
+func (f flakyClockDatabase) DatabaseNow(ctx context.Context) (time.Time, error) {
+	if f.fails.Add(-1) >= 0 {
+		return time.Time{}, store.ErrUnavailable
+	}
+	return f.Store.DatabaseNow(ctx)
+}
+
+// TestNoLeadershipBeforeTheClockIsSynced: a node whose clock is ten minutes
+// ahead and whose first measurement at Start failed does not run the
+// scheduler on its own clock. Its reaper would find every other node's
+// lease ten minutes expired: it took the leadership with the next read of
+// the database's time (before the clock loop measured again) and reaped
+// the lease a synced node held and heartbeated, stopping the handler and
+// running the task twice.
+func TestNoLeadershipBeforeTheClockIsSynced(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	holder := startWorkerEngine(t, openPG(t, url), Config{NodeID: "holder", NoScheduler: true, LeaseDuration: 3 * time.Second})
+	started := make(chan struct{}, 4)
+	release := make(chan struct{}, 1)
+	var runs, stopped atomic.Int32
+	runWorker(t, holder, WorkerConfig{Types: []string{"long"}, Concurrency: 1, Handle: func(ctx context.Context, _ *store.Task) error {
+		runs.Add(1)
+		started <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			stopped.Add(1)
+			return ctx.Err()
+		}
+	}})
+	long := mustEnqueue(t, holder, "long", `{}`)
+	recvWithin(t, started, 10*time.Second, "the long task to start")
+
+	fails := new(atomic.Int32)
+	fails.Store(1)
+	st := flakyClockDatabase{Store: openPG(t, url), fails: fails}
+	ahead := startWorkerEngine(t, st, Config{NodeID: "ahead", Clock: skewClock(10 * time.Minute), ClockSync: ClockSyncOn, LeaderTTL: time.Second})
+	defer close(release)
+	waitFor(t, "the node ahead to lead", ahead.IsLeader)
+	// Two promotions by the leader, each of a task enqueued after it took
+	// the lead: its reaper ran at least one whole pass since.
+	for i := range 2 {
+		before := ahead.Counters().Promoted
+		if _, err := holder.Enqueue(context.Background(), EnqueueRequest{Type: "probe", Delay: 200 * time.Millisecond}); err != nil {
+			t.Fatalf("enqueue probe %d: %v", i, err)
+		}
+		waitFor(t, "the leader to promote a probe", func() bool { return ahead.Counters().Promoted > before })
+	}
+	if r := ahead.Counters().Reaped; r != 0 || stopped.Load() != 0 {
+		t.Fatalf("the leader reaped %d leases and %d handlers were stopped; want the held lease kept", r, stopped.Load())
+	}
+	if off := ahead.ClockOffset(); (off + 10*time.Minute).Abs() > time.Second {
+		t.Fatalf("the leader's ClockOffset = %s, want about -10m", off)
+	}
+	release <- struct{}{}
+	waitTask(t, holder, long, "the long task to succeed", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the long task ran %d times, want 1", n)
+	}
+}
+
+// TestNoLeasesBeforeTheClockIsSynced: a node whose clock is ten minutes
+// behind and whose first measurement at Start failed leases no task until
+// a measurement succeeded. A lease it wrote on its own clock had expired
+// ten minutes before on the database's: the leader reaped it at its next
+// pass, and the task ran again while the first run went on.
+func TestNoLeasesBeforeTheClockIsSynced(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	leader := startWorkerEngine(t, openPG(t, url), Config{NodeID: "leader", LeaderTTL: time.Second})
+	waitFor(t, "the leader to lead", leader.IsLeader)
+	id := mustEnqueue(t, leader, "long", `{}`)
+
+	fails := new(atomic.Int32)
+	fails.Store(1)
+	st := flakyClockDatabase{Store: openPG(t, url), fails: fails}
+	behind := startWorkerEngine(t, st, Config{NodeID: "behind", NoScheduler: true, Clock: skewClock(-10 * time.Minute), ClockSync: ClockSyncOn, LeaseDuration: 3 * time.Second})
+	started := make(chan struct{}, 4)
+	release := make(chan struct{}, 1)
+	defer close(release)
+	var runs atomic.Int32
+	runWorker(t, behind, WorkerConfig{Types: []string{"long"}, Concurrency: 2, Handle: func(ctx context.Context, _ *store.Task) error {
+		runs.Add(1)
+		started <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	recvWithin(t, started, 10*time.Second, "the long task to start")
+	// Two promotions by the leader, each of a task enqueued after the task
+	// started: its reaper ran at least one whole pass since.
+	for i := range 2 {
+		before := leader.Counters().Promoted
+		if _, err := leader.Enqueue(context.Background(), EnqueueRequest{Type: "probe", Delay: 200 * time.Millisecond}); err != nil {
+			t.Fatalf("enqueue probe %d: %v", i, err)
+		}
+		waitFor(t, "the leader to promote a probe", func() bool { return leader.Counters().Promoted > before })
+	}
+	if r := leader.Counters().Reaped; r != 0 || runs.Load() != 1 {
+		t.Fatalf("the leader reaped %d leases and the task ran %d times; want the lease kept and one run", r, runs.Load())
+	}
+	release <- struct{}{}
+	waitTask(t, leader, id, "the long task to succeed", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
+}

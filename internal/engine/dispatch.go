@@ -80,6 +80,9 @@ type dispatchPick struct {
 // pickLocal attaches direct-dispatch leases to the due tasks of a batch that
 // a local worker can start at once.
 func (e *Engine) pickLocal(nts []store.NewTask, now time.Time) []dispatchPick {
+	if !e.clockReady() {
+		return nil // nothing leased on a clock not yet synced
+	}
 	var picks []dispatchPick
 	for i := range nts {
 		if nts[i].RunAt.After(now) {

@@ -250,6 +250,9 @@ func (e *Engine) electionLoop(ctx context.Context) {
 // acquireLeader takes or renews the scheduler lease at the database's time
 // when the store can read it (store.DatabaseClock), else at this node's.
 func (e *Engine) acquireLeader(ctx context.Context, ttl time.Duration) (store.Lease, error) {
+	if !e.clockReady() {
+		return store.Lease{}, errClockUnsynced
+	}
 	now := e.now()
 	if dc, ok := e.st.(store.DatabaseClock); ok {
 		t, err := dc.DatabaseNow(ctx)

@@ -88,7 +88,11 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		defer e.longPolls.Add(-1)
 	}
 	for {
-		tasks, err := e.st.FetchTasks(ctx, store.FetchParams{Types: r.Types, Limit: r.Max, WorkerID: r.WorkerID, LeaseDuration: r.LeaseDuration, Now: e.now()})
+		var tasks []store.Task
+		var err error
+		if e.clockReady() { // nothing leased on a clock not yet synced
+			tasks, err = e.st.FetchTasks(ctx, store.FetchParams{Types: r.Types, Limit: r.Max, WorkerID: r.WorkerID, LeaseDuration: r.LeaseDuration, Now: e.now()})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("lease tasks: %w", err)
 		}

@@ -456,10 +456,14 @@ func (f *pushFetcher) run(ctx context.Context) {
 		// pusher stopped meanwhile.
 		lease := pt.timeout + pushLeaseMargin
 		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), lease)
-		tasks, err := e.st.FetchTasks(fctx, store.FetchParams{
-			Types: []string{f.typ}, Limit: limit, WorkerID: f.p.workerID,
-			LeaseDuration: lease, Now: e.now(),
-		})
+		var tasks []store.Task
+		var err error
+		if e.clockReady() { // nothing leased on a clock not yet synced
+			tasks, err = e.st.FetchTasks(fctx, store.FetchParams{
+				Types: []string{f.typ}, Limit: limit, WorkerID: f.p.workerID,
+				LeaseDuration: lease, Now: e.now(),
+			})
+		}
 		fcancel()
 		if err == nil && ctx.Err() != nil {
 			for i := range tasks {

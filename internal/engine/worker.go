@@ -251,6 +251,9 @@ func (w *workerRun) loop(ctx context.Context) {
 // anyway.
 func (w *workerRun) fetch(ctx context.Context, limit int) ([]store.Task, error) {
 	e := w.e
+	if !e.clockReady() {
+		return nil, nil // nothing leased on a clock not yet synced
+	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.LeaseDuration)
 	defer cancel()
 	return e.st.FetchTasks(fctx, store.FetchParams{
