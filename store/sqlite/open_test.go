@@ -186,6 +186,58 @@ func TestPingFailsOnAFileThatMayNotBeWritten(t *testing.T) {
 	}
 }
 
+// TestPingChecksTheFilesSQLiteWrites: Ping checks the files SQLite really
+// writes, whatever path the store was opened by. SQLite follows a symbolic
+// link to the database and keeps its WAL next to the link's target, and it
+// makes a relative path absolute when it opens it; Ping looked for the WAL
+// next to the link (where there is none) and for both files relative to
+// the working directory of the moment, so it kept saying ready with the
+// WAL read-only. Run as root, the test runs as user nobody.
+func TestPingChecksTheFilesSQLiteWrites(t *testing.T) {
+	if runUnprivileged(t) {
+		return
+	}
+	ctx := t.Context()
+	dir := t.TempDir()
+	data, links := filepath.Join(dir, "data"), filepath.Join(dir, "links")
+	for _, d := range []string{data, links} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	target := filepath.Join(data, "q.db")
+	if err := os.Symlink(target, filepath.Join(links, "q.db")); err != nil {
+		t.Fatal(err)
+	}
+	// Opened by a relative path through the link, from the links
+	// directory; Ping runs from another working directory.
+	t.Chdir(links)
+	s, err := Open(ctx, Config{Path: "q.db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t.Chdir(dir)
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping of a writable file: %v", err)
+	}
+	for _, p := range []string{target, target + "-wal"} {
+		if err := os.Chmod(p, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		err = s.Ping(ctx)
+		if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, ErrReadOnly) {
+			t.Fatalf("Ping with %s read-only: %v, want ErrUnavailable and ErrReadOnly", p, err)
+		}
+		if err := os.Chmod(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Ping(ctx); err != nil {
+			t.Fatalf("Ping once %s is writable again: %v", p, err)
+		}
+	}
+}
+
 // TestOpenNotADatabase: a file that is not a SQLite database is refused
 // with a clear error and left as it was.
 func TestOpenNotADatabase(t *testing.T) {

@@ -41,9 +41,10 @@ var ErrReadOnly = errors.New("database is read-only")
 // Store is a SQLite-backed store.Store.
 type Store struct {
 	cfg    Config
-	opened int     // the schema version Open found, before migrating
-	w      *sql.DB // exactly one connection: every write goes through it
-	r      *sql.DB // read-only pool
+	files  [2]string // the database file and its WAL as SQLite names them (Ping)
+	opened int       // the schema version Open found, before migrating
+	w      *sql.DB   // exactly one connection: every write goes through it
+	r      *sql.DB   // read-only pool
 	closed atomic.Bool
 
 	writeCh       chan *writeReq
@@ -97,6 +98,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		w.Close()
 		return nil, err
 	}
+	s.files = sqliteFiles(cfg.Path)
 	r, err := sql.Open("sqlite", cfg.dsn(false))
 	if err != nil {
 		w.Close()
@@ -136,6 +138,22 @@ func createFile(name string) error {
 		return fmt.Errorf("directory %s does not exist: %w", filepath.Dir(name), err)
 	}
 	return err
+}
+
+// sqliteFiles returns the database file at path and its WAL as SQLite
+// names them: absolute, as SQLite makes a relative path when it opens it
+// (the process may change its working directory later), and with every
+// symbolic link resolved, as SQLite follows a link to the database and
+// keeps the WAL next to its target. The file exists: SQLite has opened it
+// (through a link whose target did not exist yet, it created it).
+func sqliteFiles(path string) [2]string {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	return [2]string{path, path + "-wal"}
 }
 
 // setWAL puts the database in WAL mode, which lasts in the file: only a
@@ -194,7 +212,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	// was remounted read-only (as Linux does after I/O errors), or its
 	// permissions changed. Every enqueue and outcome would then fail, so
 	// the store is not ready. The database file and its WAL are written.
-	for _, p := range []string{s.cfg.Path, s.cfg.Path + "-wal"} {
+	for _, p := range s.files {
 		if err := writable(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("ping sqlite: %w: %w: %s: %w", store.ErrUnavailable, ErrReadOnly, p, err)
 		}
