@@ -8,11 +8,14 @@
 // registered on a Mux, shaped like net/http. Both sit on a store.Store
 // backend (store/sqlite embedded in a file, or store/postgres for many
 // nodes). Handlers only report outcomes: the engine alone decides whether a
-// failed attempt is retried, when, or dead-lettered.
+// failed attempt is retried, when, or dead-lettered. The Client also
+// inspects the dead-letter queue and acts on it (DeadSummary, ListDead,
+// Redrive, Purge); see Handler for when a handler's context ends.
 //
 //	st, _ := sqlite.Open(ctx, sqlite.Config{Path: "retryq.db"})
 //	client, _ := retryq.NewClient(st, retryq.Options{})
 //	client.Start(ctx)
+//	defer client.Close() // stops the workers gracefully, then the loops
 //	mux := retryq.NewMux()
 //	mux.HandleFunc("email.send", func(ctx context.Context, t *retryq.Task) error { ... })
 //	w, _ := retryq.NewWorker(client, retryq.WorkerConfig{Handler: mux, Concurrency: 20})

@@ -1,0 +1,115 @@
+package retryq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/store"
+)
+
+// The reasons a task is dead-lettered (TaskInfo.DeadReason, DeadFilter.Reason).
+const (
+	DeadNonRetryable = store.DeadNonRetryable // a permanent error: no attempt wasted
+	DeadMaxAttempts  = store.DeadMaxAttempts  // the attempts ran out
+	DeadRetryWindow  = store.DeadRetryWindow  // the retry window ran out
+)
+
+// DeadFilter selects dead-lettered tasks for ListDead, Redrive and Purge.
+// Zero fields do not filter: the zero DeadFilter selects every dead task.
+type DeadFilter struct {
+	Type      string // the task type
+	ErrorCode string // the last error's code
+	// NoErrorCode selects only tasks whose last error has no code (the
+	// DeadSummary groups with an empty ErrorCode); not with ErrorCode.
+	NoErrorCode bool
+	Reason      string    // DeadNonRetryable, DeadMaxAttempts or DeadRetryWindow
+	Since       time.Time // died at or after
+	Before      time.Time // died before: time.Now().Add(-d) selects tasks dead for d or more
+	// IDs selects these tasks only (at most 10,000). A non-nil empty list
+	// is refused with ErrInvalid rather than read as "every dead task":
+	// leave it nil to select by the other fields.
+	IDs []string
+	// Limit bounds how many tasks ListDead lists (0: 100; at most 1,000)
+	// and how many Redrive or Purge select (0: no limit).
+	Limit int
+	// Cursor is the next page's cursor returned by ListDead.
+	Cursor string
+}
+
+// DeadGroup is one row of DeadSummary: the dead tasks of one type, last
+// error code and reason.
+type DeadGroup = store.DeadGroup
+
+// deadFilter returns the store's filter for f, or an ErrInvalid error
+// naming the field.
+func deadFilter(f DeadFilter) (store.DeadFilter, error) {
+	if f.IDs != nil && len(f.IDs) == 0 {
+		return store.DeadFilter{}, &engine.FieldError{Field: "IDs", Message: "must not be empty: leave it nil to select by the other fields"}
+	}
+	if f.NoErrorCode && f.ErrorCode != "" {
+		return store.DeadFilter{}, &engine.FieldError{Field: "NoErrorCode", Message: "cannot be combined with ErrorCode"}
+	}
+	return store.DeadFilter{
+		Type: f.Type, ErrorCode: f.ErrorCode, NoErrorCode: f.NoErrorCode, Reason: f.Reason,
+		Since: f.Since, Before: f.Before, IDs: f.IDs, Limit: f.Limit, Cursor: f.Cursor,
+	}, nil
+}
+
+// ListDead returns a page of dead-lettered tasks matching f, newest first,
+// and the next page's cursor ("" after the last page).
+func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]TaskInfo, string, error) {
+	if err := c.check(false); err != nil {
+		return nil, "", fmt.Errorf("list dead tasks: %w", err)
+	}
+	sf, err := deadFilter(f)
+	if err != nil {
+		return nil, "", fmt.Errorf("list dead tasks: %w", err)
+	}
+	return c.e.ListDead(ctx, sf)
+}
+
+// DeadSummary counts the dead-lettered tasks that died at or after since
+// (all of them when since is zero) by type, last error code and reason,
+// largest group first.
+func (c *Client) DeadSummary(ctx context.Context, since time.Time) ([]DeadGroup, error) {
+	if err := c.check(false); err != nil {
+		return nil, fmt.Errorf("summarize dead tasks: %w", err)
+	}
+	return c.e.DeadSummary(ctx, since)
+}
+
+// Redrive puts the dead-lettered tasks matching f back to pending with
+// fresh attempts, as Retry does for one, and returns how many it moved.
+// The zero DeadFilter redrives every dead task.
+func (c *Client) Redrive(ctx context.Context, f DeadFilter) (int, error) {
+	if err := c.check(false); err != nil {
+		return 0, fmt.Errorf("redrive dead tasks: %w", err)
+	}
+	if f.Cursor != "" {
+		return 0, fmt.Errorf("redrive dead tasks: %w", &engine.FieldError{Field: "Cursor", Message: "is for ListDead only"})
+	}
+	sf, err := deadFilter(f)
+	if err != nil {
+		return 0, fmt.Errorf("redrive dead tasks: %w", err)
+	}
+	return c.e.Redrive(ctx, sf)
+}
+
+// Purge deletes the dead-lettered tasks matching f, with their history,
+// and returns how many it deleted. Their idempotency keys are free again.
+// The zero DeadFilter purges every dead task.
+func (c *Client) Purge(ctx context.Context, f DeadFilter) (int, error) {
+	if err := c.check(false); err != nil {
+		return 0, fmt.Errorf("purge dead tasks: %w", err)
+	}
+	if f.Cursor != "" {
+		return 0, fmt.Errorf("purge dead tasks: %w", &engine.FieldError{Field: "Cursor", Message: "is for ListDead only"})
+	}
+	sf, err := deadFilter(f)
+	if err != nil {
+		return 0, fmt.Errorf("purge dead tasks: %w", err)
+	}
+	return c.e.Purge(ctx, sf)
+}
