@@ -19,6 +19,13 @@ type WorkerConfig struct {
 	Types []string
 	// Concurrency is the number of handlers running at once (default 10).
 	Concurrency int
+	// Prefetch is how many tasks beyond Concurrency the worker may lease
+	// ahead, waiting in its buffer for a free handler so that fetches stay
+	// large under load (default 3 x Concurrency; negative: none). A
+	// prefetched task is held by this worker (it shows as running) until
+	// one of its handlers is free, even while another worker or process
+	// is idle: for long tasks shared by several workers, set -1.
+	Prefetch int
 	// ShutdownGrace is how long running handlers may finish at shutdown
 	// before their leases are released to other workers (default 10s).
 	ShutdownGrace time.Duration
@@ -33,7 +40,7 @@ type Worker struct {
 }
 
 // NewWorker returns a worker that runs tasks through c's engine. Invalid
-// fields are ErrInvalid errors naming the field (Types are checked by Run).
+// fields are ErrInvalid errors naming the field.
 func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 	invalid := func(field, msg string) error {
 		return fmt.Errorf("new worker: %w", &engine.FieldError{Field: field, Message: msg})
@@ -51,6 +58,14 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 	}
 	if len(cfg.Types) == 0 {
 		return nil, invalid("Types", "is required (or register handlers on a Mux first)")
+	}
+	if len(cfg.Types) > store.MaxFetchTypes {
+		return nil, invalid("Types", fmt.Sprintf("has %d types; at most %d", len(cfg.Types), store.MaxFetchTypes))
+	}
+	for i, typ := range cfg.Types {
+		if err := engine.ValidateType(fmt.Sprintf("Types[%d]", i), typ); err != nil {
+			return nil, fmt.Errorf("new worker: %w", err)
+		}
 	}
 	cfg.Types = slices.Clone(cfg.Types)
 	if cfg.Concurrency < 0 {
@@ -73,7 +88,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	h := w.cfg.Handler
 	return w.c.e.RunWorker(ctx, engine.WorkerConfig{
-		ID: w.cfg.ID, Types: w.cfg.Types, Concurrency: w.cfg.Concurrency, ShutdownGrace: w.cfg.ShutdownGrace,
-		Handle: func(ctx context.Context, t *store.Task) error { return h.ProcessTask(ctx, taskFrom(t)) },
+		ID: w.cfg.ID, Types: w.cfg.Types, Concurrency: w.cfg.Concurrency, Prefetch: w.cfg.Prefetch,
+		ShutdownGrace: w.cfg.ShutdownGrace,
+		Handle:        func(ctx context.Context, t *store.Task) error { return h.ProcessTask(ctx, taskFrom(t)) },
 	})
 }
