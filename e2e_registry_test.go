@@ -2,6 +2,7 @@ package retryq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -68,23 +69,28 @@ func testRegistryShowsLeadershipAtOnce(t *testing.T, backend string) {
 }
 
 // TestWorkerTypesBounded: a worker naming more types than a fetch may
-// (store.MaxFetchTypes) is refused when it starts, with the field named.
-func TestWorkerTypesBounded(t *testing.T) { backendtest.Run(t, testWorkerTypesBounded) }
-
-func testWorkerTypesBounded(t *testing.T, backend string) {
-	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{})
+// (store.MaxFetchTypes), or a type no task can have, is refused by
+// NewWorker as ErrInvalid naming the field (and the entry), not when it
+// runs.
+func TestWorkerTypesBounded(t *testing.T) {
+	st := openStore(t, "")
+	e := newEnvOn(t, st, retryq.Options{})
 	types := make([]string, store.MaxFetchTypes+1)
 	for i := range types {
 		types[i] = fmt.Sprintf("t%03d", i)
 	}
-	w, err := retryq.NewWorker(e.client, retryq.WorkerConfig{Types: types,
-		Handler: retryq.HandlerFunc(func(context.Context, *retryq.Task) error { return nil })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := w.Run(ctx); err == nil || !strings.Contains(err.Error(), "Types") {
-		t.Fatalf("Run with %d types = %v, want an error naming Types", len(types), err)
+	h := retryq.HandlerFunc(func(context.Context, *retryq.Task) error { return nil })
+	for _, c := range []struct {
+		types []string
+		field string
+	}{
+		{types, "Types"},
+		{[]string{"ok", "email send"}, "Types[1]"},
+		{[]string{""}, "Types[0]"},
+	} {
+		_, err := retryq.NewWorker(e.client, retryq.WorkerConfig{Types: c.types, Handler: h})
+		if !errors.Is(err, retryq.ErrInvalid) || !strings.Contains(err.Error(), c.field+":") {
+			t.Errorf("NewWorker with %d types (%q first) = %v, want ErrInvalid naming %s", len(c.types), c.types[0], err, c.field)
+		}
 	}
 }

@@ -5,12 +5,32 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+
+	"github.com/retryq/retryq/internal/engine"
 )
 
 // Handler runs one attempt of a task. Returning nil completes the task; an
 // error is classified by the engine (see Permanent, Transient, RetryAfter and
 // WithCode) and the attempt is retried or dead-lettered per the type's
-// policy. Handlers must not retry on their own.
+// policy. Handlers must not retry on their own. A panic is recovered and
+// recorded as the attempt's failure (code "panic", with its stack).
+//
+// ctx ends, and context.Cause(ctx) says why, when:
+//   - the attempt runs past its type's timeout (TypeConfig.Timeout, else
+//     Options.DefaultTimeout): an error returned then is a transient
+//     failure with code deadline_exceeded;
+//   - the task is cancelled (Client.Cancel: at once in this process and,
+//     on PostgreSQL, in the others; on SQLite another process notices at
+//     its next heartbeat): nothing the handler returns is recorded;
+//   - the task's lease is lost (the database could not be reached to extend
+//     it for a whole lease): nothing is recorded, the task runs again;
+//   - the worker stops (its Run context ends, or Client.Close) and the
+//     handler has not returned within WorkerConfig.ShutdownGrace: an error
+//     returned then is not counted as an attempt, and the task runs again.
+//
+// Delivery is at least once: a task may run again after its handler did its
+// work (a crash or a lost lease before the outcome was recorded), so make
+// handlers idempotent.
 type Handler interface {
 	ProcessTask(ctx context.Context, t *Task) error
 }
@@ -33,46 +53,46 @@ type Mux struct {
 }
 
 // NewMux returns an empty Mux.
-func NewMux() *Mux { return &Mux{m: make(map[string]Handler)} }
+func NewMux() *Mux { return &Mux{m: make(map[string]Handler), wrapped: make(map[string]Handler)} }
 
-// Handle registers h for tasks of type typ. It panics on a duplicate or nil
-// registration, like net/http.
+// Handle registers h for tasks of type typ, wrapped at once in the
+// middleware added so far (each middleware is called once for h). It
+// panics on a duplicate or nil registration, like net/http, and on a type
+// no task can have (see Client.Enqueue).
 func (m *Mux) Handle(typ string, h Handler) {
 	if h == nil {
 		panic("retryq: nil handler for type " + typ)
+	}
+	if err := engine.ValidateType("type", typ); err != nil {
+		panic(fmt.Sprintf("retryq: handler for type %q: %v", typ, err))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, dup := m.m[typ]; dup {
 		panic("retryq: multiple registrations for type " + typ)
 	}
-	m.m[typ] = h
-	if err := m.wrapLocked(); err != "" {
-		delete(m.m, typ)
+	w, err := wrap(typ, h, m.mw)
+	if err != "" {
 		panic(err)
 	}
+	m.m[typ] = h
+	m.wrapped[typ] = w
 }
 
-// wrapLocked rebuilds the middleware-wrapped handlers, so that dispatching
-// a task does not rebuild the chain. It leaves them as they were and
-// returns a panic message when a middleware returns a nil Handler. m.mu
-// must be held for writing.
-func (m *Mux) wrapLocked() string {
-	wrapped := make(map[string]Handler, len(m.m))
-	for typ, h := range m.m {
-		for i := len(m.mw) - 1; i >= 0; i-- {
-			if h = m.mw[i](h); h == nil {
-				return fmt.Sprintf("retryq: middleware %d returned a nil handler for type %s", i, typ)
-			}
+// wrap returns h wrapped in mw, the first outermost, so that dispatching a
+// task does not build the chain; or a panic message when a middleware
+// returns a nil Handler.
+func wrap(typ string, h Handler, mw []Middleware) (Handler, string) {
+	for i := len(mw) - 1; i >= 0; i-- {
+		if h = mw[i](h); h == nil {
+			return nil, fmt.Sprintf("retryq: middleware %d returned a nil handler for type %s", i, typ)
 		}
-		wrapped[typ] = h
 	}
-	m.wrapped = wrapped
-	return ""
+	return h, ""
 }
 
 // HandleFunc registers f for tasks of type typ. It panics on a duplicate or
-// nil registration, as Handle does.
+// nil registration and on an invalid type, as Handle does.
 func (m *Mux) HandleFunc(typ string, f func(ctx context.Context, t *Task) error) {
 	if f == nil {
 		panic("retryq: nil handler for type " + typ)
@@ -81,8 +101,12 @@ func (m *Mux) HandleFunc(typ string, f func(ctx context.Context, t *Task) error)
 }
 
 // Use appends middleware applied to every handler, first added outermost,
-// whether registered before or after. It panics on a nil middleware, and
-// on one that returns a nil Handler.
+// whether registered before or after. The handlers registered before are
+// wrapped again in the whole chain: a middleware is called once per
+// handler at each Use and at the handler's registration, so keep state
+// meant to be created once outside the function. It panics on a nil
+// middleware, and on one that returns a nil Handler, leaving the Mux as it
+// was.
 func (m *Mux) Use(mw ...Middleware) {
 	for _, f := range mw {
 		if f == nil {
@@ -91,12 +115,16 @@ func (m *Mux) Use(mw ...Middleware) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	prev := m.mw
-	m.mw = append(m.mw[:len(m.mw):len(m.mw)], mw...)
-	if err := m.wrapLocked(); err != "" {
-		m.mw = prev
-		panic(err)
+	all := append(m.mw[:len(m.mw):len(m.mw)], mw...)
+	wrapped := make(map[string]Handler, len(m.m))
+	for typ, h := range m.m {
+		w, err := wrap(typ, h, all)
+		if err != "" {
+			panic(err)
+		}
+		wrapped[typ] = w
 	}
+	m.mw, m.wrapped = all, wrapped
 }
 
 // Types returns the registered types, sorted.

@@ -3,6 +3,7 @@ package retryq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,63 @@ func TestMuxRefusesNilMiddlewareAtRegistration(t *testing.T) {
 	mustPanic("Handle under a middleware returning nil", func() { mux.HandleFunc("a", ok) })
 	if types := mux.Types(); len(types) != 0 {
 		t.Fatalf("refused handler registered: %v", types)
+	}
+}
+
+// TestMuxRefusesTypesNoTaskCanHave: a handler registered for a type no
+// task can have (empty, a space, an empty path segment) panics at
+// registration, naming the type, rather than making the worker fail to
+// start later with an error that does not say which registration is wrong.
+func TestMuxRefusesTypesNoTaskCanHave(t *testing.T) {
+	ok := func(ctx context.Context, task *retryq.Task) error { return nil }
+	for _, typ := range []string{"", "email send", "a//b", strings.Repeat("x", 129)} {
+		func() {
+			mux := retryq.NewMux()
+			defer func() {
+				r := recover()
+				if r == nil {
+					t.Errorf("HandleFunc(%q) did not panic", typ)
+					return
+				}
+				if msg := fmt.Sprint(r); !strings.Contains(msg, fmt.Sprintf("%q", typ)) {
+					t.Errorf("HandleFunc(%q) panicked with %q, which does not name the type", typ, msg)
+				}
+				if types := mux.Types(); len(types) != 0 {
+					t.Errorf("HandleFunc(%q) registered %v", typ, types)
+				}
+			}()
+			mux.HandleFunc(typ, ok)
+		}()
+	}
+	retryq.NewMux().HandleFunc("ocr.page:v2/eu-1_x", ok) // every allowed character
+}
+
+// TestMuxWrapsAHandlerOnceAtRegistration: registering a handler wraps that
+// handler alone in the middleware, not every handler registered before
+// again: a middleware that sets something up per handler (a metric, a
+// limiter) is called once per registration, not quadratically often.
+func TestMuxWrapsAHandlerOnceAtRegistration(t *testing.T) {
+	calls := map[string]int{}
+	mux := retryq.NewMux()
+	mux.Use(func(next retryq.Handler) retryq.Handler {
+		return retryq.HandlerFunc(func(ctx context.Context, task *retryq.Task) error {
+			calls[task.Type]++
+			return next.ProcessTask(ctx, task)
+		})
+	})
+	wrapped := 0
+	mux.Use(func(next retryq.Handler) retryq.Handler { wrapped++; return next })
+	ok := func(ctx context.Context, task *retryq.Task) error { return nil }
+	types := []string{"a", "b", "c", "d"}
+	for _, typ := range types {
+		mux.HandleFunc(typ, ok)
+	}
+	if wrapped != len(types) {
+		t.Fatalf("registering %d handlers called the middleware %d times, want %d", len(types), wrapped, len(types))
+	}
+	for _, typ := range types {
+		if err := mux.ProcessTask(context.Background(), &retryq.Task{Type: typ}); err != nil || calls[typ] != 1 {
+			t.Fatalf("task %s: %v, outer middleware ran %d times; want nil and 1", typ, err, calls[typ])
+		}
 	}
 }
