@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -207,7 +208,9 @@ func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueReque
 	return r, nil // the engine checks the fields (engine.prepare)
 }
 
-// Enqueue durably enqueues one task. payload is marshalled to JSON
+// Enqueue durably enqueues one task. typ is 1 to 128 bytes of letters,
+// digits and _ - . : / with no empty, "." or ".." part between slashes
+// ("ocr.page", "billing/invoice:v2"). payload is marshalled to JSON
 // (json.RawMessage and []byte are taken as JSON as they are, and copied:
 // the caller may reuse them once Enqueue returns). The JSON must be UTF-8
 // and at most MaxPayloadBytes long. Invalid arguments are ErrInvalid
@@ -225,11 +228,14 @@ func (c *Client) Enqueue(ctx context.Context, typ string, payload any, opts ...E
 	}
 	r, err := request(typ, payload, opts)
 	if err != nil {
-		return EnqueueResult{}, err
+		return EnqueueResult{}, fmt.Errorf("enqueue task: %w", err)
 	}
 	res, err := c.e.Enqueue(ctx, r)
 	if err != nil {
-		return EnqueueResult{}, err
+		if fe := goField(enqueueFields, err); fe != nil {
+			return EnqueueResult{}, fmt.Errorf("enqueue task: %w", fe)
+		}
+		return EnqueueResult{}, err // the engine's other errors name the call
 	}
 	return EnqueueResult{Task: res.Task, Duplicate: res.Duplicate}, nil
 }
@@ -244,6 +250,9 @@ type NewTask struct {
 // EnqueueMany enqueues a batch atomically in one transaction. A task whose
 // idempotency key is taken, by a stored task or an earlier task of the
 // batch, is not inserted: its result is that task, with Duplicate set.
+// Payloads and options are taken as Enqueue takes them; an invalid task,
+// or an empty batch, is an ErrInvalid error naming it (tasks[i]), and
+// nothing is enqueued.
 func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueResult, error) {
 	if err := c.check(false); err != nil {
 		return nil, fmt.Errorf("enqueue tasks: %w", err)
@@ -252,12 +261,15 @@ func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueRes
 	for i, t := range tasks {
 		r, err := request(t.Type, t.Payload, t.Options)
 		if err != nil {
-			return nil, fmt.Errorf("tasks[%d]: %w", i, err)
+			return nil, fmt.Errorf("enqueue tasks: tasks[%d]: %w", i, err)
 		}
 		rs[i] = r
 	}
 	res, err := c.e.EnqueueMany(ctx, rs)
 	if err != nil {
+		if fe := goField(enqueueFields, err); fe != nil {
+			return nil, fmt.Errorf("enqueue tasks: %w", fe)
+		}
 		return nil, err
 	}
 	out := make([]EnqueueResult, len(res))
@@ -314,8 +326,38 @@ func (c *Client) Retry(ctx context.Context, id string) (TaskInfo, error) {
 type TypeConfig struct {
 	Type     string
 	Policy   retry.Policy
-	Timeout  time.Duration // per attempt
+	Timeout  time.Duration // per attempt, at most 24h (0: Options.DefaultTimeout)
 	Priority int           // default priority of new tasks
+}
+
+// maxTypeTimeout bounds TypeConfig.Timeout, as the engine does.
+const maxTypeTimeout = 24 * time.Hour
+
+// The Go names of the fields the engine's errors name as the HTTP API's
+// JSON does: an error about WithDelay should not speak of delay_seconds.
+var (
+	enqueueFields = map[string]string{"delay_seconds": "WithDelay", "run_at": "WithRunAt",
+		"max_attempts": "WithMaxAttempts", "priority": "WithPriority", "idempotency_key": "WithIdempotencyKey"}
+	typeFields = map[string]string{"type": "Type", "retry": "Policy", "timeout_seconds": "Timeout", "priority": "Priority"}
+)
+
+// goField returns the engine's error err, when it is an invalid field
+// (named as in the HTTP API's JSON, possibly under a prefix such as
+// "tasks[1]."), with the field named as in the Go API, and nil for other
+// errors.
+func goField(fields map[string]string, err error) error {
+	fe, ok := err.(*engine.FieldError)
+	if !ok {
+		return nil
+	}
+	prefix, name := "", fe.Field
+	if i := strings.LastIndexByte(name, '.'); i >= 0 {
+		prefix, name = name[:i+1], name[i+1:]
+	}
+	if g, ok := fields[name]; ok {
+		name = g
+	}
+	return &engine.FieldError{Field: prefix + name, Message: fe.Message, Err: fe.Err}
 }
 
 // SetType stores a type's retry policy, timeout and default priority. A
@@ -325,13 +367,23 @@ func (c *Client) SetType(ctx context.Context, tc TypeConfig) error {
 	if err := c.check(false); err != nil {
 		return fmt.Errorf("set type: %w", err)
 	}
+	if tc.Timeout < 0 || tc.Timeout > maxTypeTimeout {
+		return fmt.Errorf("set type: %w", &engine.FieldError{Field: "Timeout",
+			Message: fmt.Sprintf("must be between 0 and %s (got %s)", maxTypeTimeout, tc.Timeout)})
+	}
 	spec := engine.TypeSpec{Type: tc.Type, Policy: tc.Policy, Timeout: tc.Timeout, Priority: tc.Priority}
 	cur, err := c.e.StoredTypeSpec(ctx, tc.Type)
 	if err != nil {
+		if fe := goField(typeFields, err); fe != nil {
+			err = fe
+		}
 		return fmt.Errorf("set type: %w", err)
 	}
 	spec.Target = cur.Target
 	if _, err := c.e.PutType(ctx, spec); err != nil {
+		if fe := goField(typeFields, err); fe != nil {
+			err = fe
+		}
 		return fmt.Errorf("set type: %w", err)
 	}
 	return nil

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
 )
 
@@ -118,5 +120,26 @@ func TestSetTypeKeepsATargetJustSetElsewhere(t *testing.T) {
 	}
 	if len(got.Target) == 0 || string(got.Target) == "null" {
 		t.Fatalf("SetType dropped the push target stored by another node: target %q", got.Target)
+	}
+}
+
+// TestSetTypeRefusesInvalidFieldsNamingTheGoField: SetType's refusals are
+// ErrInvalid errors naming TypeConfig's field (Timeout, not the HTTP API's
+// timeout_seconds) and, for the timeout, the bound as a duration rather
+// than a count of seconds.
+func TestSetTypeRefusesInvalidFieldsNamingTheGoField(t *testing.T) {
+	ctx := context.Background()
+	e := newEnvOn(t, openStore(t, ""), retryq.Options{})
+	for want, tc := range map[string]retryq.TypeConfig{
+		"set type: Type: ": {Type: "a b"},
+		"set type: Timeout: must be between 0 and 24h0m0s (got 48h0m0s)": {Type: "a", Timeout: 48 * time.Hour},
+		"set type: Timeout: must be between 0 and 24h0m0s (got -1s)":     {Type: "a", Timeout: -time.Second},
+		"set type: Priority: ": {Type: "a", Priority: 2_000_000},
+		"set type: Policy: ":   {Type: "a", Policy: retry.Policy{MaxAttempts: -1}},
+	} {
+		err := e.client.SetType(ctx, tc)
+		if !errors.Is(err, retryq.ErrInvalid) || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("SetType(%+v) = %v, want ErrInvalid beginning %q", tc, err, want)
+		}
 	}
 }

@@ -14,8 +14,10 @@ import (
 )
 
 // TestEnqueueRefusesInvalidOptionsNamingTheField: every invalid enqueue
-// argument is an ErrInvalid whose message names the field, in Enqueue and
-// in EnqueueMany (with the task's index), and nothing is stored.
+// argument is an ErrInvalid whose message says the enqueue failed and names
+// the argument as the Go API does (WithDelay, not the HTTP API's
+// delay_seconds), in Enqueue and in EnqueueMany (with the task's index),
+// and nothing is stored.
 func TestEnqueueRefusesInvalidOptionsNamingTheField(t *testing.T) {
 	e := newEnvOn(t, openStore(t, ""), retryq.Options{})
 	ctx := context.Background()
@@ -25,16 +27,16 @@ func TestEnqueueRefusesInvalidOptionsNamingTheField(t *testing.T) {
 		payload     any
 		opts        []retryq.EnqueueOption
 	}{
-		{"run time after year 9999", "run_at", "a", nil,
+		{"run time after year 9999", "WithRunAt", "a", nil,
 			[]retryq.EnqueueOption{retryq.WithRunAt(time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC))}},
-		{"run time before year 1", "run_at", "a", nil,
+		{"run time before year 1", "WithRunAt", "a", nil,
 			[]retryq.EnqueueOption{retryq.WithRunAt(time.Date(0, 12, 31, 0, 0, 0, 0, time.UTC))}},
-		{"priority out of range", "priority", "a", nil, []retryq.EnqueueOption{retryq.WithPriority(2_000_000)}},
-		{"negative max attempts", "max_attempts", "a", nil, []retryq.EnqueueOption{retryq.WithMaxAttempts(-1)}},
-		{"long idempotency key", "idempotency_key", "a", nil,
+		{"priority out of range", "WithPriority", "a", nil, []retryq.EnqueueOption{retryq.WithPriority(2_000_000)}},
+		{"negative max attempts", "WithMaxAttempts", "a", nil, []retryq.EnqueueOption{retryq.WithMaxAttempts(-1)}},
+		{"long idempotency key", "WithIdempotencyKey", "a", nil,
 			[]retryq.EnqueueOption{retryq.WithIdempotencyKey(strings.Repeat("k", 256))}},
-		{"NUL in idempotency key", "idempotency_key", "a", nil, []retryq.EnqueueOption{retryq.WithIdempotencyKey("a\x00b")}},
-		{"negative delay", "delay", "a", nil, []retryq.EnqueueOption{retryq.WithDelay(-time.Second)}},
+		{"NUL in idempotency key", "WithIdempotencyKey", "a", nil, []retryq.EnqueueOption{retryq.WithIdempotencyKey("a\x00b")}},
+		{"negative delay", "WithDelay", "a", nil, []retryq.EnqueueOption{retryq.WithDelay(-time.Second)}},
 		{"bytes that are not JSON", "payload", "a", []byte("{"), nil},
 		{"JSON that is not UTF-8", "payload", "a", json.RawMessage("{\"k\":\"\xff\"}"), nil},
 		{"payload over MaxPayloadBytes", "payload", "a", json.RawMessage(`"` + strings.Repeat("x", retryq.MaxPayloadBytes-1) + `"`), nil},
@@ -44,12 +46,12 @@ func TestEnqueueRefusesInvalidOptionsNamingTheField(t *testing.T) {
 	}
 	for _, tc := range cases {
 		_, err := e.client.Enqueue(ctx, tc.typ, tc.payload, tc.opts...)
-		if !errors.Is(err, retryq.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("Enqueue with %s = %v, want ErrInvalid naming %s", tc.name, err, tc.field)
+		if !errors.Is(err, retryq.ErrInvalid) || !strings.HasPrefix(err.Error(), "enqueue task: "+tc.field+": ") {
+			t.Errorf("Enqueue with %s = %v, want ErrInvalid saying \"enqueue task: %s: \"", tc.name, err, tc.field)
 		}
 		_, err = e.client.EnqueueMany(ctx, []retryq.NewTask{{Type: "ok"}, {Type: tc.typ, Payload: tc.payload, Options: tc.opts}})
-		if !errors.Is(err, retryq.ErrInvalid) || !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), "tasks[1]") {
-			t.Errorf("EnqueueMany with %s = %v, want ErrInvalid naming tasks[1] and %s", tc.name, err, tc.field)
+		if !errors.Is(err, retryq.ErrInvalid) || !strings.HasPrefix(err.Error(), "enqueue tasks: tasks[1]") || !strings.Contains(err.Error(), tc.field+": ") {
+			t.Errorf("EnqueueMany with %s = %v, want ErrInvalid saying \"enqueue tasks: tasks[1]\" and naming %s", tc.name, err, tc.field)
 		}
 	}
 	tasks, _, err := e.client.List(ctx, retryq.ListParams{})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryq/retryq"
@@ -103,4 +104,101 @@ func ExamplePermanent() {
 	// Output:
 	// permanent bad_input true
 	// true
+}
+
+// openExampleClient starts a client on a SQLite file in dir.
+func openExampleClient(ctx context.Context, dir string) (*retryq.Client, func()) {
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(dir, "retryq.db")})
+	if err != nil {
+		panic(err)
+	}
+	client, err := retryq.NewClient(st, retryq.Options{})
+	if err != nil {
+		panic(err)
+	}
+	if err := client.Start(ctx); err != nil {
+		panic(err)
+	}
+	return client, func() { _ = client.Close(); _ = st.Close() }
+}
+
+// untilState polls a task until it is in state, for at most 10 seconds.
+func untilState(c *retryq.Client, id string, state retryq.State) retryq.TaskInfo {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		t, err := c.Get(context.Background(), id)
+		if err != nil || t.State == state || time.Now().After(deadline) {
+			return t
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// An idempotency key makes an enqueue safe to repeat: the second enqueue
+// returns the first task. A task that has not finished can be cancelled,
+// once.
+func ExampleWithIdempotencyKey() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "retryq-example")
+	defer os.RemoveAll(dir)
+	client, closeAll := openExampleClient(ctx, dir)
+	defer closeAll()
+
+	first, _ := client.Enqueue(ctx, "invoice.send", map[string]int{"invoice": 42},
+		retryq.WithIdempotencyKey("invoice-42"), retryq.WithDelay(time.Hour))
+	again, _ := client.Enqueue(ctx, "invoice.send", map[string]int{"invoice": 42},
+		retryq.WithIdempotencyKey("invoice-42"))
+	fmt.Println(first.Duplicate, again.Duplicate, again.Task.ID == first.Task.ID, again.Task.State)
+
+	cancelled, _ := client.Cancel(ctx, first.Task.ID)
+	fmt.Println(cancelled.State)
+	_, err := client.Cancel(ctx, first.Task.ID)
+	fmt.Println(errors.Is(err, retryq.ErrConflict))
+	// Output:
+	// false true true scheduled
+	// cancelled
+	// true
+}
+
+// A task whose handler fails for good lands in the dead-letter queue with
+// its reason and last error. Once the cause is fixed, Redrive runs the
+// matching dead tasks again.
+func ExampleClient_Redrive() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "retryq-example")
+	defer os.RemoveAll(dir)
+	client, closeAll := openExampleClient(ctx, dir)
+	defer closeAll()
+
+	var fixed atomic.Bool
+	mux := retryq.NewMux()
+	mux.HandleFunc("ocr.page", func(ctx context.Context, t *retryq.Task) error {
+		if !fixed.Load() {
+			return retryq.Permanent(retryq.WithCode("bad_input", errors.New("not a PDF")))
+		}
+		return nil
+	})
+	w, _ := retryq.NewWorker(client, retryq.WorkerConfig{Handler: mux})
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = w.Run(wctx) }()
+
+	res, _ := client.Enqueue(ctx, "ocr.page", map[string]string{"doc": "scan.tiff"})
+	task := untilState(client, res.Task.ID, retryq.StateDead)
+	fmt.Println(task.State, task.DeadReason, task.LastError.Code)
+	groups, _ := client.DeadSummary(ctx, time.Time{})
+	for _, g := range groups {
+		fmt.Println(g.Type, g.ErrorCode, g.Reason, g.Count)
+	}
+
+	fixed.Store(true)
+	n, _ := client.Redrive(ctx, retryq.DeadFilter{Type: "ocr.page", ErrorCode: "bad_input"})
+	fmt.Println("redriven:", n)
+	task = untilState(client, res.Task.ID, retryq.StateSucceeded)
+	fmt.Println(task.State, "at attempt", task.Attempt)
+	// Output:
+	// dead non_retryable bad_input
+	// ocr.page bad_input non_retryable 1
+	// redriven: 1
+	// succeeded at attempt 1
 }
