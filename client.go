@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -346,8 +347,8 @@ var (
 // "tasks[1]."), with the field named as in the Go API, and nil for other
 // errors.
 func goField(fields map[string]string, err error) error {
-	fe, ok := err.(*engine.FieldError)
-	if !ok {
+	var fe *engine.FieldError
+	if !errors.As(err, &fe) {
 		return nil
 	}
 	prefix, name := "", fe.Field

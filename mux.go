@@ -115,7 +115,8 @@ func (m *Mux) Use(mw ...Middleware) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	all := append(m.mw[:len(m.mw):len(m.mw)], mw...)
+	all := make([]Middleware, 0, len(m.mw)+len(mw))
+	all = append(append(all, m.mw...), mw...)
 	wrapped := make(map[string]Handler, len(m.m))
 	for typ, h := range m.m {
 		w, err := wrap(typ, h, all)
