@@ -143,3 +143,16 @@ func TestSetTypeRefusesInvalidFieldsNamingTheGoField(t *testing.T) {
 		}
 	}
 }
+
+// TestSetTypeInvalidPolicyIsErrInvalidPolicy: a policy SetType refuses is
+// both ErrInvalid and retry.ErrInvalidPolicy, as Validate's own error is;
+// the engine used to keep only its message.
+func TestSetTypeInvalidPolicyIsErrInvalidPolicy(t *testing.T) {
+	e := newEnvOn(t, openStore(t, ""), retryq.Options{})
+	p := fastPolicy(3)
+	p.Multiplier = -2
+	err := e.client.SetType(context.Background(), retryq.TypeConfig{Type: "bad.policy", Policy: p})
+	if !errors.Is(err, retryq.ErrInvalid) || !errors.Is(err, retry.ErrInvalidPolicy) {
+		t.Fatalf("SetType with a negative multiplier: %v, want ErrInvalid and retry.ErrInvalidPolicy", err)
+	}
+}

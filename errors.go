@@ -23,6 +23,23 @@ var (
 	ErrNotStarted = errors.New("client not started")
 )
 
+// Why a handler's context ended: context.Cause(ctx) matches one of these
+// with errors.Is (see Handler).
+var (
+	// ErrAttemptTimeout: the attempt ran past its type's timeout.
+	ErrAttemptTimeout = engine.ErrAttemptTimeout
+	// ErrTaskCancelled: the task was cancelled (Client.Cancel) while it
+	// ran. It matches ErrLeaseLost too.
+	ErrTaskCancelled = engine.ErrTaskCancelled
+	// ErrLeaseLost: the handler's lease is gone (cancelled, expired
+	// without a heartbeat, or the task reaped); nothing the handler
+	// returns is recorded.
+	ErrLeaseLost = engine.ErrLeaseLost
+	// ErrWorkerStopped: the worker stopped and its ShutdownGrace ran out;
+	// the attempt is not counted and the task runs again.
+	ErrWorkerStopped = engine.ErrWorkerStopped
+)
+
 // Permanent marks err as not retryable: the task goes straight to the
 // dead-letter queue with reason non_retryable, whatever the type's code
 // lists say, also when the error is wrapped again (fmt.Errorf with %w).

@@ -15,18 +15,22 @@ import (
 // policy. Handlers must not retry on their own. A panic is recovered and
 // recorded as the attempt's failure (code "panic", with its stack).
 //
-// ctx ends, and context.Cause(ctx) says why, when:
+// ctx ends, and context.Cause(ctx) says why (match it with errors.Is),
+// when:
 //   - the attempt runs past its type's timeout (TypeConfig.Timeout, else
-//     Options.DefaultTimeout): an error returned then is a transient
-//     failure with code deadline_exceeded;
+//     Options.DefaultTimeout), ErrAttemptTimeout: an error returned then is
+//     a transient failure with code deadline_exceeded;
 //   - the task is cancelled (Client.Cancel: at once in this process and,
 //     on PostgreSQL, in the others; on SQLite another process notices at
-//     its next heartbeat): nothing the handler returns is recorded;
+//     its next heartbeat), ErrTaskCancelled: nothing the handler returns is
+//     recorded;
 //   - the task's lease is lost (the database could not be reached to extend
-//     it for a whole lease): nothing is recorded, the task runs again;
+//     it for a whole lease), ErrLeaseLost: nothing is recorded, the task
+//     runs again;
 //   - the worker stops (its Run context ends, or Client.Close) and the
-//     handler has not returned within WorkerConfig.ShutdownGrace: an error
-//     returned then is not counted as an attempt, and the task runs again.
+//     handler has not returned within WorkerConfig.ShutdownGrace,
+//     ErrWorkerStopped: an error returned then is not counted as an
+//     attempt, and the task runs again.
 //
 // Delivery is at least once: a task may run again after its handler did its
 // work (a crash or a lost lease before the outcome was recorded), so make

@@ -131,7 +131,7 @@ func (e *Engine) Decide(t *store.Task, spec *TypeSpec, f Failure, now time.Time)
 }
 
 // attemptTimeout is a handler's error that is (or wraps) the cause of its
-// context after the per-attempt timeout, errAttemptTimeout, as a handler
+// context after the per-attempt timeout, ErrAttemptTimeout, as a handler
 // returning context.Cause(ctx) gives: it unwraps to context.DeadlineExceeded
 // as well, so that it is classified as the timeout it is (transient,
 // deadline_exceeded), like ctx.Err().
@@ -143,7 +143,7 @@ func (a *attemptTimeout) Unwrap() []error { return []error{a.err, context.Deadli
 // timeoutAsDeadline wraps err in an attemptTimeout when it is the
 // per-attempt timeout's cause without being context.DeadlineExceeded.
 func timeoutAsDeadline(err error) error {
-	if errors.Is(err, errAttemptTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, ErrAttemptTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 		return &attemptTimeout{err}
 	}
 	return err

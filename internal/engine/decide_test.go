@@ -82,12 +82,12 @@ func (r fixedRand) Float64() float64 { return float64(r) }
 // around it still wins.
 func TestDecideClassifiesTheTimeoutCauseAsADeadline(t *testing.T) {
 	e, spec, now, task := decideSetup(t)
-	out := e.Decide(task, &spec, Failure{Err: fmt.Errorf("call: %w", errAttemptTimeout)}, now)
+	out := e.Decide(task, &spec, Failure{Err: fmt.Errorf("call: %w", ErrAttemptTimeout)}, now)
 	if out.State != store.StateRetryWaiting || out.Error.Code != retry.CodeDeadlineExceeded || out.Error.Class != "transient" ||
 		out.Error.Message != "call: attempt timed out" {
 		t.Errorf("timeout cause: state %s error %+v, want retry_waiting, deadline_exceeded, transient, the handler's message", out.State, out.Error)
 	}
-	out = e.Decide(task, &spec, Failure{Err: retry.Permanent(errAttemptTimeout)}, now)
+	out = e.Decide(task, &spec, Failure{Err: retry.Permanent(ErrAttemptTimeout)}, now)
 	if out.State != store.StateDead || out.DeadReason != store.DeadNonRetryable {
 		t.Errorf("Permanent(timeout cause): state %s reason %q, want dead non_retryable", out.State, out.DeadReason)
 	}

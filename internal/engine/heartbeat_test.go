@@ -100,8 +100,8 @@ func TestLeaseWatchdogStopsHandlerWhenHeartbeatHangs(t *testing.T) {
 		}})
 	id := mustEnqueue(t, e, "x", `1`)
 	got := recvWithin(t, stopped, 20*lease, "the handler to be cancelled")
-	if !errors.Is(got.cause, errLeaseLost) {
-		t.Errorf("handler cancelled by %v, want %v", got.cause, errLeaseLost)
+	if !errors.Is(got.cause, ErrLeaseLost) {
+		t.Errorf("handler cancelled by %v, want %v", got.cause, ErrLeaseLost)
 	}
 	if got.at.Before(got.task.LeaseExpiresAt) {
 		t.Errorf("handler cancelled at %v, before its lease expired (%v)", got.at, got.task.LeaseExpiresAt)
@@ -290,7 +290,7 @@ func TestWatchdogStopGivesBackALeaseALateHeartbeatKept(t *testing.T) {
 				return nil
 			}
 			<-ctx.Done()
-			if !errors.Is(context.Cause(ctx), errLeaseLost) {
+			if !errors.Is(context.Cause(ctx), ErrLeaseLost) {
 				return ctx.Err()
 			}
 			close(st.letGo) // the late heartbeat commits while the handler stops

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,19 +9,21 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-// errLeaseLost is the cancellation cause of a handler whose lease was lost.
-var errLeaseLost = errors.New("lease lost: the task was reaped, cancelled or taken by another worker")
+// ErrLeaseLost is the cancellation cause (context.Cause) of a handler
+// whose lease was lost: nothing it returns is recorded. It wraps
+// store.ErrLeaseLost; ErrLeaseExpired and ErrTaskCancelled wrap it.
+var ErrLeaseLost = fmt.Errorf("the task was reaped, cancelled or taken by another worker: %w", store.ErrLeaseLost)
 
-// errLeaseExpired is the cancellation cause of a handler the lease
+// ErrLeaseExpired is the cancellation cause of a handler the lease
 // watchdog stopped: its lease's last known expiry passed without a
 // heartbeat extending it (as far as this process knows: one may still be
 // on its way).
-var errLeaseExpired = fmt.Errorf("lease expired without a heartbeat: %w", errLeaseLost)
+var ErrLeaseExpired = fmt.Errorf("lease expired without a heartbeat: %w", ErrLeaseLost)
 
-// errTaskCancelled is the cancellation cause of a handler whose task was
+// ErrTaskCancelled is the cancellation cause of a handler whose task was
 // cancelled while it ran (a lost lease, told at once instead of found by
 // the next heartbeat).
-var errTaskCancelled = fmt.Errorf("task cancelled: %w", errLeaseLost)
+var ErrTaskCancelled = fmt.Errorf("task cancelled: %w", ErrLeaseLost)
 
 // leaseTable tracks the leases held by in-process handlers so one heartbeat
 // loop can extend them all in a single batch.
@@ -104,7 +105,7 @@ func (lt *leaseTable) addLease(taskID string, h *heldLease) {
 	}
 	lt.mu.Unlock()
 	if cancel != nil {
-		cancel(errLeaseLost)
+		cancel(ErrLeaseLost)
 	}
 }
 
@@ -143,7 +144,7 @@ func (lt *leaseTable) markLost(h *heldLease) {
 	cancel := h.cancel
 	lt.mu.Unlock()
 	if cancel != nil {
-		cancel(errLeaseLost)
+		cancel(ErrLeaseLost)
 	}
 }
 
@@ -159,7 +160,7 @@ func (lt *leaseTable) leaseOf(taskID string) string {
 
 // cancelled records that taskID was cancelled while leaseID was held: if
 // this process holds that lease, the lease is lost and its handler (if
-// started) is cancelled with errTaskCancelled. It reports whether the
+// started) is cancelled with ErrTaskCancelled. It reports whether the
 // lease was held here. A lease not (yet) here is remembered: a fetch or an
 // insert that leased it may still be on its way to the table (addLease).
 func (lt *leaseTable) cancelled(taskID, leaseID string) bool {
@@ -174,7 +175,7 @@ func (lt *leaseTable) cancelled(taskID, leaseID string) bool {
 	return true
 }
 
-// stopCancelled marks h lost and cancels its handler with errTaskCancelled
+// stopCancelled marks h lost and cancels its handler with ErrTaskCancelled
 // even when h was lost already: whoever marked it may not have cancelled
 // the handler yet, and a canceller must find the handler told when it
 // returns (cancelling twice is harmless). lt.mu is held; it is released.
@@ -183,7 +184,7 @@ func (lt *leaseTable) stopCancelled(h *heldLease) {
 	cancel := h.cancel
 	lt.mu.Unlock()
 	if cancel != nil {
-		cancel(errTaskCancelled)
+		cancel(ErrTaskCancelled)
 	}
 }
 
@@ -214,7 +215,7 @@ func (g goneLease) matches(h *heldLease) bool {
 // cancelledAttempt records that taskID was cancelled while its attempt
 // number attempt, started at started, was the last one: if this process
 // holds the lease of that attempt, the lease is lost and its handler (if
-// started) is cancelled with errTaskCancelled. A canceller learns the
+// started) is cancelled with ErrTaskCancelled. A canceller learns the
 // attempt from the cancelled task, so this finds the lease even when it
 // was granted after the canceller looked (leaseOf) and before the
 // cancellation committed, and even when it comes into the table after
@@ -278,7 +279,7 @@ func (lt *leaseTable) expire(now time.Time) (stopped []string, next time.Time) {
 	}
 	lt.mu.Unlock()
 	for _, c := range cancels {
-		c(errLeaseExpired)
+		c(ErrLeaseExpired)
 	}
 	return stopped, next
 }

@@ -27,8 +27,8 @@ func TestLeaseTableActsOnCurrentLeaseOnly(t *testing.T) {
 
 	// The task is leased again (after a cancel and retry, a reap, a release).
 	lt.add("T", "L2", exp)
-	if !errors.Is(context.Cause(ctx1), errLeaseLost) {
-		t.Errorf("the handler under the replaced lease: cause %v, want %v", context.Cause(ctx1), errLeaseLost)
+	if !errors.Is(context.Cause(ctx1), ErrLeaseLost) {
+		t.Errorf("the handler under the replaced lease: cause %v, want %v", context.Cause(ctx1), ErrLeaseLost)
 	}
 	if lt.start("T", "L1", func(error) {}) {
 		t.Error("a copy under the replaced lease L1 may start")
@@ -72,8 +72,8 @@ func TestLeaseTableExpire(t *testing.T) {
 	if len(stopped) != 2 {
 		t.Errorf("stopped %v, want old and waiting", stopped)
 	}
-	if !errors.Is(context.Cause(ctxOld), errLeaseLost) {
-		t.Errorf("expired lease's handler: cause %v, want %v", context.Cause(ctxOld), errLeaseLost)
+	if !errors.Is(context.Cause(ctxOld), ErrLeaseLost) {
+		t.Errorf("expired lease's handler: cause %v, want %v", context.Cause(ctxOld), ErrLeaseLost)
 	}
 	if ctxNew.Err() != nil {
 		t.Error("a lease that has not expired was stopped")
@@ -283,8 +283,8 @@ func testCancelStopsHandlerLeasedWhileTheCancelWasInFlight(t *testing.T, backend
 	if hctx.Err() == nil {
 		t.Fatal("the running handler of a task was not told when Cancel returned (it runs on until the next heartbeat)")
 	}
-	if cause := context.Cause(hctx); !errors.Is(cause, errTaskCancelled) {
-		t.Fatalf("handler's context cause %v, want %v", cause, errTaskCancelled)
+	if cause := context.Cause(hctx); !errors.Is(cause, ErrTaskCancelled) {
+		t.Fatalf("handler's context cause %v, want %v", cause, ErrTaskCancelled)
 	}
 }
 
@@ -369,8 +369,8 @@ func TestLeaseTableCancelledBeforeAdded(t *testing.T) {
 	lt.m["V"].lost = true
 	lt.mu.Unlock()
 	lt.cancelledAttempt("V", 1, started)
-	if !errors.Is(context.Cause(ctx), errTaskCancelled) {
-		t.Errorf("handler of a lost lease after a cancellation: cause %v, want %v", context.Cause(ctx), errTaskCancelled)
+	if !errors.Is(context.Cause(ctx), ErrTaskCancelled) {
+		t.Errorf("handler of a lost lease after a cancellation: cause %v, want %v", context.Cause(ctx), ErrTaskCancelled)
 	}
 }
 

@@ -120,7 +120,7 @@ func (e *Engine) record(ctx context.Context, t *store.Task, o store.Outcome) err
 }
 
 // giveBackExpired releases the lease of an attempt (a handler or a push
-// delivery) the lease watchdog stopped (errLeaseExpired), in case it is
+// delivery) the lease watchdog stopped (ErrLeaseExpired), in case it is
 // current after all: a heartbeat sent before the lease's expiry may commit
 // after the watchdog gave up on it, and the task would then sit running
 // under a lease nobody holds until the reaper counted the cut attempt as a

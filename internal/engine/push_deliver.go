@@ -68,9 +68,9 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 	recCtx := context.WithoutCancel(leaseCtx)
 
 	if res.status == 0 && leaseCtx.Err() != nil {
-		if cause := context.Cause(leaseCtx); errors.Is(cause, errLeaseLost) {
+		if cause := context.Cause(leaseCtx); errors.Is(cause, ErrLeaseLost) {
 			e.log.Warn("push delivery aborted: lease lost (task cancelled or reaped)", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
-			if errors.Is(cause, errLeaseExpired) {
+			if errors.Is(cause, ErrLeaseExpired) {
 				// The watchdog gave up on the lease; a late heartbeat may
 				// have kept it after all.
 				settled := make(chan struct{})
@@ -100,7 +100,7 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 
 // attempt sends the request and reads the start of the response.
 func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) pushResult {
-	ctx, cancel := context.WithTimeoutCause(parent, pt.timeout, errAttemptTimeout)
+	ctx, cancel := context.WithTimeoutCause(parent, pt.timeout, ErrAttemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, pt.method, pt.url, bytes.NewReader(t.Payload))
 	if err != nil {
@@ -124,7 +124,7 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return pushResult{err: err, timedOut: errors.Is(context.Cause(ctx), errAttemptTimeout)}
+		return pushResult{err: err, timedOut: errors.Is(context.Cause(ctx), ErrAttemptTimeout)}
 	}
 	defer resp.Body.Close()
 	res := pushResult{status: resp.StatusCode}

@@ -345,7 +345,7 @@ func (e *Engine) PutType(ctx context.Context, spec TypeSpec) (TypeSpec, error) {
 		return TypeSpec{}, err
 	}
 	if err := spec.Policy.Validate(); err != nil {
-		return TypeSpec{}, &FieldError{Field: "retry", Message: err.Error()}
+		return TypeSpec{}, &FieldError{Field: "retry", Message: err.Error(), Err: err}
 	}
 	if spec.Timeout < 0 || spec.Timeout > 24*time.Hour {
 		return TypeSpec{}, fieldErr("timeout_seconds", "must be between 0 and 86400")

@@ -41,9 +41,14 @@ type WorkerConfig struct {
 
 var workerSeq atomic.Int64
 
-// errAttemptTimeout is the cancellation cause when an attempt runs past its
-// type's timeout.
-var errAttemptTimeout = errors.New("attempt timed out")
+// ErrAttemptTimeout is the cancellation cause (context.Cause) of a handler
+// whose attempt ran past its type's timeout.
+var ErrAttemptTimeout = errors.New("attempt timed out")
+
+// ErrWorkerStopped is the cancellation cause (context.Cause) of a handler
+// still running when its worker stopped and its ShutdownGrace ran out: the
+// attempt is not counted and the task runs again.
+var ErrWorkerStopped = errors.New("worker stopped: shutdown grace over")
 
 // RunWorker fetches and runs tasks until ctx is cancelled, then shuts down
 // gracefully: it stops fetching, releases prefetched tasks that have not
@@ -96,8 +101,8 @@ func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		return fmt.Errorf("run worker: %w", err)
 	}
 	defer e.untrack(w)
-	w.handlerCtx, w.cancelHandlers = context.WithCancel(context.WithoutCancel(ctx))
-	defer w.cancelHandlers()
+	w.handlerCtx, w.cancelHandlers = context.WithCancelCause(context.WithoutCancel(ctx))
+	defer w.cancelHandlers(ErrWorkerStopped)
 	for i := 0; i < cfg.Concurrency; i++ {
 		w.executors.Add(1)
 		go w.executor()
@@ -119,7 +124,7 @@ type workerRun struct {
 	executors      sync.WaitGroup
 	pending        counter // outcomes submitted but not yet committed
 	handlerCtx     context.Context
-	cancelHandlers context.CancelFunc
+	cancelHandlers context.CancelCauseFunc
 	mu             sync.Mutex
 	// active holds the leased tasks by id (for release). A task leased again
 	// while an older copy is still buffered or running maps to the newest
@@ -322,7 +327,7 @@ func (w *workerRun) execute(t *store.Task) {
 		e.log.Warn("lease lost before the task started; skipped", "task_id", t.ID, "type", t.Type, "lease_id", t.LeaseID)
 		return
 	}
-	ctx, cancel := context.WithTimeoutCause(leaseCtx, spec.Timeout, errAttemptTimeout)
+	ctx, cancel := context.WithTimeoutCause(leaseCtx, spec.Timeout, ErrAttemptTimeout)
 	if e.debugging() {
 		e.log.Debug("task started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
 	}
@@ -338,15 +343,15 @@ func (w *workerRun) execute(t *store.Task) {
 		return
 	}
 	switch {
-	case errors.Is(cause, errTaskCancelled):
+	case errors.Is(cause, ErrTaskCancelled):
 		// The task is cancelled: there is no outcome to record.
 		e.log.Info("handler stopped: task cancelled", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
 		return
-	case err != nil && errors.Is(cause, errLeaseLost):
+	case err != nil && errors.Is(cause, ErrLeaseLost):
 		// Stopped because the lease is gone (reaped, expired): the failure
 		// is the stop's, and the store would refuse it anyway.
 		e.log.Warn("handler stopped: lease lost", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
-		if errors.Is(cause, errLeaseExpired) {
+		if errors.Is(cause, ErrLeaseExpired) {
 			w.giveBack(t) // counts the lease lost if it is
 		} else {
 			e.ctr.leaseLost.Add(1)
@@ -371,7 +376,7 @@ func (w *workerRun) execute(t *store.Task) {
 		switch {
 		case pe != nil:
 			f = panicFailure(pe)
-		case errors.Is(cause, errAttemptTimeout) && deadline:
+		case errors.Is(cause, ErrAttemptTimeout) && deadline:
 			f = Failure{Err: fmt.Errorf("attempt timed out after %s: %w", spec.Timeout, err)}
 		default:
 			f = Failure{Err: err}
@@ -431,7 +436,7 @@ drain:
 		// its lease (execute) so another worker starts the task at once;
 		// releasing before the cancellation would let another worker start
 		// a task while its handler here still runs.
-		w.cancelHandlers()
+		w.cancelHandlers(ErrWorkerStopped)
 		select {
 		case <-done:
 		case <-time.After(time.Second):
@@ -451,7 +456,7 @@ drain:
 }
 
 // giveBack releases the lease of a handler the lease watchdog stopped
-// (errLeaseExpired).
+// (ErrLeaseExpired).
 func (w *workerRun) giveBack(t *store.Task) {
 	w.pending.Add(1)
 	w.e.giveBackExpired(t, w.pending.Done)
