@@ -97,7 +97,11 @@ func (l *requestLog) String() string {
 func TestUnreadResponseIsCutOff(t *testing.T) {
 	var logs requestLog
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e := newEnv(t, envOpts{writeTimeout: 300 * time.Millisecond, log: log})
+	// 3 s per stretch: short enough to see the unread answer cut off,
+	// long enough that the reading client below is not cut off too on a
+	// loaded machine (-race, 2 cores, where decoding 8 MiB stalls the
+	// reader for over a second).
+	e := newEnv(t, envOpts{writeTimeout: 3 * time.Second, log: log})
 	big := `"` + strings.Repeat("x", 512<<10) + `"`
 	reqs := make([]engine.EnqueueRequest, 16) // 8 MiB: twice what the sockets can buffer
 	for i := range reqs {
@@ -117,7 +121,10 @@ func TestUnreadResponseIsCutOff(t *testing.T) {
 	if _, err := conn.Write([]byte("GET /v1/tasks?type=big.list&limit=1000 HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the unread answer's handler to end", 10*time.Second, func() bool {
+	// The bound is generous: reading and encoding 8 MiB of payloads
+	// takes seconds under -race on a loaded machine. Without the write
+	// deadline the handler never ends while the client holds on.
+	waitFor(t, "the unread answer's handler to end", 40*time.Second, func() bool {
 		return strings.Contains(logs.String(), "method=GET path=/v1/tasks ")
 	})
 	// A client that reads gets the whole answer.

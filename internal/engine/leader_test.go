@@ -155,35 +155,43 @@ func TestSlowRenewalsKeepTheLeadership(t *testing.T) {
 		calls int // calls to watch
 	}{
 		{
-			// Every reply comes 1.2 renewal intervals after a commit (later
-			// than the call's deadline): renewals start back to back and
-			// each returns 0.3 s before the previous one's safe end. Ended
-			// plus interval, the second one would return 0.2 s after it.
+			// Every call commits, then replies 1.2 renewal intervals (2 s
+			// each) after it began, later than the call's deadline:
+			// renewals start back to back and each returns 1.2 s before
+			// the previous one's safe end. Ended plus interval, the second
+			// one would return 0.8 s after it. The replies are timed from
+			// the call's start, not from the commit's end, and the
+			// intervals are long, so that a loaded machine's slow commits
+			// and late goroutines do not eat the margin.
 			name: "replies past the deadline",
-			ttl:  2 * time.Second,
+			ttl:  8 * time.Second,
 			slow: func(s *leaderStore, ctx context.Context, _ int, p store.LeaderParams) (store.Lease, error) {
+				reply := time.Now().Add(2400 * time.Millisecond)
 				l, err := s.commit(ctx, p)
-				time.Sleep(600 * time.Millisecond)
+				time.Sleep(time.Until(reply))
 				return l, err
 			},
 			calls: 5,
 		},
 		{
-			// Acquired in 0.7 s, then a renewal that times out (1 s), then
-			// one that takes 0.7 s again: started at 2 s, it returns at
-			// 2.7 s, before the first lease's safe end at 3 s. Ended plus
-			// interval, it would start at 3 s, when the watchdog fires.
+			// Acquired in 0.8 s, then a renewal that times out (2 s), then
+			// one that takes 0.8 s again: started at 4 s, it returns at
+			// 4.8 s, 1.2 s before the first lease's safe end at 6 s. Ended
+			// plus interval, it would start at 6.8 s, after the watchdog
+			// fired.
 			name: "slow, timed out, slow",
-			ttl:  4 * time.Second,
+			ttl:  8 * time.Second,
 			slow: func(s *leaderStore, ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
-				switch call {
-				case 1, 3:
-					time.Sleep(700 * time.Millisecond)
-				case 2:
+				reply := time.Now().Add(800 * time.Millisecond)
+				if call == 2 {
 					<-ctx.Done()
 					return store.Lease{}, ctx.Err()
 				}
-				return s.Store.AcquireLeader(ctx, p)
+				l, err := s.Store.AcquireLeader(ctx, p)
+				if call == 1 || call == 3 {
+					time.Sleep(time.Until(reply))
+				}
+				return l, err
 			},
 			calls: 4,
 		},
@@ -195,7 +203,12 @@ func TestSlowRenewalsKeepTheLeadership(t *testing.T) {
 				return tc.slow(st, ctx, call, p)
 			}
 			e := startLeaderEngine(t, st, "slow-node", tc.ttl, nil)
-			waitFor(t, fmt.Sprintf("%d lease calls", tc.calls), func() bool { return st.acquired() >= tc.calls })
+			// Up to 12 s of slow calls: longer than waitFor's bound.
+			for deadline := time.Now().Add(30 * time.Second); st.acquired() < tc.calls; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("timed out waiting for %d lease calls (%d so far)", tc.calls, st.acquired())
+				}
+			}
 			loops := st.loopInstances()
 			if len(loops) != 1 || loops[0].Err() != nil || !e.IsLeader() {
 				t.Fatalf("after %d slow lease calls: %d scheduler-loop instances (first cancelled: %v), leader %v; want the first one still running",
