@@ -176,10 +176,13 @@ func kindName(te *json.UnmarshalTypeError) string {
 	return "a " + te.Type.Kind().String()
 }
 
-// Limits of duration fields.
-const (
-	maxDelay = 10 * 365 * 24 * time.Hour
-)
+// MaxDelay bounds the API's durations that put work off or select it by
+// age: delay_seconds, error.retry_after_seconds and older_than_seconds.
+// A positive value under a microsecond is refused too (see seconds).
+const MaxDelay = 10 * 365 * 24 * time.Hour
+
+// maxDelay is MaxDelay, for the handlers.
+const maxDelay = MaxDelay
 
 // seconds converts a number of seconds in [0, max] into a Duration.
 func seconds(field string, v float64, max time.Duration) (time.Duration, error) {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // This file holds what the commands talking to a retryq server share: the
@@ -440,6 +441,11 @@ func readJSONArg(env *Env, flagName, v string) (json.RawMessage, error) {
 	var doc any
 	if err := json.Unmarshal(data, &doc); err != nil { // for the error's offset
 		return nil, fmt.Errorf("%s: %s is not valid JSON: %s", flagName, src, jsonErrorText(data, err))
+	}
+	if !utf8.Valid(data) {
+		// encoding/json lets such bytes through; the server refuses them,
+		// since answers holding them would not be JSON.
+		return nil, fmt.Errorf("%s: %s is not UTF-8 text (it holds bytes that are not), as JSON must be", flagName, src)
 	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, data); err != nil {

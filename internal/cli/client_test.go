@@ -295,3 +295,23 @@ func TestPayloadFromStdinTooLarge(t *testing.T) {
 		t.Fatalf("status %d, stderr %q; want an error saying the input is too large", st, errOut)
 	}
 }
+
+// TestPayloadNotUTF8IsUsageError: a --payload that is JSON but holds bytes
+// that are not UTF-8 (from an argument, a file or standard input) is a
+// usage error naming the flag, checked before anything is sent. It used to
+// be sent, and the server's refusal (exit 1, naming the field "payload")
+// was the answer.
+func TestPayloadNotUTF8IsUsageError(t *testing.T) {
+	s := startAPIServer(t, nil)
+	bad := "{\"s\":\"\xff\"}"
+	file := filepath.Join(t.TempDir(), "payload.json")
+	if err := os.WriteFile(file, []byte(bad), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ stdin, arg string }{{"", bad}, {"", "@" + file}, {bad, "@-"}} {
+		st, out, errOut := cli(t, c.stdin, "enqueue", "a", "--payload", c.arg, "--key", "k", "--server", s.url)
+		if st != exitUsage || !strings.HasPrefix(errOut, "retryq enqueue: --payload: ") || !strings.Contains(errOut, "UTF-8") {
+			t.Errorf("enqueue --payload %q: status %d, stderr %q, stdout %q; want %d naming --payload", c.arg, st, errOut, out, exitUsage)
+		}
+	}
+}

@@ -168,7 +168,7 @@ func runDLQList(ctx context.Context, env *Env, args []string) int {
 	fs := newFlagSet(name, dlqListUsage)
 	cf.register(fs, true)
 	f.register(fs, false)
-	fs.IntVar(&limit, "limit", limit, "at most `N` tasks (1..1000)")
+	intFlag(fs, &limit, "limit", limit, "at most `N` tasks (1..1000)")
 	fs.StringVar(&cursor, "cursor", "", "continue after this `cursor` (printed after a full page)")
 	pos, st, ok := parseArgs(env, fs, args)
 	if !ok {
@@ -378,7 +378,7 @@ func runDLQBatch(ctx context.Context, env *Env, action string, args []string) in
 	}
 	fs.BoolVar(&all, "all", false, "allow an empty filter: every dead task")
 	fs.BoolVar(&yes, "yes", false, "do not ask for confirmation")
-	fs.IntVar(&batch, "batch", batch, "`N` tasks per API call, 1..10000")
+	intFlag(fs, &batch, "batch", batch, "`N` tasks per API call, 1..10000")
 	pos, st, ok := parseArgs(env, fs, args)
 	if !ok {
 		return st
@@ -394,6 +394,9 @@ func runDLQBatch(ctx context.Context, env *Env, action string, args []string) in
 	}
 	if set["older-than"] && olderThan < 0 {
 		return usageError(env, name, fmt.Sprintf("--older-than: must not be negative (got %v)", olderThan))
+	}
+	if msg := apiSecondsProblem("--older-than", olderThan); msg != "" {
+		return usageError(env, name, msg)
 	}
 	if batch < 1 || batch > 10000 {
 		return usageError(env, name, fmt.Sprintf("--batch: must be between 1 and 10000 (got %d)", batch))

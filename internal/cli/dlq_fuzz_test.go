@@ -40,6 +40,7 @@ func FuzzDLQListCommand(f *testing.F) {
 				args = append(args, "--"+fl.name+"="+fl.v)
 			}
 		}
+		start := time.Now()
 		var out, errOut bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -57,10 +58,20 @@ func FuzzDLQListCommand(f *testing.F) {
 		if err := json.Unmarshal(out.Bytes(), &page); err != nil {
 			t.Fatalf("%q: output is not a page: %v\n%s", args, err, out.String())
 		}
+		// A duration ago counts from when the command ran: no later than
+		// now, so the bound is at most since(now).
+		var after time.Time
+		if since != "" {
+			var msg string
+			if after, msg = parseSince("--since", since, start); msg != "" {
+				t.Fatalf("%q: exit 0, but --since is refused: %s", args, msg)
+			}
+		}
 		for _, task := range page.Tasks {
 			if typ != "" && task.Type != typ || reason != "" && task.DeadReason != reason ||
-				code != "" && (task.LastError == nil || task.LastError.Code != code) {
-				t.Fatalf("%q: task %s (%s, %s, %v) does not match", args, task.ID, task.Type, task.DeadReason, task.LastError)
+				code != "" && (task.LastError == nil || task.LastError.Code != code) ||
+				task.UpdatedAt.Before(after.Truncate(time.Microsecond)) {
+				t.Fatalf("%q: task %s (%s, %s, %v, died %v) does not match", args, task.ID, task.Type, task.DeadReason, task.LastError, task.UpdatedAt)
 			}
 		}
 	})

@@ -50,8 +50,8 @@ func runEnqueue(ctx context.Context, env *Env, args []string) int {
 	fs.StringVar(&key, "key", "", "idempotency `key` (at most 255 bytes)")
 	fs.Var(durationValue{&delay}, "delay", "first run after this `duration`, e.g. 30s or 10m")
 	fs.StringVar(&runAt, "run-at", "", "first run at this RFC 3339 `time`, e.g. 2024-05-01T12:00:00Z")
-	fs.IntVar(&priority, "priority", 0, "`priority`, -1000000..1000000; higher runs first (default: the type's)")
-	fs.IntVar(&maxAttempts, "max-attempts", 0, "attempt `limit` of this task, 1..10000 (default: the type's policy)")
+	intFlag(fs, &priority, "priority", 0, "`priority`, -1000000..1000000; higher runs first (default: the type's)")
+	intFlag(fs, &maxAttempts, "max-attempts", 0, "attempt `limit` of this task, 1..10000 (default: the type's policy)")
 	pos, st, ok := parseArgs(env, fs, args)
 	if !ok {
 		return st
@@ -98,6 +98,9 @@ func runEnqueue(ctx context.Context, env *Env, args []string) int {
 	if set["delay"] {
 		if delay < 0 {
 			return usageError(env, name, fmt.Sprintf("--delay: must not be negative (got %v)", delay))
+		}
+		if msg := apiSecondsProblem("--delay", delay); msg != "" {
+			return usageError(env, name, msg)
 		}
 		s := delay.Seconds()
 		b.DelaySeconds = &s

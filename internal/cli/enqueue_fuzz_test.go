@@ -33,6 +33,8 @@ func FuzzEnqueueCommand(f *testing.F) {
 		{"a", "1e400", "", "-1s", "", ""},
 		{"a", " ", "", "", "", ""},
 		{"a..b", "null", "", "1h", "1000001", ""},
+		{"a", "{}", "", "999ns", "", ""},
+		{"a", "{}", "", "87600h0m0.000001s", "", ""},
 	} {
 		f.Add(seed.typ, seed.payload, seed.key, seed.delay, seed.priority, seed.runAt)
 	}
@@ -90,6 +92,13 @@ func FuzzEnqueueCommand(f *testing.F) {
 		}
 		if at, err := time.Parse(time.RFC3339Nano, runAt); err == nil && !task.RunAt.Equal(at) {
 			t.Fatalf("%q: task %s runs at %v", args, task.ID, task.RunAt)
+		}
+		if d, err := parseDuration(delay); err == nil {
+			// The delay counts from the request's arrival; the server
+			// stamps the creation when its shared insert commits, later.
+			if early := task.CreatedAt.Add(d).Sub(task.RunAt); early < -time.Microsecond || early > time.Minute {
+				t.Fatalf("%q: task %s created at %v runs at %v", args, task.ID, task.CreatedAt, task.RunAt)
+			}
 		}
 		var want, got any
 		if err := json.Unmarshal([]byte(payload), &want); err != nil {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/retryq/retryq/internal/api"
 )
 
 // newFlagSet returns a flag set for command name whose help text is usage
@@ -114,6 +116,48 @@ func parseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("duration %q is below a nanosecond", s)
 	}
 	return d, nil
+}
+
+// apiSecondsProblem returns what the API would refuse in d, a duration
+// flag sent as one of its seconds fields (delay_seconds,
+// older_than_seconds), as a usage message naming flag; "" if it would take
+// it. A negative d is the caller's to refuse.
+func apiSecondsProblem(flag string, d time.Duration) string {
+	switch {
+	case d > 0 && d < time.Microsecond:
+		return fmt.Sprintf("%s: must be 0 or at least 1µs (got %v)", flag, d)
+	case d > api.MaxDelay:
+		return fmt.Sprintf("%s: must be at most %v (10 years; got %v)", flag, api.MaxDelay, d)
+	}
+	return ""
+}
+
+// decimalValue is an integer flag read in decimal only. The flag package's
+// IntVar reads Go literals: "010" would be 8, "0x10" 16.
+type decimalValue struct{ p *int }
+
+// String implements flag.Value.
+func (v decimalValue) String() string {
+	if v.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(*v.p)
+}
+
+// Set implements flag.Value.
+func (v decimalValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("want a decimal integer, got %q", s)
+	}
+	*v.p = n
+	return nil
+}
+
+// intFlag defines a decimal integer flag with default def, as fs.IntVar.
+func intFlag(fs *flag.FlagSet, p *int, name string, def int, usage string) {
+	*p = def
+	fs.Var(decimalValue{p}, name, usage)
 }
 
 // exitCodesValue is a flag taking a comma-separated list of exit codes

@@ -81,12 +81,12 @@ func parseRun(env *Env, args []string) (*runOptions, int) {
 		retryOn, noRetryOn []int
 		p                  retry.Policy
 	)
-	fs.IntVar(&p.MaxAttempts, "attempts", def.MaxAttempts, "maximum number of `attempts`, the first included")
+	intFlag(fs, &p.MaxAttempts, "attempts", def.MaxAttempts, "maximum number of `attempts`, the first included")
 	fs.StringVar(&backoff, "backoff", string(def.Backoff), "backoff `strategy`: fixed, linear, exponential or decorrelated")
 	fs.Var(durationValue{&p.InitialDelay}, "delay", "initial `delay` between attempts (default 1s)")
 	fs.Var(durationValue{&p.MaxDelay}, "max-delay", "`cap` on any delay (default 5m0s)")
 	fs.Float64Var(&p.Multiplier, "multiplier", def.Multiplier, "growth `factor` of exponential backoff")
-	fs.IntVar(&p.MaxDoublings, "max-doublings", 0, "grow exponentially `N` times, then linearly (0 = no limit)")
+	intFlag(fs, &p.MaxDoublings, "max-doublings", 0, "grow exponentially `N` times, then linearly (0 = no limit)")
 	fs.StringVar(&jitter, "jitter", string(def.Jitter), "jitter `mode`: none, proportional, full or equal")
 	fs.Float64Var(&p.JitterFraction, "jitter-fraction", def.JitterFraction, "± `fraction` of proportional jitter")
 	fs.Var(durationValue{&p.RetryWindow}, "max-time", "stop retrying when the next attempt would start more than `duration` after the first failure (0 = no limit)")
@@ -94,7 +94,7 @@ func parseRun(env *Env, args []string) (*runOptions, int) {
 	fs.Var(exitCodesValue{&noRetryOn}, "no-retry-on-exit", "never retry these exit `codes`, e.g. 2,64")
 	fs.Var(durationValue{&o.timeout}, "timeout", "time `limit` per attempt; the attempt's process group gets SIGTERM, then SIGKILL after --grace (0 = none)")
 	fs.Var(durationValue{&o.grace}, "grace", "`time` between SIGTERM and SIGKILL for a timed-out attempt")
-	fs.IntVar(&o.breaker, "breaker", 0, "circuit breaker: stop retrying after `N` consecutive failures, saying so (0 = off)")
+	intFlag(fs, &o.breaker, "breaker", 0, "circuit breaker: stop retrying after `N` consecutive failures, saying so (0 = off)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "attempt log `format` on stderr: text or json")
 	if status, ok := parseFlags(env, fs, args); !ok {
 		return nil, status

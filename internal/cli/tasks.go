@@ -185,7 +185,7 @@ func runTasksList(ctx context.Context, env *Env, args []string) int {
 	cf.register(fs, true)
 	fs.StringVar(&typ, "type", "", "only tasks of this `type`")
 	fs.StringVar(&states, "state", "", "only tasks in these `states` (comma-separated)")
-	fs.IntVar(&limit, "limit", limit, "at most `N` tasks (1..1000)")
+	intFlag(fs, &limit, "limit", limit, "at most `N` tasks (1..1000)")
 	fs.StringVar(&cursor, "cursor", "", "continue after this `cursor` (printed after a full page)")
 	pos, st, ok := parseArgs(env, fs, args)
 	if !ok {

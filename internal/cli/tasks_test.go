@@ -121,3 +121,50 @@ func TestEnqueueSaysWhenADelayedTaskRuns(t *testing.T) {
 		wantOutput(t, "enqueue --delay "+c.delay, out, "scheduled", c.want)
 	}
 }
+
+// TestDurationFlagsTheAPIRefusesAreUsageErrors: a --delay (enqueue) or
+// --older-than (dlq purge) the API would refuse, a positive duration under
+// a microsecond or one beyond ten years, is a usage error naming the flag
+// (status 2), checked before anything is sent. The server used to refuse
+// them, and the command exited 1 naming delay_seconds or
+// older_than_seconds, which the user never typed.
+func TestDurationFlagsTheAPIRefusesAreUsageErrors(t *testing.T) {
+	s := startAPIServer(t, nil)
+	killTasks(t, s, "pay.charge", "402", 1) // for purge to ask the API
+	for _, v := range []string{"1ns", "0.0000001", "999ns", "87601h", "315360001"} {
+		for _, args := range [][]string{
+			{"enqueue", "a", "--delay", v},
+			{"dlq", "purge", "--older-than", v, "--yes"},
+		} {
+			flag := args[len(args)-2]
+			if args[0] == "dlq" {
+				flag = args[2]
+			}
+			st, out, errOut := cli(t, "", append(args, "--server", s.url)...)
+			if st != exitUsage || !strings.Contains(errOut, flag+": ") {
+				t.Errorf("retryq %s: status %d, stderr %q, stdout %q; want %d naming %s", strings.Join(args, " "), st, errOut, out, exitUsage, flag)
+			}
+		}
+	}
+	// The bounds themselves are taken.
+	for _, v := range []string{"87600h", "0.000001", "1us"} {
+		s.cliOK(t, "enqueue", "a", "--delay", v)
+		s.cliOK(t, "dlq", "purge", "--older-than", v, "--yes")
+	}
+}
+
+// TestIntegerFlagsAreDecimal: integer flags read decimal numbers only.
+// They were read as Go literals: --priority 010 enqueued a task of
+// priority 8, and --priority 0x10 one of 16.
+func TestIntegerFlagsAreDecimal(t *testing.T) {
+	s := startAPIServer(t, nil)
+	var task apiTask
+	s.cliJSON(t, &task, "enqueue", "a", "--priority", "010")
+	if task.Priority != 10 {
+		t.Errorf("--priority 010: priority %d, want 10", task.Priority)
+	}
+	st, _, errOut := cli(t, "", "enqueue", "a", "--priority", "0x10", "--server", s.url)
+	if st != exitUsage || !strings.Contains(errOut, "priority") {
+		t.Errorf("--priority 0x10: status %d, stderr %q; want %d naming the flag", st, errOut, exitUsage)
+	}
+}

@@ -86,7 +86,7 @@ func parseWorker(env *Env, args []string) (*workerOptions, int) {
 	o.cf.register(fs, false)
 	fs.StringVar(&types, "types", "", "comma-separated task `types` to lease; required")
 	fs.StringVar(&o.exec, "exec", "", "shell `command` run with sh -c for each task; required")
-	fs.IntVar(&o.concurrency, "concurrency", o.concurrency, "`N` commands running at once, 1..1000")
+	intFlag(fs, &o.concurrency, "concurrency", o.concurrency, "`N` commands running at once, 1..1000")
 	fs.Var(exitCodesValue{&o.permanent}, "permanent-exit", "exit `codes` that are permanent failures (not retried), e.g. 2,64")
 	fs.Var(durationValue{&o.lease}, "lease", "lease `length`; heartbeated every third of it (1s..1h)")
 	fs.Var(durationValue{&o.grace}, "grace", "`time` running commands may take to finish after SIGINT/SIGTERM")
