@@ -114,14 +114,22 @@ func unprintable(r rune) bool {
 	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == utf8.RuneError
 }
 
+// The C1 controls that open a string sequence (DCS, SOS, OSC, PM, APC) and
+// the one that ends it (ST), as UTF-8 text holds them.
+const (
+	c1StringOpeners    = "\u0090\u0098\u009d\u009e\u009f"
+	c1StringTerminator = "\u009c"
+)
+
 // dropEscapes removes the terminal escape sequences from s: CSI sequences
 // (colours, cursor moves: ESC [ or U+009B, parameters, a final byte), string
-// sequences (window titles, hyperlinks: ESC ] P X ^ _ or U+009D, up to BEL
-// or ESC \), nF escapes (ESC, bytes from '!' to '/', a final byte from
-// '0' to '~': "ESC ( B") and two-byte escapes (ESC and one byte from '0'
-// to '~'). Other control characters are left to the caller.
+// sequences (window titles, hyperlinks: ESC ] P X ^ _ or their C1 forms
+// U+009D U+0090 U+0098 U+009E U+009F, up to BEL, ESC \ or U+009C), nF
+// escapes (ESC, bytes from '!' to '/', a final byte from '0' to '~':
+// "ESC ( B") and two-byte escapes (ESC and one byte from '0' to '~').
+// Other control characters are left to the caller.
 func dropEscapes(s string) string {
-	if !strings.ContainsRune(s, '\x1b') && !strings.ContainsRune(s, '\u009b') && !strings.ContainsRune(s, '\u009d') {
+	if !strings.ContainsAny(s, "\x1b\u009b"+c1StringOpeners) {
 		return s
 	}
 	var b strings.Builder
@@ -140,12 +148,13 @@ func dropEscapes(s string) string {
 				j++
 			}
 			i = j
-		case r == '\u009d' || r == '\x1b' && i+1 < len(s) && strings.IndexByte("]PX^_", s[i+1]) >= 0:
+		case strings.ContainsRune(c1StringOpeners, r) || r == '\x1b' && i+1 < len(s) && strings.IndexByte("]PX^_", s[i+1]) >= 0:
 			j := i + size
 			if r == '\x1b' {
 				j++
 			}
-			for j < len(s) && s[j] != '\a' && !(s[j] == '\x1b' && j+1 < len(s) && s[j+1] == '\\') && s[j] != '\n' {
+			for j < len(s) && s[j] != '\a' && !(s[j] == '\x1b' && j+1 < len(s) && s[j+1] == '\\') &&
+				!strings.HasPrefix(s[j:], c1StringTerminator) && s[j] != '\n' {
 				j++
 			}
 			switch {
@@ -153,6 +162,8 @@ func dropEscapes(s string) string {
 				j++
 			case j < len(s) && s[j] == '\x1b':
 				j += 2
+			case strings.HasPrefix(s[j:], c1StringTerminator):
+				j += len(c1StringTerminator)
 			}
 			i = j
 		case r == '\x1b' && i+1 < len(s) && s[i+1] >= 0x21 && s[i+1] <= 0x2f:

@@ -105,3 +105,26 @@ func TestTailBufferLastLineWithoutEscapeSequences(t *testing.T) {
 		t.Errorf("cleanCell with colour codes = %q", got)
 	}
 }
+
+// TestDropEscapesEndsC1StringsAtC1Terminator: a string sequence opened by a
+// C1 control (OSC U+009D, DCS U+0090, SOS U+0098, PM U+009E, APC U+009F)
+// ends at the C1 string terminator U+009C as at ESC \ or BEL. The text after
+// it used to be dropped with the sequence (an OSC ran to the end of the
+// line), and a C1 DCS's body was shown as text.
+func TestDropEscapesEndsC1StringsAtC1Terminator(t *testing.T) {
+	for in, want := range map[string]string{
+		"disk \u009d0;title\u009cfull":         "disk full",
+		"disk \u009d0;title\x1b\\full":         "disk full",
+		"disk \u0090q#0;2\u009cfull":           "disk full",
+		"disk \u0098sos\u009cfull":             "disk full",
+		"disk \u009epm\u009cfull":              "disk full",
+		"disk \u009fGf=100\u009cfull":          "disk full",
+		"disk \x1b]8;;http://x/\u009cfull":     "disk full",
+		"disk \u009d0;title\afull":             "disk full",
+		"disk \u009d0;title, never ended full": "disk ",
+	} {
+		if got := dropEscapes(in); got != want {
+			t.Errorf("dropEscapes(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -22,7 +22,7 @@ func escapeSequence(kind byte, body string) string {
 	if len(body) > 0 {
 		last = body[len(body)-1]
 	}
-	switch kind % 6 {
+	switch kind % 8 {
 	case 0: // CSI: colours, cursor moves
 		return "\x1b[" + keep(0x30, 0x3f) + string(rune(0x40+last%0x3f))
 	case 1: // OSC ended by BEL: a window title, a hyperlink
@@ -32,9 +32,19 @@ func escapeSequence(kind byte, body string) string {
 	case 3: // nF: character set designation, as tput sgr0 writes ("\x1b(B")
 		return "\x1b" + string(rune(0x21+last%0x0f)) + string(rune(0x30+last%0x4f))
 	case 4: // Fp / Fe / Fs: two bytes ("ESC 7" saves the cursor)
-		return "\x1b" + string(rune(0x30+last%0x4f))
-	default: // C1 CSI
+		c := byte(0x30 + last%0x4f)
+		if strings.IndexByte("P[]X^_", c) >= 0 {
+			// These open a longer sequence (DCS, CSI, OSC, SOS, PM,
+			// APC) that the text after them would continue.
+			c = '7'
+		}
+		return "\x1b" + string(rune(c))
+	case 5: // C1 CSI
 		return "\u009b" + keep(0x30, 0x3f) + string(rune(0x40+last%0x3f))
+	case 6: // C1 OSC ended by C1 ST
+		return "\u009d" + keep(0x20, 0x7e) + "\u009c"
+	default: // DCS, SOS, PM or APC, ended by ST
+		return []string{"\x1bP", "\u0098", "\u009e", "\u009f"}[last%4] + keep(0x20, 0x7e) + []string{"\x1b\\", "\u009c"}[last%2]
 	}
 }
 
@@ -68,6 +78,8 @@ func FuzzLastLine(f *testing.F) {
 		{"x\ry", 4, "M", "z\n"},
 		{"\xe2\x82", 5, "1;2H", "\u202eevil"},
 		{strings.Repeat("é", 1200), 0, "m", ""},
+		{"disk ", 6, "0;title", "full"},
+		{"disk ", 7, "q#0;2", "full"},
 	} {
 		f.Add(s.prefix, s.kind, s.body, s.suffix)
 	}
@@ -87,7 +99,7 @@ func FuzzLastLine(f *testing.F) {
 				t.Fatalf("lastLine(%q) = %q holds %U", prefix+esc+suffix, got, r)
 			}
 		}
-		if strings.ContainsAny(prefix+suffix, "\x1b\u009b\u009d") || len(prefix+suffix) > stderrTailBytes-64 {
+		if strings.ContainsAny(prefix+suffix, "\x1b\u009b"+c1StringOpeners) || len(prefix+suffix) > stderrTailBytes-64 {
 			return // the sequence might join one already there, or be cut off
 		}
 		if want := lastLine(prefix + suffix); got != want {
