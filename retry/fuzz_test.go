@@ -43,11 +43,18 @@ func FuzzParseRetryAfter(f *testing.F) {
 			}
 			return
 		}
-		if ok && d > 0 {
-			at, err := http.ParseTime(trimmed)
-			if err != nil || at.Sub(fuzzNow) != d {
-				t.Fatalf("ParseRetryAfter(%q) = %v but the date is %v (%v)", v, d, at, err)
+		// Anything else is an HTTP date, read as net/http reads one: the
+		// wait until it, or none for a date past.
+		at, err := http.ParseTime(trimmed)
+		switch {
+		case err != nil:
+			if ok {
+				t.Fatalf("ParseRetryAfter(%q) = %v, true, but it is neither seconds nor a date (%v)", v, d, err)
 			}
+		case !ok:
+			t.Fatalf("ParseRetryAfter(%q) refused the date %v", v, at)
+		case !at.After(fuzzNow) && d != 0, at.After(fuzzNow) && d != at.Sub(fuzzNow):
+			t.Fatalf("ParseRetryAfter(%q) = %v but the date is %v", v, d, at)
 		}
 	})
 }

@@ -5,8 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/retryq/retryq/store"
 )
 
 // readRoutes are the GET routes whose path segment and query string
@@ -87,5 +93,61 @@ func FuzzReadRequest(f *testing.F) {
 			}
 		}
 		checkRefusal(t, fmt.Sprintf("GET %q ? %q", req.URL.Path, rawQuery), rec)
+		if rec.Code == 200 && (req.URL.Path == "/v1/tasks" || req.URL.Path == "/v1/dlq") {
+			checkListFilter(t, req.URL.Path, rawQuery, rec.Body.Bytes())
+		}
 	})
+}
+
+// checkListFilter fails t unless every task of a page answered for
+// GET /v1/tasks or /v1/dlq matches the query's filters.
+func checkListFilter(t *testing.T, path, rawQuery string, body []byte) {
+	t.Helper()
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		t.Fatalf("GET %s ? %q answered 200, but the query is malformed: %v", path, rawQuery, err)
+	}
+	var page struct {
+		Tasks []struct {
+			ID         string           `json:"id"`
+			Type       string           `json:"type"`
+			State      string           `json:"state"`
+			DeadReason string           `json:"dead_reason"`
+			UpdatedAt  time.Time        `json:"updated_at"`
+			LastError  *store.ErrorInfo `json:"last_error"`
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil {
+		t.Fatalf("GET %s ? %q: %v", path, rawQuery, err)
+	}
+	limit, err := strconv.Atoi(q.Get("limit"))
+	if err != nil {
+		limit = 100
+	}
+	if len(page.Tasks) > limit {
+		t.Fatalf("GET %s ? %q: %d tasks", path, rawQuery, len(page.Tasks))
+	}
+	var states []string
+	if s := q.Get("state"); s != "" {
+		for _, part := range strings.Split(s, ",") {
+			states = append(states, strings.TrimSpace(part))
+		}
+	}
+	since, _ := time.Parse(time.RFC3339Nano, q.Get("since"))
+	for _, task := range page.Tasks {
+		code, hasCode := "", task.LastError != nil && task.LastError.Code != ""
+		if hasCode {
+			code = task.LastError.Code
+		}
+		dead := path == "/v1/dlq"
+		if q.Has("type") && q.Get("type") != "" && task.Type != q.Get("type") ||
+			states != nil && !slices.Contains(states, task.State) ||
+			dead && (task.State != string(store.StateDead) ||
+				q.Get("reason") != "" && task.DeadReason != q.Get("reason") ||
+				q.Get("error_code") != "" && code != q.Get("error_code") ||
+				q.Get("no_error_code") == "true" && hasCode ||
+				task.UpdatedAt.Before(since.Truncate(time.Microsecond))) {
+			t.Fatalf("GET %s ? %q: task %s (%s, %s, %s, %q, %v) does not match", path, rawQuery, task.ID, task.Type, task.State, task.DeadReason, code, task.UpdatedAt)
+		}
+	}
 }
