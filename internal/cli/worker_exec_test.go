@@ -32,7 +32,7 @@ func escapeSequence(kind byte, body string) string {
 	case 3: // nF: character set designation, as tput sgr0 writes ("\x1b(B")
 		return "\x1b" + string(rune(0x21+last%0x0f)) + string(rune(0x30+last%0x4f))
 	case 4: // Fp / Fe / Fs: two bytes ("ESC 7" saves the cursor)
-		c := byte(0x30 + last%0x4f)
+		c := 0x30 + last%0x4f
 		if strings.IndexByte("P[]X^_", c) >= 0 {
 			// These open a longer sequence (DCS, CSI, OSC, SOS, PM,
 			// APC) that the text after them would continue.
