@@ -29,6 +29,44 @@ func within(t *testing.T, what string, got, want time.Time, tol time.Duration) {
 	}
 }
 
+// heldHandler runs tasks that wait until the test releases them (or their
+// context ends), counting runs and stops.
+type heldHandler struct {
+	started       chan struct{}
+	release       chan struct{}
+	runs, stopped atomic.Int32
+}
+
+func newHeldHandler() *heldHandler {
+	return &heldHandler{started: make(chan struct{}, 4), release: make(chan struct{}, 1)}
+}
+
+func (h *heldHandler) handle(ctx context.Context, _ *store.Task) error {
+	h.runs.Add(1)
+	h.started <- struct{}{}
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		h.stopped.Add(1)
+		return ctx.Err()
+	}
+}
+
+// waitReaperPasses waits for leader to promote two probe tasks enqueued
+// through via, each after the call began: the leader's reaper ran at
+// least one whole pass since.
+func waitReaperPasses(t *testing.T, leader, via *Engine) {
+	t.Helper()
+	for i := range 2 {
+		before := leader.Counters().Promoted
+		if _, err := via.Enqueue(context.Background(), EnqueueRequest{Type: "probe", Delay: 200 * time.Millisecond}); err != nil {
+			t.Fatalf("enqueue probe %d: %v", i, err)
+		}
+		waitFor(t, "the leader to promote a probe", func() bool { return leader.Counters().Promoted > before })
+	}
+}
+
 // TestClockSyncCorrectsASkewedClock: a node whose clock is 90 s behind the
 // database server's measures the offset at Start and works on the
 // database's timeline: its Now, and the times it writes into a task, are
@@ -95,42 +133,22 @@ func TestSkewedNodesKeepEachOthersLeasesAndDueTimes(t *testing.T) {
 	waitFor(t, "the node ahead to lead", ahead.IsLeader)
 
 	// A long task held on the node behind.
-	started := make(chan struct{}, 4)
-	release := make(chan struct{})
-	var runs, stopped atomic.Int32
-	runWorker(t, behind, WorkerConfig{Types: []string{"long"}, Concurrency: 1, Handle: func(ctx context.Context, _ *store.Task) error {
-		runs.Add(1)
-		started <- struct{}{}
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			stopped.Add(1)
-			return ctx.Err()
-		}
-	}})
+	h := newHeldHandler()
+	runWorker(t, behind, WorkerConfig{Types: []string{"long"}, Concurrency: 1, Handle: h.handle})
 	long := mustEnqueue(t, behind, "long", `{}`)
-	recvWithin(t, started, 10*time.Second, "the long task to start")
+	recvWithin(t, h.started, 10*time.Second, "the long task to start")
 
-	// Two promotions by the leader, each of a task enqueued after the lease
-	// was taken: the leader's reaper ran at least one whole pass since.
-	for i := range 2 {
-		before := ahead.Counters().Promoted
-		if _, err := behind.Enqueue(context.Background(), EnqueueRequest{Type: "probe", Delay: 200 * time.Millisecond}); err != nil {
-			t.Fatalf("enqueue probe %d: %v", i, err)
-		}
-		waitFor(t, "the leader to promote a probe", func() bool { return ahead.Counters().Promoted > before })
-	}
-	if r := ahead.Counters().Reaped; r != 0 || stopped.Load() != 0 {
-		t.Fatalf("the leader reaped %d leases and %d handlers were stopped; want the held lease kept", r, stopped.Load())
+	waitReaperPasses(t, ahead, behind)
+	if r := ahead.Counters().Reaped; r != 0 || h.stopped.Load() != 0 {
+		t.Fatalf("the leader reaped %d leases and %d handlers were stopped; want the held lease kept", r, h.stopped.Load())
 	}
 	tk := mustGet(t, ahead, long)
 	if tk.State != store.StateRunning || tk.Attempt != 1 {
 		t.Fatalf("held task: state %s attempt %d, want running attempt 1", tk.State, tk.Attempt)
 	}
-	close(release)
+	close(h.release)
 	waitTask(t, ahead, long, "the long task to succeed", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
-	if n := runs.Load(); n != 1 {
+	if n := h.runs.Load(); n != 1 {
 		t.Fatalf("the long task ran %d times, want 1", n)
 	}
 
@@ -281,47 +299,27 @@ func TestNoLeadershipBeforeTheClockIsSynced(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
 	holder := startWorkerEngine(t, openPG(t, url), Config{NodeID: "holder", NoScheduler: true, LeaseDuration: 3 * time.Second})
-	started := make(chan struct{}, 4)
-	release := make(chan struct{}, 1)
-	var runs, stopped atomic.Int32
-	runWorker(t, holder, WorkerConfig{Types: []string{"long"}, Concurrency: 1, Handle: func(ctx context.Context, _ *store.Task) error {
-		runs.Add(1)
-		started <- struct{}{}
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			stopped.Add(1)
-			return ctx.Err()
-		}
-	}})
+	h := newHeldHandler()
+	runWorker(t, holder, WorkerConfig{Types: []string{"long"}, Concurrency: 1, Handle: h.handle})
 	long := mustEnqueue(t, holder, "long", `{}`)
-	recvWithin(t, started, 10*time.Second, "the long task to start")
+	recvWithin(t, h.started, 10*time.Second, "the long task to start")
 
 	fails := new(atomic.Int32)
 	fails.Store(1)
 	st := flakyClockDatabase{Store: openPG(t, url), fails: fails}
 	ahead := startWorkerEngine(t, st, Config{NodeID: "ahead", Clock: skewClock(10 * time.Minute), ClockSync: ClockSyncOn, LeaderTTL: time.Second})
-	defer close(release)
+	defer close(h.release)
 	waitFor(t, "the node ahead to lead", ahead.IsLeader)
-	// Two promotions by the leader, each of a task enqueued after it took
-	// the lead: its reaper ran at least one whole pass since.
-	for i := range 2 {
-		before := ahead.Counters().Promoted
-		if _, err := holder.Enqueue(context.Background(), EnqueueRequest{Type: "probe", Delay: 200 * time.Millisecond}); err != nil {
-			t.Fatalf("enqueue probe %d: %v", i, err)
-		}
-		waitFor(t, "the leader to promote a probe", func() bool { return ahead.Counters().Promoted > before })
-	}
-	if r := ahead.Counters().Reaped; r != 0 || stopped.Load() != 0 {
-		t.Fatalf("the leader reaped %d leases and %d handlers were stopped; want the held lease kept", r, stopped.Load())
+	waitReaperPasses(t, ahead, holder)
+	if r := ahead.Counters().Reaped; r != 0 || h.stopped.Load() != 0 {
+		t.Fatalf("the leader reaped %d leases and %d handlers were stopped; want the held lease kept", r, h.stopped.Load())
 	}
 	if off := ahead.ClockOffset(); (off + 10*time.Minute).Abs() > time.Second {
 		t.Fatalf("the leader's ClockOffset = %s, want about -10m", off)
 	}
-	release <- struct{}{}
+	h.release <- struct{}{}
 	waitTask(t, holder, long, "the long task to succeed", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
-	if n := runs.Load(); n != 1 {
+	if n := h.runs.Load(); n != 1 {
 		t.Fatalf("the long task ran %d times, want 1", n)
 	}
 }
@@ -342,33 +340,14 @@ func TestNoLeasesBeforeTheClockIsSynced(t *testing.T) {
 	fails.Store(1)
 	st := flakyClockDatabase{Store: openPG(t, url), fails: fails}
 	behind := startWorkerEngine(t, st, Config{NodeID: "behind", NoScheduler: true, Clock: skewClock(-10 * time.Minute), ClockSync: ClockSyncOn, LeaseDuration: 3 * time.Second})
-	started := make(chan struct{}, 4)
-	release := make(chan struct{}, 1)
-	defer close(release)
-	var runs atomic.Int32
-	runWorker(t, behind, WorkerConfig{Types: []string{"long"}, Concurrency: 2, Handle: func(ctx context.Context, _ *store.Task) error {
-		runs.Add(1)
-		started <- struct{}{}
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}})
-	recvWithin(t, started, 10*time.Second, "the long task to start")
-	// Two promotions by the leader, each of a task enqueued after the task
-	// started: its reaper ran at least one whole pass since.
-	for i := range 2 {
-		before := leader.Counters().Promoted
-		if _, err := leader.Enqueue(context.Background(), EnqueueRequest{Type: "probe", Delay: 200 * time.Millisecond}); err != nil {
-			t.Fatalf("enqueue probe %d: %v", i, err)
-		}
-		waitFor(t, "the leader to promote a probe", func() bool { return leader.Counters().Promoted > before })
+	h := newHeldHandler()
+	defer close(h.release)
+	runWorker(t, behind, WorkerConfig{Types: []string{"long"}, Concurrency: 2, Handle: h.handle})
+	recvWithin(t, h.started, 10*time.Second, "the long task to start")
+	waitReaperPasses(t, leader, leader)
+	if r := leader.Counters().Reaped; r != 0 || h.runs.Load() != 1 {
+		t.Fatalf("the leader reaped %d leases and the task ran %d times; want the lease kept and one run", r, h.runs.Load())
 	}
-	if r := leader.Counters().Reaped; r != 0 || runs.Load() != 1 {
-		t.Fatalf("the leader reaped %d leases and the task ran %d times; want the lease kept and one run", r, runs.Load())
-	}
-	release <- struct{}{}
+	h.release <- struct{}{}
 	waitTask(t, leader, id, "the long task to succeed", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
 }
