@@ -304,26 +304,8 @@ while [ ! -f "$OUT/release" ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); don
 touch "$OUT/finished"
 [ -f "$OUT/release" ]
 `)
-	cmd := exec.Command(os.Args[0], "worker", "--server", s.url, "--types", "cli.restart", "--exec", "sh "+handler,
+	stderr := startWorkerProcess(t, dir, "--server", s.url, "--types", "cli.restart", "--exec", "sh "+handler,
 		"--lease", "60s", "--worker-id", "restart-worker", "--grace", "5s")
-	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "OUT="+dir, "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
-	var stderr lockedBuffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
 	diag := func() string { return "worker stderr:\n" + stderr.String() }
 	exists := func(name string) func() bool {
 		return func() bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
@@ -439,26 +421,8 @@ i=0
 while [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done
 touch "$OUT/ran-out"
 `)
-	cmd := exec.Command(os.Args[0], "worker", "--server", s.url, "--types", "cli.partition", "--exec", "sh "+handler,
+	stderr := startWorkerProcess(t, dir, "--server", s.url, "--types", "cli.partition", "--exec", "sh "+handler,
 		"--lease", "2s", "--worker-id", "partitioned-worker", "--grace", "5s")
-	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "OUT="+dir, "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
-	var stderr lockedBuffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
 	diag := func() string { return "worker stderr:\n" + stderr.String() }
 	exists := func(name string) func() bool {
 		return func() bool { _, err := os.Stat(filepath.Join(dir, name)); return err == nil }
@@ -477,4 +441,32 @@ touch "$OUT/ran-out"
 	if failed < 0 || ranOut < failed {
 		t.Errorf("want a failed heartbeat, then the lease running out, in the worker's log\n%s", diag())
 	}
+}
+
+// startWorkerProcess runs `retryq worker args...` as a child process (this
+// test binary) with OUT=dir in its environment and returns its standard
+// error. It is stopped (SIGTERM, then after 20 s SIGKILL) when the test
+// ends.
+func startWorkerProcess(t *testing.T, dir string, args ...string) *lockedBuffer {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"worker"}, args...)...)
+	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "OUT="+dir, "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
+	stderr := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = io.Discard, stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	return stderr
 }
