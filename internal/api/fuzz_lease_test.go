@@ -43,11 +43,7 @@ func FuzzHeartbeatBody(f *testing.F) {
 		rec := e.serve(ctx, "POST", path, body)
 		after := e.clock.Now()
 		what := fmt.Sprintf("POST %s %q", path, body)
-		if rec.Code >= 500 {
-			t.Fatalf("%s: %d %s", what, rec.Code, rec.Body.Bytes())
-		}
-		checkRefusal(t, what, rec)
-		if rec.Code != http.StatusOK {
+		if !fuzzAnswered(t, what, rec) {
 			return
 		}
 		var in struct {
@@ -97,11 +93,7 @@ func FuzzCompleteBody(f *testing.F) {
 		path := "/v1/tasks/" + id + "/complete"
 		rec := e.serve(ctx, "POST", path, body)
 		what := fmt.Sprintf("POST %s %q", path, body)
-		if rec.Code >= 500 {
-			t.Fatalf("%s: %d %s", what, rec.Code, rec.Body.Bytes())
-		}
-		checkRefusal(t, what, rec)
-		if rec.Code != http.StatusOK {
+		if !fuzzAnswered(t, what, rec) {
 			return
 		}
 		var in struct {
@@ -152,11 +144,7 @@ func FuzzLeaseBody(f *testing.F) {
 		if rec.Code == http.StatusServiceUnavailable && ctx.Err() != nil {
 			return // the fuzzer's own deadline, on a loaded machine
 		}
-		if rec.Code >= 500 {
-			t.Fatalf("%s: %d %s", what, rec.Code, rec.Body.Bytes())
-		}
-		checkRefusal(t, what, rec)
-		if rec.Code != http.StatusOK {
+		if !fuzzAnswered(t, what, rec) {
 			return
 		}
 		var in struct {
@@ -221,11 +209,7 @@ func FuzzFailBody(f *testing.F) {
 		body := bytes.ReplaceAll(raw, []byte("LEASE"), []byte(lease))
 		rec := serve("POST", "/v1/tasks/"+id+"/fail", body)
 		what := fmt.Sprintf("POST /v1/tasks/%s/fail %q", id, body)
-		if rec.Code >= 500 {
-			t.Fatalf("%s: %d %s", what, rec.Code, rec.Body.Bytes())
-		}
-		checkRefusal(t, what, rec)
-		if rec.Code != http.StatusOK {
+		if !fuzzAnswered(t, what, rec) {
 			return
 		}
 		var in struct {
@@ -277,6 +261,17 @@ func FuzzFailBody(f *testing.F) {
 			t.Fatalf("%s answered %s but the task is %s", what, answer, rec.Body.Bytes())
 		}
 	})
+}
+
+// fuzzAnswered fails t on a 5xx answer to what, checks a refusal's body
+// (checkRefusal), and reports whether the API took the request (200).
+func fuzzAnswered(t *testing.T, what string, rec *httptest.ResponseRecorder) bool {
+	t.Helper()
+	if rec.Code >= 500 {
+		t.Fatalf("%s: %d %s", what, rec.Code, rec.Body.Bytes())
+	}
+	checkRefusal(t, what, rec)
+	return rec.Code == http.StatusOK
 }
 
 // serve sends a JSON body (or none) through the handler.
