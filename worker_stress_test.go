@@ -448,22 +448,29 @@ func stressOnce(t *testing.T, backend string, seed uint64, tasks int) {
 	<-restartsDone
 
 	// Wait until every task is finished.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		open, _, err := client.List(ctx, retryq.ListParams{Limit: 5, States: []store.State{
-			store.StateScheduled, store.StatePending, store.StateRunning, store.StateRetryWaiting}})
-		if err != nil {
-			t.Fatal(err)
+	drain := func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			open, _, err := client.List(ctx, retryq.ListParams{Limit: 5, States: []store.State{
+				store.StateScheduled, store.StatePending, store.StateRunning, store.StateRetryWaiting}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(open) == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("tasks still unfinished after 30s, e.g. %s in %s (attempt %d)", open[0].ID, open[0].State, open[0].Attempt)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		if len(open) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tasks still unfinished after 30s, e.g. %s in %s (attempt %d)", open[0].ID, open[0].State, open[0].Attempt)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	drain()
+	// The chaos may still retry a task it cancelled a moment ago (the
+	// queue looked finished while the retry waited its few milliseconds):
+	// once it has stopped, wait for such a task too.
 	endChaos()
+	drain()
 
 	// Close stops the running workers.
 	start := time.Now()
