@@ -125,15 +125,17 @@ func runEnqueue(ctx context.Context, env *Env, args []string) int {
 	} else {
 		when := "now"
 		if t.State == "scheduled" {
-			// Relative to its creation, on the server's clock: this
-			// machine's may be off, and a short delay has partly passed
-			// by the time the answer arrives.
-			// The server stamps the creation at its commit, a moment
-			// after it set the due time: round that moment away.
-			d := t.RunAt.Sub(t.CreatedAt)
-			rel := "in " + d.Round(10*time.Millisecond).String()
-			if d >= time.Second-5*time.Millisecond {
-				rel = "in " + fmtAge(d.Round(time.Second))
+			// The delay asked for, exactly; for --run-at, the due time
+			// relative to the task's creation, both on the server's
+			// clock (this machine's may be off, and a short delay has
+			// partly passed by the time the answer arrives).
+			d := delay
+			if !set["delay"] {
+				d = t.RunAt.Sub(t.CreatedAt).Round(time.Second)
+			}
+			rel := "in " + d.String()
+			if d >= time.Minute {
+				rel = "in " + fmtAge(d)
 			}
 			when = fmtTime(t.RunAt) + " (" + rel + ")"
 		}
