@@ -69,6 +69,11 @@ type heldLease struct {
 	// task's attempt number and start, as stored); zero when unknown.
 	attempt int
 	started time.Time
+	// finishing is set once the handler (or push delivery) has ended and
+	// its outcome is on its way to the store: the lease is still
+	// heartbeated, so that a slow commit is not overtaken by the reaper,
+	// but there is nothing left to cancel or to stop.
+	finishing bool
 }
 
 func newLeaseTable() *leaseTable {
@@ -146,6 +151,13 @@ func (lt *leaseTable) markLost(h *heldLease) {
 	if cancel != nil {
 		cancel(ErrLeaseLost)
 	}
+}
+
+// isFinishing reports whether h's attempt has ended (finish).
+func (lt *leaseTable) isFinishing(h *heldLease) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return h.finishing
 }
 
 // leaseOf returns the lease id held for taskID ("" if none).
@@ -239,6 +251,27 @@ func (lt *leaseTable) cancelledAttempt(taskID string, attempt int, started time.
 	return true
 }
 
+// finish records that the attempt under leaseID has ended and its outcome
+// is being recorded: the lease stays in the table, extended by the
+// heartbeats like a running one, until remove drops it once the outcome
+// has committed (or failed to). It reports false, like remove, when
+// leaseID is not taskID's current lease: that copy is stale, and what it
+// did must not be recorded. It reports false too when the attempt was
+// finished already: its lease is being given back (a handler that ignored
+// its cancellation at shutdown), and whatever the handler returns now is
+// dropped.
+func (lt *leaseTable) finish(taskID, leaseID string) bool {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	h := lt.m[taskID]
+	if h == nil || h.leaseID != leaseID || h.finishing {
+		return false
+	}
+	h.finishing = true
+	h.cancel = nil
+	return true
+}
+
 // remove drops the entry of taskID if leaseID is its current lease, and
 // reports whether it was. A false answer means the copy under leaseID is
 // stale: the task was leased again (or released) since, so whatever that
@@ -262,7 +295,9 @@ func (lt *leaseTable) expire(now time.Time) (stopped []string, next time.Time) {
 	var cancels []context.CancelCauseFunc
 	lt.mu.Lock()
 	for id, h := range lt.m {
-		if h.lost || h.expires.IsZero() {
+		if h.lost || h.expires.IsZero() || h.finishing {
+			// A finishing lease has no handler to stop: if it did run
+			// out, the store refuses its outcome.
 			continue
 		}
 		if now.After(h.expires) {
@@ -284,6 +319,8 @@ func (lt *leaseTable) expire(now time.Time) (stopped []string, next time.Time) {
 	return stopped, next
 }
 
+// snapshot returns the leases held, for a heartbeat: running, waiting to
+// start, and finishing (their outcome not yet committed).
 func (lt *leaseTable) snapshot() ([]store.LeaseRef, []*heldLease) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
@@ -373,8 +410,12 @@ func (e *Engine) heartbeat(ctx context.Context, timeout time.Duration, logFailur
 			if err != nil && e.leases.holds(refs[start+i].TaskID, held[start+i]) {
 				// Still held here, yet gone in the store: reaped,
 				// cancelled or expired. (A lease whose task finished
-				// since the snapshot is simply no longer held.)
-				e.log.Warn("lease lost; cancelling handler", "task_id", refs[start+i].TaskID, "err", err)
+				// since the snapshot is simply no longer held; one whose
+				// outcome is committing may have lost it to that very
+				// commit, and has no handler left to cancel.)
+				if !e.leases.isFinishing(held[start+i]) {
+					e.log.Warn("lease lost; cancelling handler", "task_id", refs[start+i].TaskID, "err", err)
+				}
 				e.leases.markLost(held[start+i])
 			}
 		}

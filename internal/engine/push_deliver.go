@@ -48,21 +48,25 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 	spec, err := e.decidingSpec(leaseCtx, t.Type)
 	if err != nil {
 		cancelLease(nil)
-		if !e.leases.remove(t.ID, t.LeaseID) {
+		if !e.leases.finish(t.ID, t.LeaseID) {
 			e.ctr.leaseLost.Add(1)
 			return
 		}
+		defer e.leases.remove(t.ID, t.LeaseID)
 		_ = e.record(context.WithoutCancel(leaseCtx), t, e.holdBack(t, err)) // logged by record
 		return
 	}
 	res := p.attempt(leaseCtx, pt, t)
-	if !e.leases.remove(t.ID, t.LeaseID) {
+	if !e.leases.finish(t.ID, t.LeaseID) {
 		// The task was leased again since: this delivery's lease is gone,
 		// and its outcome would be refused.
 		e.ctr.leaseLost.Add(1)
 		e.log.Warn("push delivery returned after its lease was lost; outcome dropped", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
 		return
 	}
+	// The lease stays heartbeated until the outcome has committed: a slow
+	// commit must not let the reaper count the delivery as lost.
+	defer e.leases.remove(t.ID, t.LeaseID)
 	// Outcomes are committed even if the engine is shutting down: the
 	// commit loops stop only after the pusher.
 	recCtx := context.WithoutCancel(leaseCtx)

@@ -335,7 +335,10 @@ func (w *workerRun) execute(t *store.Task) {
 	cause := context.Cause(ctx)
 	cancel()
 	cancelLease(nil)
-	if !e.leases.remove(t.ID, t.LeaseID) {
+	// The lease stays heartbeated until the outcome has committed (done,
+	// below): a commit slower than what is left of the lease must not let
+	// the reaper count the finished attempt as lost.
+	if !e.leases.finish(t.ID, t.LeaseID) {
 		// The task was leased again (here or elsewhere) or released since:
 		// this attempt's lease is gone, and its outcome would be refused.
 		e.ctr.leaseLost.Add(1)
@@ -345,11 +348,13 @@ func (w *workerRun) execute(t *store.Task) {
 	switch {
 	case errors.Is(cause, ErrTaskCancelled):
 		// The task is cancelled: there is no outcome to record.
+		e.leases.remove(t.ID, t.LeaseID)
 		e.log.Info("handler stopped: task cancelled", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
 		return
 	case err != nil && errors.Is(cause, ErrLeaseLost):
 		// Stopped because the lease is gone (reaped, expired): the failure
 		// is the stop's, and the store would refuse it anyway.
+		e.leases.remove(t.ID, t.LeaseID)
 		e.log.Warn("handler stopped: lease lost", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
 		if errors.Is(cause, ErrLeaseExpired) {
 			w.giveBack(t) // counts the lease lost if it is
@@ -385,6 +390,7 @@ func (w *workerRun) execute(t *store.Task) {
 	}
 	w.pending.Add(1)
 	e.outcomes.submit(out, func(_ struct{}, err error) {
+		e.leases.remove(t.ID, t.LeaseID)
 		e.logOutcome(t, &out, err)
 		w.pending.Done()
 	})
@@ -471,11 +477,15 @@ func (w *workerRun) release(ts []*store.Task) {
 
 // giveBackOutcome records out, a release of t's lease (at once or delayed),
 // without waiting for the commit.
+//
+// The lease stays heartbeated until the release has committed, so that a
+// slow commit does not let the reaper count an attempt that never ran.
 func (w *workerRun) giveBackOutcome(t *store.Task, out store.Outcome) {
 	e := w.e
-	e.leases.remove(t.ID, t.LeaseID)
+	e.leases.finish(t.ID, t.LeaseID)
 	w.pending.Add(1)
 	e.outcomes.submit(out, func(_ struct{}, err error) {
+		e.leases.remove(t.ID, t.LeaseID)
 		e.logOutcome(t, &out, err)
 		w.pending.Done()
 	})
