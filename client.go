@@ -147,22 +147,33 @@ func (c *Client) Close() error {
 	return err
 }
 
-// EnqueueOption adjusts one enqueue.
-type EnqueueOption func(*engine.EnqueueRequest)
+// EnqueueOption adjusts one enqueue. Options are made by the With
+// functions below; the zero EnqueueOption changes nothing.
+type EnqueueOption struct {
+	apply func(*engine.EnqueueRequest)
+}
+
+func option(f func(*engine.EnqueueRequest)) EnqueueOption { return EnqueueOption{apply: f} }
 
 // WithPriority sets the task's priority (higher runs first).
-func WithPriority(p int) EnqueueOption { return func(r *engine.EnqueueRequest) { r.Priority = &p } }
+func WithPriority(p int) EnqueueOption {
+	return option(func(r *engine.EnqueueRequest) { r.Priority = &p })
+}
 
 // WithDelay makes the task due after d.
-func WithDelay(d time.Duration) EnqueueOption { return func(r *engine.EnqueueRequest) { r.Delay = d } }
+func WithDelay(d time.Duration) EnqueueOption {
+	return option(func(r *engine.EnqueueRequest) { r.Delay = d })
+}
 
 // WithRunAt makes the task due at t (a time in the past: due at once). t
 // must be within years 1 to 9999.
-func WithRunAt(t time.Time) EnqueueOption { return func(r *engine.EnqueueRequest) { r.RunAt = t } }
+func WithRunAt(t time.Time) EnqueueOption {
+	return option(func(r *engine.EnqueueRequest) { r.RunAt = t })
+}
 
 // WithMaxAttempts overrides the policy's max attempts for this task.
 func WithMaxAttempts(n int) EnqueueOption {
-	return func(r *engine.EnqueueRequest) { r.MaxAttempts = n }
+	return option(func(r *engine.EnqueueRequest) { r.MaxAttempts = n })
 }
 
 // WithIdempotencyKey makes enqueue idempotent. While a task holding the key
@@ -174,7 +185,7 @@ func WithMaxAttempts(n int) EnqueueOption {
 // task (retention of finished tasks, a purge of the dead-letter queue) frees
 // the key: a later enqueue with it creates a new task.
 func WithIdempotencyKey(k string) EnqueueOption {
-	return func(r *engine.EnqueueRequest) { r.IdempotencyKey = k }
+	return option(func(r *engine.EnqueueRequest) { r.IdempotencyKey = k })
 }
 
 // EnqueueResult is the result of an enqueue.
@@ -202,8 +213,8 @@ func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueReque
 		r.Payload = b
 	}
 	for _, o := range opts {
-		if o != nil {
-			o(&r)
+		if o.apply != nil {
+			o.apply(&r)
 		}
 	}
 	return r, nil // the engine checks the fields (engine.prepare)

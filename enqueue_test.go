@@ -155,3 +155,18 @@ func testHandlerChangingItsTaskChangesNothingElse(t *testing.T, backend string) 
 		t.Fatal("no second attempt")
 	}
 }
+
+// TestZeroEnqueueOptionChangesNothing: an EnqueueOption that no With
+// function made (the zero value, in a slice built conditionally) is
+// ignored, and the options given with it still apply.
+func TestZeroEnqueueOptionChangesNothing(t *testing.T) {
+	e := newEnvOn(t, openStore(t, ""), retryq.Options{})
+	var zero retryq.EnqueueOption
+	res, err := e.client.Enqueue(context.Background(), "a", nil, zero, retryq.WithPriority(7), zero)
+	if err != nil {
+		t.Fatalf("Enqueue with zero options: %v", err)
+	}
+	if res.Task.Priority != 7 {
+		t.Errorf("priority = %d, want 7 (the option beside the zero ones)", res.Task.Priority)
+	}
+}
