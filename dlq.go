@@ -2,7 +2,9 @@ package retryq
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
@@ -42,19 +44,35 @@ type DeadFilter struct {
 // error code and reason.
 type DeadGroup = store.DeadGroup
 
-// deadFilter returns the store's filter for f, or an ErrInvalid error
-// naming the field.
-func deadFilter(f DeadFilter) (store.DeadFilter, error) {
-	if f.IDs != nil && len(f.IDs) == 0 {
-		return store.DeadFilter{}, &engine.FieldError{Field: "IDs", Message: "must not be empty: leave it nil to select by the other fields"}
-	}
-	if f.NoErrorCode && f.ErrorCode != "" {
-		return store.DeadFilter{}, &engine.FieldError{Field: "NoErrorCode", Message: "cannot be combined with ErrorCode"}
-	}
+// deadFields are the Go names of the DeadFilter fields the engine's errors
+// name as the HTTP API's JSON does.
+var deadFields = map[string]string{"type": "Type", "error_code": "ErrorCode", "no_error_code": "NoErrorCode",
+	"reason": "Reason", "since": "Since", "ids": "IDs", "limit": "Limit", "cursor": "Cursor"}
+
+// deadFilter returns the store's filter for f. The engine checks it.
+func deadFilter(f DeadFilter) store.DeadFilter {
 	return store.DeadFilter{
 		Type: f.Type, ErrorCode: f.ErrorCode, NoErrorCode: f.NoErrorCode, Reason: f.Reason,
 		Since: f.Since, Before: f.Before, IDs: f.IDs, Limit: f.Limit, Cursor: f.Cursor,
-	}, nil
+	}
+}
+
+// deadErr returns the engine's error err from the DLQ call op with an
+// invalid field named as in DeadFilter (IDs[2], not ids[2]), and its other
+// errors as they are: they name the call already.
+func deadErr(op string, err error) error {
+	fe, ok := errors.AsType[*engine.FieldError](err)
+	if !ok {
+		return err
+	}
+	name, index := fe.Field, ""
+	if i := strings.IndexByte(name, '['); i >= 0 {
+		name, index = name[:i], name[i:]
+	}
+	if g, ok := deadFields[name]; ok {
+		name = g
+	}
+	return fmt.Errorf("%s: %w", op, &engine.FieldError{Field: name + index, Message: fe.Message, Err: fe.Err})
 }
 
 // ListDead returns a page of dead-lettered tasks matching f, newest first,
@@ -63,11 +81,11 @@ func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]TaskInfo, string
 	if err := c.check(false); err != nil {
 		return nil, "", fmt.Errorf("list dead tasks: %w", err)
 	}
-	sf, err := deadFilter(f)
+	ts, next, err := c.e.ListDead(ctx, deadFilter(f))
 	if err != nil {
-		return nil, "", fmt.Errorf("list dead tasks: %w", err)
+		return nil, "", deadErr("list dead tasks", err)
 	}
-	return c.e.ListDead(ctx, sf)
+	return ts, next, nil
 }
 
 // DeadSummary counts the dead-lettered tasks that died at or after since
@@ -90,11 +108,11 @@ func (c *Client) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 	if f.Cursor != "" {
 		return 0, fmt.Errorf("redrive dead tasks: %w", &engine.FieldError{Field: "Cursor", Message: "is for ListDead only"})
 	}
-	sf, err := deadFilter(f)
+	n, err := c.e.Redrive(ctx, deadFilter(f))
 	if err != nil {
-		return 0, fmt.Errorf("redrive dead tasks: %w", err)
+		return 0, deadErr("redrive dead tasks", err)
 	}
-	return c.e.Redrive(ctx, sf)
+	return n, nil
 }
 
 // Purge deletes the dead-lettered tasks matching f, with their history,
@@ -107,9 +125,9 @@ func (c *Client) Purge(ctx context.Context, f DeadFilter) (int, error) {
 	if f.Cursor != "" {
 		return 0, fmt.Errorf("purge dead tasks: %w", &engine.FieldError{Field: "Cursor", Message: "is for ListDead only"})
 	}
-	sf, err := deadFilter(f)
+	n, err := c.e.Purge(ctx, deadFilter(f))
 	if err != nil {
-		return 0, fmt.Errorf("purge dead tasks: %w", err)
+		return 0, deadErr("purge dead tasks", err)
 	}
-	return c.e.Purge(ctx, sf)
+	return n, nil
 }

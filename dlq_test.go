@@ -3,6 +3,7 @@ package retryq_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,16 +117,26 @@ func TestClientDLQRefusesAnEmptyIDListInsteadOfSelectingEverything(t *testing.T)
 		for field, f := range map[string]retryq.DeadFilter{
 			"IDs":         {IDs: []string{}},
 			"NoErrorCode": {ErrorCode: "x", NoErrorCode: true},
+			"IDs[1]":      {IDs: []string{ids[0], ""}},
+			"Reason":      {Reason: "tired"},
 		} {
 			err := call(f)
 			if !errors.Is(err, retryq.ErrInvalid) {
 				t.Errorf("%s with a bad %s = %v, want ErrInvalid", name, field, err)
 				continue
 			}
+			// The Go names of the fields, not the HTTP API's.
+			if !strings.Contains(err.Error(), field+": ") {
+				t.Errorf("%s with a bad %s = %q, want it named %s", name, field, err, field)
+			}
 			if d, ok := doubledContext(err.Error()); ok {
 				t.Errorf("%s = %q: says what failed twice (%q)", name, err, d)
 			}
 		}
+	}
+	if _, _, err := e.client.ListDead(ctx, retryq.DeadFilter{Limit: 5000}); !errors.Is(err, retryq.ErrInvalid) ||
+		!strings.Contains(err.Error(), "Limit: ") {
+		t.Errorf("ListDead with Limit 5000 = %v, want ErrInvalid naming Limit", err)
 	}
 	if ti := e.waitState(ids[0], time.Second, retryq.StateDead); ti.State != retryq.StateDead {
 		t.Fatalf("dead task is %s", ti.State)

@@ -27,9 +27,6 @@ func (s *server) listDead(w http.ResponseWriter, r *http.Request) error {
 	if f.NoErrorCode, err = q.boolean("no_error_code"); err != nil {
 		return err
 	}
-	if f.NoErrorCode && f.ErrorCode != "" {
-		return errCodeAndNoCode()
-	}
 	if f.Reason, err = q.reason(); err != nil {
 		return err
 	}
@@ -90,8 +87,9 @@ func (s *server) deadSummary(w http.ResponseWriter, r *http.Request) error {
 
 // dlqFilterBody selects dead tasks for redrive and purge. Empty fields do
 // not filter: an empty body selects every dead task. An "ids" list given
-// empty is refused rather than read as no filter: a client whose list of
-// ids came out empty must not redrive or purge the whole DLQ.
+// empty is refused (by the engine, as no_error_code with error_code is)
+// rather than read as no filter: a client whose list of ids came out empty
+// must not redrive or purge the whole DLQ.
 //
 // type, error_code and ids are compared byte for byte: they must be valid
 // Unicode as sent (text), as the query parameters of GET /v1/dlq are.
@@ -109,11 +107,6 @@ type dlqFilterBody struct {
 	OlderThanSeconds *float64 `json:"older_than_seconds"`
 }
 
-// errCodeAndNoCode refuses a filter asking for a code and for none.
-func errCodeAndNoCode() error {
-	return fieldError("no_error_code", "cannot be combined with error_code")
-}
-
 func (b *dlqFilterBody) filter() (store.DeadFilter, error) {
 	f := store.DeadFilter{Type: string(b.Type), ErrorCode: string(b.ErrorCode), NoErrorCode: b.NoErrorCode, Limit: b.Limit}
 	if b.IDs != nil {
@@ -121,9 +114,6 @@ func (b *dlqFilterBody) filter() (store.DeadFilter, error) {
 		for i, id := range b.IDs {
 			f.IDs[i] = string(id)
 		}
-	}
-	if b.NoErrorCode && b.ErrorCode != "" {
-		return f, errCodeAndNoCode()
 	}
 	var err error
 	if b.Type != "" {
@@ -144,9 +134,6 @@ func (b *dlqFilterBody) filter() (store.DeadFilter, error) {
 	}
 	if b.Limit < 0 {
 		return f, fieldError("limit", "must not be negative (0 means no limit)")
-	}
-	if b.IDs != nil && len(b.IDs) == 0 {
-		return f, fieldError("ids", "must not be empty: omit it to select by the other fields")
 	}
 	return f, nil
 }

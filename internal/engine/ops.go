@@ -107,7 +107,19 @@ func (e *Engine) Retry(ctx context.Context, id string) (store.Task, error) {
 	return t, nil
 }
 
+// checkDeadFilter checks the rules of a dead-task filter that every entry
+// point shares, naming the fields as the HTTP API's JSON does (the Go
+// client renames them), and stamps the filter with the engine's clock.
 func (e *Engine) checkDeadFilter(f *store.DeadFilter) error {
+	// An empty list of ids would select no task by id, so read as no
+	// filter: a caller whose list came out empty would redrive or purge
+	// the whole DLQ.
+	if f.IDs != nil && len(f.IDs) == 0 {
+		return fieldErr("ids", "must not be empty (it would select every dead task): leave it out to select by the other fields")
+	}
+	if f.NoErrorCode && f.ErrorCode != "" {
+		return fieldErr("no_error_code", "cannot be combined with an error code")
+	}
 	if f.Type != "" {
 		if err := ValidateType("type", f.Type); err != nil {
 			return err

@@ -131,15 +131,65 @@ func limitClause(limit int, args []any) (string, []any) {
 	return " LIMIT $" + strconv.Itoa(len(args)), args
 }
 
-// RedriveDead retries up to Limit matching dead tasks (oldest death first) in
-// one statement.
+// lockDeadSQL starts a WITH list whose CTE d holds the dead tasks the
+// filter (where, with limit) selects, oldest death first, locked, and sel
+// those it selected before locking. A task another transaction holds is
+// waited for, not skipped: skipping it (SKIP LOCKED) made a redrive or
+// purge report fewer tasks than matched and silently leave the task dead
+// when the holder left it as it was (a cancel of the dead task, a stale
+// heartbeat, a purge or retention pass rolled back), as SQLite, with its
+// single writer, never does. Once the holder is done the task's row is
+// checked again: a task it redrove or deleted meanwhile is no longer taken.
+// The locks are taken in id order, as every other statement that locks
+// several tasks takes them, so that two redrives, purges or outcome
+// batches never wait for each other in a cycle.
+func lockDeadSQL(where, limit string) string {
+	return `
+WITH sel AS MATERIALIZED (
+	SELECT t.id FROM tasks t WHERE ` + where + ` ORDER BY t.updated_at, t.id` + limit + `
+), d AS MATERIALIZED (
+	SELECT t.id FROM sel JOIN tasks t ON t.id = sel.id WHERE ` + where + ` ORDER BY t.id FOR UPDATE OF t
+)`
+}
+
+// maxDeadRounds bounds the statements of one RedriveDead or PurgeDead
+// call with a Limit: each round after the first takes the place of tasks
+// that concurrent writers redrove or deleted while the last round waited
+// for them.
+const maxDeadRounds = 10
+
+// deadRounds runs one statement of RedriveDead or PurgeDead (round, given
+// the limit left, 0 for none) until it has taken f.Limit tasks, no task it
+// selected went to a concurrent writer, or maxDeadRounds ran, and returns
+// how many tasks it took in all.
+func deadRounds(f store.DeadFilter, round func(limit int) (selected, took int, err error)) (int, error) {
+	total := 0
+	for i := 0; i < maxDeadRounds; i++ {
+		left := 0
+		if f.Limit > 0 {
+			left = f.Limit - total
+		}
+		sel, n, err := round(left)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if f.Limit == 0 || total >= f.Limit || n == sel {
+			break // no limit (every match taken), limit reached, or nothing lost
+		}
+	}
+	return total, nil
+}
+
+// RedriveDead retries up to Limit matching dead tasks (oldest death first),
+// one statement for each round (deadRounds, lockDeadSQL).
 //
 // One statement, not an explicit transaction: the redrive commits on the
 // server, and its row locks go, whatever becomes of the reply. In an
 // explicit transaction, a node whose network path is cut (or whose process
 // is stopped) before the COMMIT would leave its session idle in it, holding
 // the locks of the tasks it selected, which the next redrive and purge
-// skip, until the server noticed the dead peer (hours).
+// wait for, until the server noticed the dead peer (hours).
 func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "redrive dead tasks"
 	if err := s.check(op); err != nil {
@@ -154,8 +204,6 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	if err := store.CheckDeadIDs(f); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	where, args := deadWhere(f, []any{us(f.Now)})
-	limit, args := limitClause(f.Limit, args)
 	// woke sends a wake-up (at commit) when the redrive retried any task;
 	// the query reads its count to make it run.
 	woke, wake := "", "NULL::bigint"
@@ -165,24 +213,26 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 )`
 		wake = "(SELECT count(*) FROM woke)"
 	}
-	var n int64
-	err := s.pool.QueryRow(ctx, `
-WITH d AS MATERIALIZED (
-	SELECT t.id FROM tasks t WHERE `+where+` ORDER BY t.updated_at, t.id`+limit+` FOR UPDATE SKIP LOCKED
-), upd AS (
+	return deadRounds(f, func(left int) (int, int, error) {
+		where, args := deadWhere(f, []any{us(f.Now)})
+		limit, args := limitClause(left, args)
+		var sel, n int64
+		err := s.pool.QueryRow(ctx, lockDeadSQL(where, limit)+`, upd AS (
 	UPDATE tasks AS t SET `+retrySet+`
 	FROM d
 	WHERE t.id = d.id
 	RETURNING t.id
 )`+woke+`
-SELECT (SELECT count(*) FROM upd), `+wake, args...).Scan(&n, nil)
-	if err != nil {
-		return 0, translate(op, err)
-	}
-	return int(n), nil
+SELECT (SELECT count(*) FROM sel), (SELECT count(*) FROM upd), `+wake, args...).Scan(&sel, &n, nil)
+		if err != nil {
+			return 0, 0, translate(op, err)
+		}
+		return int(sel), int(n), nil
+	})
 }
 
-// PurgeDead deletes matching dead tasks and their history.
+// PurgeDead deletes matching dead tasks and their history, one statement
+// for each round (deadRounds, lockDeadSQL).
 func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "purge dead tasks"
 	if err := s.check(op); err != nil {
@@ -194,19 +244,21 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	if err := store.CheckDeadIDs(f); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	where, args := deadWhere(f, nil)
-	limit, args := limitClause(f.Limit, args)
-	tag, err := s.pool.Exec(ctx, `
-WITH d AS MATERIALIZED (
-	SELECT t.id FROM tasks t WHERE `+where+` ORDER BY t.updated_at, t.id`+limit+` FOR UPDATE SKIP LOCKED
-), da AS (
+	return deadRounds(f, func(left int) (int, int, error) {
+		where, args := deadWhere(f, nil)
+		limit, args := limitClause(left, args)
+		var sel, n int64
+		err := s.pool.QueryRow(ctx, lockDeadSQL(where, limit)+`, da AS (
 	DELETE FROM attempts AS a USING d WHERE a.task_id = d.id
+), del AS (
+	DELETE FROM tasks AS t USING d WHERE t.id = d.id RETURNING t.id
 )
-DELETE FROM tasks AS t USING d WHERE t.id = d.id`, args...)
-	if err != nil {
-		return 0, translate(op, err)
-	}
-	return int(tag.RowsAffected()), nil
+SELECT (SELECT count(*) FROM sel), (SELECT count(*) FROM del)`, args...).Scan(&sel, &n)
+		if err != nil {
+			return 0, 0, translate(op, err)
+		}
+		return int(sel), int(n), nil
+	})
 }
 
 // DeleteFinished deletes up to Limit (0 = no limit) tasks per finished class

@@ -19,6 +19,7 @@ var deadTests = []testCase{
 	{"Dead/NoErrorCode", testDeadNoErrorCode},
 	{"Dead/IDsBound", testDeadIDsBound},
 	{"Dead/SummaryTieOrder", testDeadSummaryTies},
+	{"Dead/RedrivesAndPurgeRacing", testRedrivesAndPurgeRacing},
 }
 
 // testDeadIDsBound: a DeadFilter may name up to store.MaxDeadIDs ids, in

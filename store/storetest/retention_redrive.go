@@ -126,3 +126,72 @@ func (e *env) retentionDeleted(typ string, state store.State) int {
 	}
 	return 0
 }
+
+// testRedrivesAndPurgeRacing: two bulk redrives and a purge, a few tasks at
+// a time, racing over the same dead tasks until each finds none left.
+// Every task is taken exactly once: redriven (pending, its history kept)
+// or purged, the counts the calls return add up to the tasks, and none is
+// left dead. None waits for another forever, though each now waits for
+// the tasks another holds rather than skipping them (PostgreSQL).
+func testRedrivesAndPurgeRacing(e *env) {
+	const n = 60
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("rp_%02d", i)
+		e.makeState(base.Add(time.Duration(i%7)*time.Second), nt(ids[i], "rp"), store.StateDead)
+	}
+	now := base.Add(time.Hour)
+	var (
+		mu                 sync.Mutex
+		redriven, purged   int
+		wg                 sync.WaitGroup
+		errs               = make(chan error, 3)
+		redrive, purgeCall = func(limit int) (int, error) {
+			return e.s.RedriveDead(e.ctx, store.DeadFilter{Type: "rp", Limit: limit, Now: now})
+		}, func(limit int) (int, error) {
+			return e.s.PurgeDead(e.ctx, store.DeadFilter{Type: "rp", Limit: limit})
+		}
+	)
+	run := func(name string, call func(int) (int, error), limit int, sum *int) {
+		defer wg.Done()
+		for range n { // bounded: each call takes at least one task until none is left
+			k, err := call(limit)
+			if err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				return
+			}
+			mu.Lock()
+			*sum += k
+			mu.Unlock()
+			if k == 0 {
+				return
+			}
+		}
+	}
+	wg.Add(3)
+	go run("RedriveDead", redrive, 5, &redriven)
+	go run("RedriveDead", redrive, 3, &redriven)
+	go run("PurgeDead", purgeCall, 4, &purged)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		e.noErr("racing redrives and purge", err)
+	}
+	e.eq("dead left", len(e.listDead(store.DeadFilter{Type: "rp", Limit: 100})), 0)
+	pending, gone := 0, 0
+	for _, id := range ids {
+		t, err := e.s.GetTask(e.ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			gone++
+			continue
+		}
+		e.noErr("GetTask("+id+")", err)
+		pending++
+		if t.State != store.StatePending {
+			e.t.Errorf("%s: state %s, want pending (redriven) or purged", id, t.State)
+		}
+		e.eq(id+" history kept", len(e.attempts(id)), 1)
+	}
+	e.eq("redriven = tasks left pending", redriven, pending)
+	e.eq("purged = tasks gone", purged, gone)
+}
