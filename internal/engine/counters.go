@@ -14,7 +14,7 @@ type Counters struct {
 	Fetches        int64 // fetch transactions by in-process workers
 	Fetched        int64 // tasks leased by them
 	OutcomeCommits int64 // transactions of coalesced outcomes
-	Outcomes       int64 // outcomes recorded by them
+	Outcomes       int64 // outcomes recorded by them (not those refused: see LeaseLost)
 	Succeeded      int64
 	Retried        int64
 	Dead           int64

@@ -37,15 +37,16 @@ func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]st
 		return nil, nil, err
 	}
 	e.ctr.outcomeCommits.Add(1)
-	e.ctr.outcomes.Add(int64(len(outs)))
 	ready := false
 	var earliest time.Time
+	recorded := 0
 	for i := range outs {
 		if i < len(errs) && errs[i] != nil {
-			e.ctr.leaseLost.Add(1)
+			e.ctr.leaseLost.Add(1) // refused: counted here, not as recorded
 			continue
 		}
 		o := &outs[i]
+		recorded++
 		e.ctr.countRecorded(o)
 		switch o.State {
 		case store.StatePending:
@@ -62,6 +63,7 @@ func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]st
 			}
 		}
 	}
+	e.ctr.outcomes.Add(int64(recorded))
 	if ready {
 		e.wake.broadcast()
 	}
