@@ -37,6 +37,9 @@ type Options struct {
 	SucceededRetention, CancelledRetention, DeadRetention time.Duration
 	// RetentionInterval is how often retention runs (default 1m).
 	RetentionInterval time.Duration
+	// NodeRetention is how long the node registry keeps the row of a node
+	// no longer seen (default 7 days; negative keeps them forever).
+	NodeRetention time.Duration
 	// NoScheduler disables the scheduler loops on this process (another
 	// process on the same database runs them).
 	NoScheduler bool
@@ -105,6 +108,7 @@ func NewClient(st store.Store, o Options) (*Client, error) {
 		SucceededRetention: o.SucceededRetention, CancelledRetention: o.CancelledRetention,
 		DeadRetention: o.DeadRetention, NoScheduler: o.NoScheduler,
 		RetentionInterval: o.RetentionInterval, LeaderTTL: o.LeaderTTL,
+		NodeRetention: o.NodeRetention,
 	})
 	if err != nil {
 		// The engine refuses only its configuration, Options' fields.

@@ -119,6 +119,10 @@ type Store interface {
 	HeartbeatNode(ctx context.Context, n Node, now time.Time) error
 	// ListNodes lists registered nodes seen at or after since.
 	ListNodes(ctx context.Context, since time.Time) ([]Node, error)
+	// PruneNodes deletes the registry rows of the nodes last seen before
+	// p.SeenBefore (a zero SeenBefore deletes nothing) and reports how
+	// many it deleted.
+	PruneNodes(ctx context.Context, p PruneNodesParams) (int, error)
 
 	// SchemaVersion reports the applied schema version and the newest version
 	// this binary knows.
@@ -358,6 +362,12 @@ type DeadGroup struct {
 	Count     int
 	Oldest    time.Time
 	Newest    time.Time
+}
+
+// PruneNodesParams is the input of PruneNodes.
+type PruneNodesParams struct {
+	// SeenBefore is the cut-off: rows last seen strictly before it go.
+	SeenBefore time.Time
 }
 
 // RetentionParams is the input of DeleteFinished. A zero cut-off deletes

@@ -355,7 +355,8 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 		Store: st, Logger: log, NodeID: o.nodeID, Version: Version,
 		LeaseDuration: o.lease, PollInterval: o.poll, LeaderTTL: o.leaderTTL,
 		SucceededRetention: o.retention.succeeded, CancelledRetention: o.retention.cancelled, DeadRetention: o.retention.dead,
-		NoScheduler: o.noScheduler,
+		NodeRetention: o.retention.nodes,
+		NoScheduler:   o.noScheduler,
 	})
 	if err != nil {
 		st.Close()

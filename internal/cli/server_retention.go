@@ -123,6 +123,7 @@ func isZeroText(s string) bool {
 // retentionOptions are the server's retention flags.
 type retentionOptions struct {
 	succeeded, cancelled, dead time.Duration
+	nodes                      time.Duration
 	cancelledSet, allowShort   bool
 }
 
@@ -135,6 +136,8 @@ func (r *retentionOptions) register(fs *flag.FlagSet) {
 	fs.Var(retentionValue{d: &r.dead}, "dead-retention",
 		"delete dead tasks this long after they died (`duration`; default 30d); at least 1h unless --allow-short-dead-retention")
 	fs.BoolVar(&r.allowShort, "allow-short-dead-retention", false, "take a --dead-retention under 1h")
+	fs.Var(retentionValue{d: &r.nodes}, "node-retention",
+		"delete a node's registry row this long after it was last seen (`duration`; default 7d)")
 }
 
 // check refuses a dead-letter retention under minDeadRetention unless

@@ -218,3 +218,32 @@ func TestServerRetentionDeletesAndCountsAsDocumented(t *testing.T) {
 		t.Errorf("server exited with status %d", code)
 	}
 }
+
+// TestServerNodeRetentionFlag: --node-retention takes a retention like the
+// others (a unit needed, forever allowed) and reaches the engine's config.
+func TestServerNodeRetentionFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 0}, // the engine's default
+		{[]string{"--node-retention", "2d"}, 48 * time.Hour},
+		{[]string{"--node-retention", "forever"}, -1},
+	} {
+		var stderr strings.Builder
+		e := &Env{Stdin: strings.NewReader(""), Stdout: &strings.Builder{}, Stderr: &stderr, Getenv: func(string) string { return "" }}
+		o, st := parseServer(e, tc.args)
+		if o == nil {
+			t.Errorf("%q: status %d, stderr %q", tc.args, st, stderr.String())
+			continue
+		}
+		if o.retention.nodes != tc.want {
+			t.Errorf("%q: node retention %v, want %v", tc.args, o.retention.nodes, tc.want)
+		}
+	}
+	var stderr strings.Builder
+	e := &Env{Stdin: strings.NewReader(""), Stdout: &strings.Builder{}, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	if o, st := parseServer(e, []string{"--node-retention", "7"}); o != nil || st != exitUsage || !strings.Contains(stderr.String(), "--node-retention") {
+		t.Errorf("--node-retention 7: status %d, stderr %q; want a usage error naming the flag", st, stderr.String())
+	}
+}

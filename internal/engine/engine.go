@@ -78,6 +78,11 @@ type Config struct {
 	CancelledRetention time.Duration // default 24h
 	DeadRetention      time.Duration // default 30 days
 	RetentionInterval  time.Duration // default 1m
+	// NodeRetention: the node registry's row of a node not seen for this
+	// long (stopped, or died) is deleted at the leader's retention passes,
+	// so that restarts, each a new node id by default, do not pile up rows.
+	// Zero takes the default (7 days); a negative value keeps them forever.
+	NodeRetention time.Duration
 
 	// LeaderTTL is the leadership lease of the scheduler loops. Default
 	// 10s; at least MinLeaderTTL.
@@ -90,6 +95,10 @@ type Config struct {
 	// MaxOutcomeBatch caps how many outcomes share one commit. Default 1000.
 	MaxOutcomeBatch int
 }
+
+// DefaultNodeRetention is how long the node registry keeps the row of a
+// node no longer seen, unless Config.NodeRetention says otherwise.
+const DefaultNodeRetention = 7 * 24 * time.Hour
 
 // Bounds of Config's durations.
 const (
@@ -168,6 +177,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.DeadRetention == 0 {
 		out.DeadRetention = 30 * 24 * time.Hour
+	}
+	if out.NodeRetention == 0 {
+		out.NodeRetention = DefaultNodeRetention
 	}
 	if out.MaxEnqueueBatch <= 0 {
 		out.MaxEnqueueBatch = 1000

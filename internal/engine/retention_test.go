@@ -134,3 +134,52 @@ func TestRetentionInForceIsShownWithDefaultsApplied(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestLeaderPrunesNodesNotSeenForNodeRetention: the leader's retention
+// passes delete the registry rows of nodes not seen for NodeRetention (each
+// restart registers a new node id by default, so the rows of stopped and
+// crashed nodes would pile up without bound), and keep those seen since.
+func TestLeaderPrunesNodesNotSeenForNodeRetention(t *testing.T) {
+	backendtest.Run(t, testLeaderPrunesNodesNotSeenForNodeRetention)
+}
+
+func testLeaderPrunesNodesNotSeenForNodeRetention(t *testing.T, backend string) {
+	ctx := context.Background()
+	st := openWorkerStoreOn(t, backend)
+	now := time.Now()
+	for id, seen := range map[string]time.Time{
+		"gone-8d":  now.Add(-8 * 24 * time.Hour),
+		"gone-2d":  now.Add(-2 * 24 * time.Hour),
+		"recent":   now.Add(-time.Minute),
+		"gone-30d": now.Add(-30 * 24 * time.Hour),
+	} {
+		n := store.Node{ID: id, Host: "h", Version: "v", Role: "stopped", StartedAt: seen.Add(-time.Hour)}
+		if err := st.HeartbeatNode(ctx, n, seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startWorkerEngine(t, st, Config{NodeID: "pruner", NodeRetention: 3 * 24 * time.Hour,
+		RetentionInterval: 20 * time.Millisecond})
+	ids := func() []string {
+		ns, err := st.ListNodes(ctx, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, n := range ns {
+			out = append(out, n.ID)
+		}
+		return out
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := strings.Join(ids(), ",")
+		if got == "gone-2d,pruner,recent" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registry = %s after 10s; want gone-2d,pruner,recent (the rows not seen for 3 days pruned)", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

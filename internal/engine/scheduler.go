@@ -96,6 +96,7 @@ func (e *Engine) runScheduler(ctx context.Context) {
 			if e.retention(ctx) {
 				nextRetention = time.Now()
 			} else {
+				e.pruneNodes(ctx)
 				nextRetention = time.Now().Add(e.cfg.RetentionInterval)
 			}
 		}
@@ -310,6 +311,24 @@ func (e *Engine) retention(ctx context.Context) (more bool) {
 		e.log.Info("retention deleted finished tasks", "succeeded", res.Succeeded, "cancelled", res.Cancelled, "dead", res.Dead)
 	}
 	return res.Succeeded == p.Limit || res.Cancelled == p.Limit || res.Dead == p.Limit
+}
+
+// pruneNodes deletes the registry rows of nodes not seen for
+// NodeRetention, judged on the registry's clock (RegistryNow), and logs
+// how many went.
+func (e *Engine) pruneNodes(ctx context.Context) {
+	if e.cfg.NodeRetention < 0 {
+		return
+	}
+	cctx, cancel := e.schedCallCtx(ctx)
+	defer cancel()
+	n, err := e.st.PruneNodes(cctx, store.PruneNodesParams{SeenBefore: e.RegistryNow(cctx).Add(-e.cfg.NodeRetention)})
+	switch {
+	case err != nil && ctx.Err() == nil:
+		e.log.Warn("node registry: pruning failed", "err", err)
+	case n > 0:
+		e.log.Info("node registry: deleted the rows of nodes not seen for a while", "nodes", n, "not_seen_for", RetentionText(e.cfg.NodeRetention))
+	}
 }
 
 // Retention is how long the engine keeps finished tasks when it leads,

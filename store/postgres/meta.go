@@ -249,3 +249,23 @@ FROM nodes WHERE last_seen >= $1 ORDER BY id`, us(since))
 	}
 	return out, nil
 }
+
+// PruneNodes deletes the registry rows of nodes last seen before
+// p.SeenBefore.
+func (s *Store) PruneNodes(ctx context.Context, p store.PruneNodesParams) (int, error) {
+	const op = "prune nodes"
+	if err := s.check(op); err != nil {
+		return 0, err
+	}
+	if p.SeenBefore.IsZero() {
+		return 0, nil
+	}
+	if err := store.CheckTime("seen before", p.SeenBefore); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	tag, err := s.pool.Exec(ctx, "DELETE FROM nodes WHERE last_seen < $1", us(p.SeenBefore))
+	if err != nil {
+		return 0, translate(op, err)
+	}
+	return int(tag.RowsAffected()), nil
+}

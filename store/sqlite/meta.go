@@ -211,3 +211,27 @@ func (s *Store) ListNodes(ctx context.Context, since time.Time) ([]store.Node, e
 	}
 	return out, nil
 }
+
+// PruneNodes implements store.Store.
+func (s *Store) PruneNodes(ctx context.Context, p store.PruneNodesParams) (int, error) {
+	const op = "prune nodes"
+	if err := s.check(op); err != nil {
+		return 0, err
+	}
+	if p.SeenBefore.IsZero() {
+		return 0, nil
+	}
+	if err := store.CheckTime("seen before", p.SeenBefore); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
+	var n int64
+	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, "DELETE FROM nodes WHERE last_seen < ?", p.SeenBefore.UnixMicro())
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}

@@ -217,6 +217,20 @@ func testNodes(e *env) {
 	e.noErr("HeartbeatNode", e.s.HeartbeatNode(e.ctx, n1, base.Add(20*time.Second)))
 	n1.LastSeen = base.Add(20 * time.Second)
 	e.eq("after a second heartbeat", list(base.Add(15*time.Second)), []store.Node{n1})
+
+	// Pruning: rows last seen strictly before the cut-off go, counted.
+	prune := func(before time.Time) int {
+		e.t.Helper()
+		n, err := e.s.PruneNodes(e.ctx, store.PruneNodesParams{SeenBefore: before})
+		e.noErr("PruneNodes", err)
+		return n
+	}
+	e.eq("pruned with a zero cut-off", prune(time.Time{}), 0)
+	e.eq("pruned before +15s", prune(base.Add(15*time.Second)), 1)
+	e.eq("nodes after pruning before +15s", list(time.Time{}), []store.Node{n1})
+	e.eq("pruned before +20s (n1 seen at +20s stays)", prune(base.Add(20*time.Second)), 0)
+	e.eq("pruned before +20s and 1µs", prune(base.Add(20*time.Second+time.Microsecond)), 1)
+	e.eq("nodes after pruning all", len(list(time.Time{})), 0)
 }
 
 func testSchema(e *env) {
@@ -239,6 +253,7 @@ func testClose(e *env) {
 	_, checks["PromoteDue"] = e.s.PromoteDue(e.ctx, store.PromoteParams{Limit: 1, Now: base})
 	_, _, checks["ListTasks"] = e.s.ListTasks(e.ctx, store.ListParams{Limit: 1})
 	_, checks["Stats"] = e.s.Stats(e.ctx, store.StatsParams{})
+	_, checks["PruneNodes"] = e.s.PruneNodes(e.ctx, store.PruneNodesParams{SeenBefore: base})
 	checks["Ping"] = e.s.Ping(e.ctx)
 	for name, err := range checks {
 		if !errors.Is(err, store.ErrClosed) {
