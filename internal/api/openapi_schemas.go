@@ -126,7 +126,7 @@ func openAPISchemas() map[string]any {
 		"retries":               integer("Attempts numbered > 1 finished in the window."),
 		"failures":              integer("Failed or lease-expired attempts in the window."),
 		"retry_rate":            num("retries / attempts."),
-		"mean_retries_per_task": num("retries / first attempts."),
+		"mean_retries_per_task": nullable(num("retries / first attempts; 0 when the window holds neither, null when it holds retries but no first attempt.")),
 		"retention_deleted": obj(map[string]any{
 			"succeeded": integer(""), "cancelled": integer(""), "dead": integer(""),
 		}, "succeeded", "cancelled", "dead"),

@@ -31,8 +31,10 @@ type statsJSON struct {
 	Failures int `json:"failures"`
 	// RetryRate is retries / attempts in the window.
 	RetryRate float64 `json:"retry_rate"`
-	// MeanRetriesPerTask is retries / first attempts in the window.
-	MeanRetriesPerTask float64 `json:"mean_retries_per_task"`
+	// MeanRetriesPerTask is retries / first attempts in the window: 0
+	// when it holds neither, null when it holds retries of tasks whose
+	// first attempts came before it (no ratio to give).
+	MeanRetriesPerTask *float64 `json:"mean_retries_per_task"`
 	// RetentionDeleted counts the tasks that retention has deleted, by
 	// final state, since the database was created (not windowed).
 	RetentionDeleted retentionJSON `json:"retention_deleted"`
@@ -47,7 +49,7 @@ type retentionJSON struct {
 }
 
 func newStats(typ string) *statsJSON {
-	st := &statsJSON{Type: typ, Counts: make(map[store.State]int, len(store.States))}
+	st := &statsJSON{Type: typ, Counts: make(map[store.State]int, len(store.States)), MeanRetriesPerTask: new(float64)}
 	for _, s := range store.States {
 		st.Counts[s] = 0
 	}
@@ -70,8 +72,14 @@ func (st *statsJSON) add(ts *store.TypeStats) {
 	if st.Attempts > 0 {
 		st.RetryRate = float64(st.Retries) / float64(st.Attempts)
 	}
-	if st.firstAttempts > 0 {
-		st.MeanRetriesPerTask = float64(st.Retries) / float64(st.firstAttempts)
+	switch {
+	case st.firstAttempts > 0:
+		mean := float64(st.Retries) / float64(st.firstAttempts)
+		st.MeanRetriesPerTask = &mean
+	case st.Retries == 0:
+		st.MeanRetriesPerTask = new(float64)
+	default:
+		st.MeanRetriesPerTask = nil // retries, no first attempt: not 0
 	}
 }
 

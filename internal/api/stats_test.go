@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"maps"
 	"net/http"
 	"testing"
@@ -205,5 +206,34 @@ func testNodesShowOnlyTheLeaseHolderAsLeader(t *testing.T, backend string) {
 	}
 	if k := ns["killed"]; k["role"] == engine.RoleLeader {
 		t.Errorf("killed leader's row = %v; want it not shown as leader", k)
+	}
+}
+
+// TestMeanRetriesPerTaskIsNullWithoutFirstAttempts: a window holding
+// retries but no first attempt (every task in it was first tried earlier)
+// has no mean to give: it is null, not 0, which read as "no retries" next
+// to a retry rate of 100 %. A window holding neither has a mean of 0.
+func TestMeanRetriesPerTaskIsNullWithoutFirstAttempts(t *testing.T) {
+	for _, tc := range []struct {
+		first, retries int
+		want           string
+	}{
+		{0, 0, "0"},
+		{0, 3, "null"},
+		{2, 3, "1.5"},
+	} {
+		st := newStats("t")
+		st.add(&store.TypeStats{Type: "t", FirstAttempts: tc.first, Retries: tc.retries})
+		b, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(m["mean_retries_per_task"]); got != tc.want {
+			t.Errorf("%d first attempts, %d retries: mean_retries_per_task = %s, want %s", tc.first, tc.retries, got, tc.want)
+		}
 	}
 }

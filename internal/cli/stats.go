@@ -30,7 +30,7 @@ type apiStats struct {
 	Retries            int            `json:"retries"`
 	Failures           int            `json:"failures"`
 	RetryRate          float64        `json:"retry_rate"`
-	MeanRetriesPerTask float64        `json:"mean_retries_per_task"`
+	MeanRetriesPerTask *float64       `json:"mean_retries_per_task"`
 	RetentionDeleted   map[string]int `json:"retention_deleted"`
 }
 
