@@ -3,7 +3,6 @@ package api
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
@@ -45,12 +44,7 @@ const redactedValue = "REDACTED"
 // type is delivered, not the credentials it is delivered with.
 func redactTarget(t *engine.Target) *engine.Target {
 	c := *t
-	if u, err := url.Parse(t.URL); err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), redactedValue)
-		}
-		c.URL = u.String()
-	}
+	c.URL = engine.RedactURL(t.URL, redactedValue)
 	if len(t.Headers) > 0 {
 		c.Headers = make(map[string]string, len(t.Headers))
 		for k := range t.Headers {

@@ -153,15 +153,39 @@ func resolveTarget(t *Target, typeTimeout time.Duration) *pushTarget {
 	return pt
 }
 
-// redactURL returns raw with the password of its userinfo masked (net/http
-// sends userinfo as basic auth, so a target URL may carry credentials):
-// the form in which log lines name a target.
+// redactURL returns raw with its secrets masked (RedactURL): the form in
+// which log lines name a target.
 func redactURL(raw string) string {
+	return RedactURL(raw, "xxxxx")
+}
+
+// RedactURL returns a target URL with the values that may be credentials
+// replaced by mask: the password of its userinfo (net/http sends userinfo
+// as basic auth) and the value of every query parameter (webhook and API
+// URLs often carry a key or a signature there: ?api_key=..., ?sig=...).
+// The parameters' names stay, so an operator can still tell targets
+// apart. An unparsable URL gives "(unparsable URL)".
+func RedactURL(raw, mask string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "(unparsable URL)"
 	}
-	return u.Redacted()
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), mask)
+		}
+	}
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k, vs := range q {
+			for i := range vs {
+				vs[i] = mask
+			}
+			q[k] = vs
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
 }
 
 // pusher runs the push fetchers and deliveries of one engine.

@@ -32,7 +32,8 @@ func (b *logBuffer) String() string {
 }
 
 // TestPushLogsNeverShowTargetURLPassword: a target URL may carry basic-auth
-// credentials (net/http sends them as an Authorization header). The log
+// credentials (net/http sends them as an Authorization header), and keys in
+// its query (?api_key=...), which are masked too. The log
 // lines that name the target (active, updated, and each delivery at debug
 // level) must show the URL with its password masked, as net/http's own
 // error messages do, never the password itself.
@@ -50,7 +51,8 @@ func testPushLogsNeverShowTargetURLPassword(t *testing.T, backend string) {
 	var logs logBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	p := newPushEnvWith(t, backend, Config{Logger: log})
-	url := strings.Replace(srv.URL, "http://", "http://hook-user:"+password+"@", 1) + "/hook"
+	const apiKey = "q-k3y-456"
+	url := strings.Replace(srv.URL, "http://", "http://hook-user:"+password+"@", 1) + "/hook?api_key=" + apiKey + "&v=2"
 	p.putType("push.creds", fastPolicy(3), Target{URL: url})
 	id := p.enqueue("push.creds", `{}`)
 	p.wait(id, store.StateSucceeded)
@@ -72,7 +74,10 @@ func testPushLogsNeverShowTargetURLPassword(t *testing.T, backend string) {
 	if strings.Contains(out, password) {
 		t.Errorf("the log shows the target URL's password:\n%s", out)
 	}
-	if !strings.Contains(out, "hook-user:xxxxx@") {
-		t.Errorf("the log does not name the target with its password masked:\n%s", out)
+	if strings.Contains(out, apiKey) {
+		t.Errorf("the log shows the target URL's query values:\n%s", out)
+	}
+	if !strings.Contains(out, "hook-user:xxxxx@") || !strings.Contains(out, "/hook?api_key=xxxxx&v=xxxxx") {
+		t.Errorf("the log does not name the target with its password and query values masked:\n%s", out)
 	}
 }
