@@ -18,7 +18,7 @@ type Breaker struct {
 	consecutive int
 	win         window.Counter // A = calls, B = failures
 	openedAt    time.Time      // when the breaker last opened
-	roundStart  time.Time      // when the current round of probes began
+	lastProbe   time.Time      // when the newest probe of the current round was let through
 	inFlight    int            // probes let through and not yet answered
 	probeOK     int            // probe successes since half-open
 	gen         uint64         // bumped at every state change and probe round
@@ -64,7 +64,7 @@ func (b *Breaker) moveTo(to State, now time.Time, reason string, ts *transitions
 		b.openedAt = now
 		b.inFlight, b.probeOK = 0, 0
 	case HalfOpen:
-		b.roundStart = now
+		b.lastProbe = now
 		b.inFlight, b.probeOK = 0, 0
 	case Closed:
 		b.consecutive = 0
@@ -116,17 +116,24 @@ func (b *Breaker) admit(now time.Time, ts *transitions) (ok bool, retryAt time.T
 	case Open:
 		retryAt = b.openedAt.Add(b.cfg.CoolDown)
 	case HalfOpen:
-		if b.inFlight >= b.cfg.HalfOpenProbes && !now.Before(b.roundStart.Add(b.cfg.CoolDown)) {
-			// Probes never answered: start a new round; their answers, if
-			// they ever come, belong to the old one.
-			b.roundStart, b.inFlight = now, 0
+		if b.inFlight >= b.cfg.HalfOpenProbes && !now.Before(b.lastProbe.Add(b.cfg.CoolDown)) {
+			// Probes never answered, the newest of them for a whole
+			// cool-down: start a new round; their answers, if they ever
+			// come, belong to the old one. Timing the round from its
+			// newest probe, not its start, gives a probe let through late
+			// in the round (after another was answered) a whole cool-down
+			// too.
+			b.inFlight = 0
 			b.gen++
 		}
 		if b.inFlight < b.cfg.HalfOpenProbes {
 			b.inFlight++
+			if now.After(b.lastProbe) { // a clock stepped back shortens no wait
+				b.lastProbe = now
+			}
 			ok, probe = true, true
 		} else {
-			retryAt = b.roundStart.Add(b.cfg.CoolDown)
+			retryAt = b.lastProbe.Add(b.cfg.CoolDown)
 		}
 	}
 	return ok, retryAt, probe

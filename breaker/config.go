@@ -29,7 +29,8 @@ type Config struct {
 	// default 12, at most 3600.
 	Buckets int
 	// CoolDown is how long the breaker stays open before probing, and how
-	// long an unanswered round of probes is waited for; default 30s.
+	// long a round of probes is waited for once all are out: a cool-down
+	// after its newest probe was let through; default 30s.
 	CoolDown time.Duration
 	// HalfOpenProbes is how many calls a half-open breaker lets through
 	// before it hears back; default 1.

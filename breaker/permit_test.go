@@ -210,3 +210,41 @@ func TestConcurrentProbesNeverExceedHalfOpenProbes(t *testing.T) {
 		t.Fatalf("%d probes of one round out at once, want at most %d", worst, probes)
 	}
 }
+
+// A round of probes is given up on only once its newest probe has gone a
+// whole cool-down unanswered: a probe let through late in the round (after
+// an earlier one succeeded) is waited for as long as the first, so its
+// failure reopens the breaker and no second probe joins it meanwhile.
+func TestProbeLetThroughLateInRoundIsWaitedForAWholeCoolDown(t *testing.T) {
+	var rec recorder
+	b := mustNew(t, Config{ConsecutiveFailures: 1, CoolDown: 10 * time.Second, OnStateChange: rec.hook})
+	mustAcquire(t, b, t0).Failure(t0)
+	half := t0.Add(10 * time.Second)
+	mustAcquire(t, b, half).Success(half.Add(9 * time.Second))
+	late := mustAcquire(t, b, half.Add(9*time.Second)) // the round's second probe
+	_, err := b.Acquire(half.Add(10 * time.Second))
+	var oe *OpenError
+	if !errors.As(err, &oe) {
+		t.Fatalf("a second probe let through while the late one was out 1s of its 10s: %v", err)
+	}
+	if want := half.Add(19 * time.Second); !oe.RetryAt.Equal(want) {
+		t.Fatalf("RetryAt +%v, want +%v (a cool-down after the late probe)", oe.RetryAt.Sub(t0), want.Sub(t0))
+	}
+	late.Failure(half.Add(11 * time.Second))
+	if s := b.State(half.Add(11 * time.Second)); s != Open {
+		t.Fatalf("the late probe's failure left the breaker %v; transitions %s", s, rec.String())
+	}
+	// Without permits the same holds.
+	a := mustNew(t, Config{ConsecutiveFailures: 1, CoolDown: 10 * time.Second})
+	a.Failure(t0)
+	if ok, _ := a.Allow(half); !ok {
+		t.Fatal("first probe refused")
+	}
+	a.Success(half.Add(9 * time.Second))
+	if ok, _ := a.Allow(half.Add(9 * time.Second)); !ok {
+		t.Fatal("second probe refused")
+	}
+	if ok, at := a.Allow(half.Add(10 * time.Second)); ok || !at.Equal(half.Add(19*time.Second)) {
+		t.Fatalf("Allow while the late probe is out: %v, +%v", ok, at.Sub(t0))
+	}
+}
