@@ -12,6 +12,7 @@ import (
 
 var (
 	terminationSignals           = []os.Signal{os.Interrupt}
+	hangupSignals                = []os.Signal(nil)
 	brokenPipeSignals            = []os.Signal(nil)
 	sigTERM            os.Signal = os.Kill
 	sigKILL            os.Signal = os.Kill
@@ -24,6 +25,8 @@ func signalGroup(pid int, sig os.Signal) {
 		_ = p.Signal(sig)
 	}
 }
+
+func signalProcess(pid int, sig os.Signal) { signalGroup(pid, sig) }
 
 func exitStatus(state *os.ProcessState) (int, string) {
 	if state == nil {

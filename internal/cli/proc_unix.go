@@ -12,6 +12,11 @@ import (
 // terminationSignals are the signals retryq forwards to the running attempt.
 var terminationSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
 
+// hangupSignals are the signals of a closed terminal or session. "retryq
+// run" forwards them too, rather than die and leave running an attempt
+// whose own process group the terminal does not signal.
+var hangupSignals = []os.Signal{syscall.SIGHUP}
+
 // brokenPipeSignals are the signals a write to a pipe nobody reads raises.
 // The worker catches them so that such a write to its standard output or
 // error fails instead of killing it (Go's default for fds 1 and 2); caught,
@@ -38,6 +43,16 @@ func signalGroup(pgid int, sig os.Signal) {
 		return
 	}
 	_ = syscall.Kill(-pgid, s)
+}
+
+// signalProcess sends sig to the process pid alone. A process that is
+// already gone is not an error.
+func signalProcess(pid int, sig os.Signal) {
+	s, ok := sig.(syscall.Signal)
+	if !ok || pid <= 0 {
+		return
+	}
+	_ = syscall.Kill(pid, s)
 }
 
 // exitStatus returns the status a shell would report for a finished

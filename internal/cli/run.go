@@ -29,9 +29,13 @@ way that is not retried, or attempts or time run out. Standard input, output
 and error pass through (standard input is shared by all attempts).
 
 Each attempt runs in its own process group with RETRYQ_ATTEMPT and
-RETRYQ_MAX_ATTEMPTS in its environment. SIGINT and SIGTERM sent to retryq are
-forwarded to the running attempt's process group and stop retrying. Every
-attempt is logged to standard error, followed by a summary line. The exit
+RETRYQ_MAX_ATTEMPTS in its environment. SIGINT, SIGTERM and SIGHUP sent to
+retryq are forwarded to the running attempt's process group and stop retrying.
+When standard input, output or error is retryq's controlling terminal, attempts
+run in retryq's own process group instead, so that they can read the terminal
+and get its Ctrl-C and Ctrl-Z; signals and --timeout then reach only the
+attempt's own process, not the processes it started. Every attempt is logged
+to standard error, followed by a summary line. The exit
 status is the last attempt's (128+N for death by signal N; 127 if COMMAND
 cannot be found, 126 if it cannot be run). An attempt stopped by --timeout
 has failed even if it exits 0 on SIGTERM; if it is the last, the status is
@@ -39,7 +43,9 @@ has failed even if it exits 0 on SIGTERM; if it is the last, the status is
 
 Exit codes are matched as codes "exit:N": --retry-on-exit 1,75 makes only
 exits 1 and 75 (and timed-out attempts) retryable; --no-retry-on-exit 2,64
-makes exits 2 and 64 final. Without either list every failure is retried.
+makes exits 2 and 64 final. Without either list every failure is retried,
+except death by SIGPIPE once retryq's standard output or error has no reader
+left (as in "retryq run -- COMMAND | head -1"): that is final.
 
 Durations take Go syntax (500ms, 30s, 1m30s) or seconds (0.5, 30).
 `

@@ -59,28 +59,41 @@ func (o outcome) err(timeout time.Duration) error {
 	}
 }
 
-// procGroup tracks the running attempt's process group and the signal that
-// stopped retryq, so that a signal arriving at any moment reaches the
-// attempt: one already running, or one just starting.
+// procGroup tracks the running attempt and the signal that stopped
+// retryq, so that a signal arriving at any moment reaches the attempt: one
+// already running, or one just starting. An attempt normally leads its own
+// process group and is signalled as a group; one sharing retryq's group
+// (see runner.shareGroup) is signalled alone.
 type procGroup struct {
 	mu      sync.Mutex
-	pgid    int
+	pid     int  // the attempt's process; 0 when none runs
+	own     bool // the attempt leads its own process group
 	stopSig os.Signal
 }
 
-func (g *procGroup) started(pgid int) {
+// signalAttempt sends sig to an attempt's process group, or to its process
+// alone when it shares retryq's group.
+func signalAttempt(pid int, own bool, sig os.Signal) {
+	if own {
+		signalGroup(pid, sig)
+	} else {
+		signalProcess(pid, sig)
+	}
+}
+
+func (g *procGroup) started(pid int, own bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.pgid = pgid
+	g.pid, g.own = pid, own
 	if g.stopSig != nil {
-		signalGroup(pgid, g.stopSig)
+		signalAttempt(pid, own, g.stopSig)
 	}
 }
 
 func (g *procGroup) exited() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.pgid = 0
+	g.pid = 0
 }
 
 // note records sig as the reason to stop (the first one counts) without
@@ -98,8 +111,8 @@ func (g *procGroup) stop(sig os.Signal) {
 	g.note(sig)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.pgid != 0 {
-		signalGroup(g.pgid, sig)
+	if g.pid != 0 {
+		signalAttempt(g.pid, g.own, sig)
 	}
 }
 
@@ -109,10 +122,11 @@ func (g *procGroup) stopSignal() os.Signal {
 	return g.stopSig
 }
 
-// attempt runs the command once, as attempt n, in its own process group.
-// With a timeout, the group gets SIGTERM when it expires and SIGKILL after
-// the grace period; once the attempt's main process has exited, whatever is
-// left of a timed-out group is killed at once.
+// attempt runs the command once, as attempt n, in its own process group
+// (or in retryq's, see runner.shareGroup). With a timeout, the group gets
+// SIGTERM when it expires and SIGKILL after the grace period; once the
+// attempt's main process has exited, whatever is left of a timed-out group
+// is killed at once.
 func (r *runner) attempt(n int) outcome {
 	start := time.Now()
 	cmd := exec.Command(r.o.argv[0], r.o.argv[1:]...)
@@ -121,7 +135,10 @@ func (r *runner) attempt(n int) outcome {
 		"RETRYQ_ATTEMPT="+strconv.Itoa(n),
 		"RETRYQ_MAX_ATTEMPTS="+strconv.Itoa(r.maxAttempts))
 	cmd.WaitDelay = r.o.grace // bounds waiting for pipes held open by leftovers
-	setProcessGroup(cmd)
+	own := !r.shareGroup
+	if own {
+		setProcessGroup(cmd)
+	}
 	if err := cmd.Start(); err != nil {
 		status := 126
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
@@ -129,8 +146,8 @@ func (r *runner) attempt(n int) outcome {
 		}
 		return outcome{status: status, startErr: err, elapsed: time.Since(start)}
 	}
-	pgid := cmd.Process.Pid
-	r.group.started(pgid)
+	pid := cmd.Process.Pid
+	r.group.started(pid, own)
 	defer r.group.exited()
 	waited := make(chan struct{})
 	go func() {
@@ -151,16 +168,18 @@ func (r *runner) attempt(n int) outcome {
 	case <-waited:
 	case <-timeoutC:
 		timedOut = true
-		signalGroup(pgid, sigTERM)
+		signalAttempt(pid, own, sigTERM)
 		grace := time.NewTimer(r.o.grace)
 		select {
 		case <-waited:
 		case <-grace.C:
-			signalGroup(pgid, sigKILL)
+			signalAttempt(pid, own, sigKILL)
 			<-waited
 		}
 		grace.Stop()
-		signalGroup(pgid, sigKILL) // leftovers of the group
+		if own {
+			signalGroup(pid, sigKILL) // leftovers of the group
+		}
 	}
 	status, sig := exitStatus(cmd.ProcessState)
 	return outcome{status: status, signal: sig, timedOut: timedOut, elapsed: time.Since(start)}

@@ -68,3 +68,30 @@ func TestRunBreakerIgnoresInterruptedAttempt(t *testing.T) {
 		t.Fatalf("records: %v", records)
 	}
 }
+
+// The attempt at which --breaker opens is logged with its own class (the
+// breaker, not the failure, is what stops the run) and, in JSON, with the
+// stop the summary gives, circuit_open, not as a non-retryable failure.
+func TestRunBreakerOpenAttemptKeepsItsClass(t *testing.T) {
+	dir := t.TempDir()
+	_, _, stderr := runRetryq(t, dir, "run", "--attempts", "5", "--delay", "10ms", "--breaker", "2", "--", "false")
+	if !strings.Contains(stderr, "attempt 2/5 exit=1 class=unknown circuit breaker open after 2 consecutive failures") {
+		t.Errorf("text log:\n%s", stderr)
+	}
+	_, _, stderr = runRetryq(t, dir, "run", "--attempts", "5", "--delay", "10ms", "--breaker", "2", "--log-format", "json", "--", "false")
+	var records []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not JSON: %q", l)
+		}
+		records = append(records, m)
+	}
+	if len(records) != 3 {
+		t.Fatalf("records: %v", records)
+	}
+	open, sum := records[1], records[2]
+	if open["class"] != "unknown" || open["stop"] != "circuit_open" || open["breaker_open"] != true || sum["stop"] != "circuit_open" {
+		t.Errorf("breaker's attempt %v, summary %v: want class unknown and stop circuit_open", open, sum)
+	}
+}

@@ -47,17 +47,22 @@ func (l *runLog) attempt(a retry.AttemptInfo, o outcome, timeout time.Duration, 
 			"class", a.Class.String(), "code", a.Code, "delay_seconds", a.Delay.Seconds(),
 			"elapsed_seconds", o.elapsed.Seconds(),
 		}
+		if o.startErr != nil {
+			// Why the command did not start, as the text log's error=.
+			attrs = append(attrs, "error", o.startErr.Error())
+		}
 		if o.signal != "" {
 			attrs = append(attrs, "signal", o.signal)
 		}
 		if o.timedOut {
-			attrs = append(attrs, "timed_out", true)
+			attrs = append(attrs, "timed_out", true, "timeout_seconds", timeout.Seconds())
 		}
-		if a.Stop != retry.StopNone {
+		switch {
+		case breakerOpenedAt > 0:
+			// The breaker stopped the run, as the summary says.
+			attrs = append(attrs, "stop", "circuit_open", "breaker_open", true)
+		case a.Stop != retry.StopNone:
 			attrs = append(attrs, "stop", string(a.Stop))
-		}
-		if breakerOpenedAt > 0 {
-			attrs = append(attrs, "breaker_open", true)
 		}
 		l.json.Info("attempt", attrs...)
 		return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/signal"
+	"slices"
 	"time"
 
 	"github.com/retryq/retryq/breaker"
@@ -19,14 +20,24 @@ type runner struct {
 	log         *runLog
 	br          *breaker.Breaker // nil without --breaker
 	group       procGroup
+	// shareGroup runs attempts in retryq's own process group instead of
+	// one each: a standard stream is retryq's controlling terminal, and an
+	// attempt in a group of its own, which is not the terminal's
+	// foreground group, would be stopped (SIGTTIN, SIGTTOU) as soon as it
+	// read from it or changed its settings, and retryq would wait for it
+	// forever. Sharing the group, it gets the terminal's signals (Ctrl-C,
+	// Ctrl-Z, hangup) with retryq, as a shell's job does.
+	shareGroup bool
 
-	attempts    int     // attempts started
-	last        outcome // the latest attempt's outcome
-	circuitOpen bool    // the breaker stopped retrying
+	attempts    int         // attempts started
+	last        outcome     // the latest attempt's outcome
+	circuitOpen bool        // the breaker stopped retrying
+	openClass   retry.Class // the class of the failure that opened the breaker
 }
 
 func newRunner(env *Env, o *runOptions) *runner {
-	r := &runner{env: env, o: o, maxAttempts: o.policy.WithDefaults().MaxAttempts}
+	r := &runner{env: env, o: o, maxAttempts: o.policy.WithDefaults().MaxAttempts,
+		shareGroup: onControllingTerminal(env.Stdin, env.Stdout, env.Stderr)}
 	r.log = newRunLog(env.Stderr, o.logFormat, r.maxAttempts)
 	if o.breaker > 0 {
 		// Validated flags make this config valid; the run ends before any
@@ -42,7 +53,7 @@ func (r *runner) run(parent context.Context) int {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, terminationSignals...)
+	signal.Notify(sigs, slices.Concat(terminationSignals, hangupSignals)...)
 	defer signal.Stop(sigs)
 	done := make(chan struct{})
 	defer close(done)
@@ -100,12 +111,21 @@ func (r *runner) op(ctx context.Context) error {
 		return nil
 	}
 	err := r.last.err(r.o.timeout)
-	if r.br != nil && r.breakerDecides(ctx, err) {
+	if r.last.signal == "PIPE" && outputReaderGone(r.env.Stdout, r.env.Stderr) {
+		// Killed writing to an output whose reader has gone ("retryq run
+		// -- cmd | head -1"): every further attempt would run the command
+		// again only to write into the same broken pipe.
+		return retry.Permanent(err)
+	}
+	if r.br == nil {
+		return err
+	}
+	if class, counted := r.breakerDecides(ctx, err); counted {
 		now := time.Now()
 		r.br.Failure(now)
 		if r.br.State(now) == breaker.Open {
-			r.circuitOpen = true
-			return retry.Permanent(err)
+			r.circuitOpen, r.openClass = true, class
+			return retry.Permanent(err) // final because of the breaker, not of its class
 		}
 	}
 	return err
@@ -114,16 +134,22 @@ func (r *runner) op(ctx context.Context) error {
 // breakerDecides reports whether a failed attempt is one the breaker
 // counts: one the policy would retry. An attempt that fails permanently or
 // is the last ends the run for that reason, and one ended by retryq's own
-// interruption is no failure of the command.
-func (r *runner) breakerDecides(ctx context.Context, err error) bool {
+// interruption is no failure of the command. It returns the failure's
+// class under the policy too.
+func (r *runner) breakerDecides(ctx context.Context, err error) (retry.Class, bool) {
 	if ctx.Err() != nil || r.attempts >= r.maxAttempts {
-		return false
+		return retry.ClassUnknown, false
 	}
 	class, _, _ := r.o.policy.Classify(err)
-	return class != retry.ClassPermanent
+	return class, class != retry.ClassPermanent
 }
 
 func (r *runner) hook(a retry.AttemptInfo) {
+	if r.circuitOpen {
+		// retry.Do saw the failure made permanent by the breaker: log the
+		// class the policy gave it.
+		a.Class = r.openClass
+	}
 	r.log.attempt(a, r.last, r.o.timeout, r.breakerThreshold())
 }
 

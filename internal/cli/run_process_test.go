@@ -365,3 +365,106 @@ func TestRunPassesStdioAndAttemptNumber(t *testing.T) {
 		t.Fatalf("%q %v", out, err)
 	}
 }
+
+// TestRunJSONLogNamesStartError: a command that cannot be started is
+// logged in JSON with the reason, as the text log's error= says it: an
+// exit code of 127 and code start_failed alone do not tell a missing
+// program from one that is not executable.
+func TestRunJSONLogNamesStartError(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	status, _, stderr := runRetryq(t, dir, "run", "--attempts", "3", "--log-format", "json", "--", missing)
+	if status != 127 {
+		t.Fatalf("status %d\n%s", status, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want an attempt and a summary:\n%s", stderr)
+	}
+	var first map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+		t.Fatalf("not JSON: %q", lines[0])
+	}
+	msg, _ := first["error"].(string)
+	if first["msg"] != "attempt" || first["code"] != "start_failed" || !strings.Contains(msg, missing) {
+		t.Fatalf("attempt record %v: want the start error naming %s", first, missing)
+	}
+}
+
+// A hangup (the terminal or SSH session closed) stops retryq like SIGINT
+// and SIGTERM: it reaches the attempt's process group, which is not the
+// terminal's, instead of killing retryq and leaving the attempt running.
+func TestRunForwardsSIGHUP(t *testing.T) {
+	dir := t.TempDir()
+	ready, marker, runs := filepath.Join(dir, "ready"), filepath.Join(dir, "marker"), filepath.Join(dir, "runs")
+	job := script(t, dir, "job.sh", "trap 'echo HUP > "+marker+"; exit 129' HUP\n"+
+		"echo run >> "+runs+"\necho $$ > "+ready+".tmp\nmv "+ready+".tmp "+ready+"\nwhile :; do sleep 0.05; done\n")
+	cmd, lines := startRetryq(t, dir, "run", "--attempts", "5", "--delay", "10ms", "--", job)
+	waitFor(t, "the attempt to start", func() bool { _, err := os.Stat(ready); return err == nil })
+	b, err := os.ReadFile(ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) }) // an attempt left running
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	out := readUntil(t, lines, "retryq: interrupted")
+	cmd.Wait()
+	if status := cmd.ProcessState.ExitCode(); status != 129 {
+		t.Fatalf("status %d\n%s", status, strings.Join(out, "\n"))
+	}
+	waitFor(t, "the attempt's group to end", func() bool { return !groupAlive(t, pgid) })
+	if b, err := os.ReadFile(marker); err != nil || string(b) != "HUP\n" {
+		t.Fatalf("child did not get SIGHUP: %q %v", b, err)
+	}
+	if countLines(t, runs) != 1 {
+		t.Fatalf("retried after SIGHUP: %d runs", countLines(t, runs))
+	}
+	if joined := strings.Join(out, "\n"); !strings.Contains(joined, "interrupted by SIGHUP after 1 attempt") {
+		t.Fatalf("stderr:\n%s", joined)
+	}
+}
+
+// An attempt killed by SIGPIPE because its output's reader went away (as
+// in "retryq run -- cmd | head -1") is not retried: every further attempt
+// would write into the same broken pipe, after running the command's side
+// effects again.
+func TestRunAttemptKilledByClosedOutputIsNotRetried(t *testing.T) {
+	dir := t.TempDir()
+	runs := filepath.Join(dir, "runs")
+	job := script(t, dir, "talk.sh", "echo run >> "+runs+"\nwhile :; do echo line; done\n")
+	cmd := retryqCmd(t, dir, "run", "--attempts", "3", "--delay", "10ms", "--", job)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "line\n" {
+		t.Fatalf("first line %q, %v", line, err)
+	}
+	out.Close() // the reader goes away, as head does
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		t.Fatalf("retryq did not finish:\n%s", errOut.String())
+	}
+	stderr := errOut.String()
+	if n := countLines(t, runs); n != 1 || cmd.ProcessState.ExitCode() != 141 {
+		t.Fatalf("%d attempts, status %d, want 1 attempt and 141:\n%s", n, cmd.ProcessState.ExitCode(), stderr)
+	}
+	if !strings.Contains(stderr, "attempt 1/3 signal=PIPE class=permanent not retryable, giving up") {
+		t.Fatalf("stderr:\n%s", stderr)
+	}
+}

@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,5 +31,25 @@ func TestRunTimedOutAttemptExitLogLine(t *testing.T) {
 		"--timeout", "300ms", "--grace", "2s", "--", job)
 	if strings.Contains(stderr, "signal=exit=") || !strings.Contains(stderr, "attempt 1/2 timeout=300ms exit=3 class=transient next in 10ms") {
 		t.Fatalf("malformed attempt line:\n%s", stderr)
+	}
+}
+
+// A timed-out attempt's JSON record states the limit it ran into, as the
+// text line's timeout= does.
+func TestRunJSONLogStatesTimeout(t *testing.T) {
+	dir := t.TempDir()
+	job := script(t, dir, "job.sh", "trap 'exit 3' TERM\nwhile :; do sleep 0.05; done\n")
+	_, _, stderr := runRetryq(t, dir, "run", "--attempts", "1", "--timeout", "300ms", "--grace", "2s", "--log-format", "json", "--", job)
+	var m map[string]any
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "{") { // not the shell's own messages
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("not JSON: %q", l)
+			}
+			break
+		}
+	}
+	if m["msg"] != "attempt" || m["timed_out"] != true || m["timeout_seconds"] != 0.3 || m["exit_code"] != 3.0 {
+		t.Fatalf("attempt record %v: want timed_out, timeout_seconds 0.3 and exit_code 3", m)
 	}
 }

@@ -1,0 +1,7 @@
+//go:build !(linux || darwin || freebsd || netbsd || openbsd || dragonfly)
+
+package cli
+
+// onControllingTerminal reports false where retryq cannot ask a terminal
+// for its foreground process group: attempts get their own process groups.
+func onControllingTerminal(...any) bool { return false }
