@@ -41,12 +41,12 @@ the server, CMD is stopped and its outcome dropped. An outcome the server
 cannot take yet (it is unreachable or answers 5xx, say while it restarts)
 is retried until the lease would expire.
 
-SIGINT or SIGTERM stops leasing and lets running commands finish for up to
+SIGINT, SIGTERM or SIGHUP stops leasing and lets running commands finish for up to
 --grace; commands still running then are stopped (SIGTERM, then SIGKILL to
 their process group) and their attempts failed as retryable. A second
 signal stops them at once.
 
-Exit status: 0 after SIGINT or SIGTERM; 1 when the server refuses the
+Exit status: 0 after SIGINT, SIGTERM or SIGHUP; 1 when the server refuses the
 worker's lease requests (a bad token, an unknown route, a type that has a
 push target), once the running commands are done; 2 on a usage error.
 
@@ -206,7 +206,11 @@ type leasedTask struct {
 
 func (w *pullWorker) run(ctx context.Context) int {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, terminationSignals...)
+	// A hangup (the terminal closed, the SSH session dropped) stops the
+	// worker as gracefully as SIGTERM: its commands run in their own
+	// process groups, which the terminal does not signal, and would be
+	// left running unsupervised if it killed the worker.
+	signal.Notify(sigs, slices.Concat(terminationSignals, hangupSignals)...)
 	defer signal.Stop(sigs)
 	if len(brokenPipeSignals) > 0 {
 		pipes := make(chan os.Signal, 1) // never read: Notify drops what does not fit

@@ -470,3 +470,71 @@ func startWorkerProcess(t *testing.T, dir string, args ...string) *lockedBuffer 
 	})
 	return stderr
 }
+
+// TestWorkerStopsGracefullyOnHangup: a closed terminal or dropped SSH
+// session (SIGHUP) stops the worker as SIGTERM does: no new tasks, the
+// running command finishes and is reported, and the worker exits 0. The
+// signal used to kill the worker outright, leaving its commands running
+// unsupervised in their own process groups and their leases to expire.
+func TestWorkerStopsGracefullyOnHangup(t *testing.T) {
+	if len(hangupSignals) == 0 {
+		t.Skip("no hangup signal on this system")
+	}
+	s := startAPIServer(t, nil)
+	dir := t.TempDir()
+	handler := filepath.Join(dir, "handler.sh")
+	writeTestFile(t, handler, `touch "`+dir+`/started"; i=0; while [ ! -e "`+dir+`/release" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done`)
+	cmd := exec.Command(os.Args[0], "worker", "--server", s.url, "--types", "cli.hup", "--exec", "sh "+handler,
+		"--worker-id", "hup-worker", "--grace", "30s")
+	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
+	var stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		writeTestFile(t, filepath.Join(dir, "release"), "")
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	diag := func() string { return "worker stderr:\n" + stderr.String() }
+
+	var task apiTask
+	s.cliJSON(t, &task, "enqueue", "cli.hup")
+	pollUntil(t, 20*time.Second, "the command to start", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "started"))
+		return err == nil
+	}, diag)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, 10*time.Second, "the worker to acknowledge SIGHUP", func() bool {
+		select {
+		case <-exited:
+			return true
+		default:
+		}
+		return strings.Contains(stderr.String(), "no new tasks; letting running commands finish")
+	}, diag)
+	writeTestFile(t, filepath.Join(dir, "release"), "")
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("worker exit after SIGHUP: %v\n%s", waitErr, diag())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the worker did not exit after SIGHUP\n%s", diag())
+	}
+	s.cliJSON(t, &task, "tasks", "get", task.ID)
+	if task.State != "succeeded" {
+		t.Errorf("task after a hangup: %s, want succeeded (the command finished and was reported)\n%s", task.State, diag())
+	}
+}
