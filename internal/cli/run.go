@@ -38,8 +38,9 @@ attempt's own process, not the processes it started. Every attempt is logged
 to standard error, followed by a summary line. The exit
 status is the last attempt's (128+N for death by signal N; 127 if COMMAND
 cannot be found, 126 if it cannot be run). An attempt stopped by --timeout
-has failed even if it exits 0 on SIGTERM; if it is the last, the status is
-124, as with timeout(1).
+has failed even if it exits 0 on SIGTERM; when the last attempt timed out
+and still exited 0, the status is 124, as with timeout(1) (one killed by the
+timeout's SIGTERM or SIGKILL gives 143 or 137, by the rule above).
 
 Exit codes are matched as codes "exit:N": --retry-on-exit 1,75 makes only
 exits 1 and 75 (and timed-out attempts) retryable; --no-retry-on-exit 2,64
