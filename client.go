@@ -269,6 +269,13 @@ type NewTask struct {
 // Payloads and options are taken as Enqueue takes them; an invalid task,
 // or an empty batch, is an ErrInvalid error naming it (tasks[i]), and
 // nothing is enqueued.
+//
+// When ctx has ended before the batch's insert was sent to the database,
+// EnqueueMany returns ctx's error and nothing is enqueued. Unlike Enqueue,
+// it does not wait for an insert under way: when ctx ends during the
+// commit it can return ctx's error although the batch was stored (on
+// PostgreSQL), as a lost connection can. Give the tasks idempotency keys
+// to be able to try again safely.
 func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueResult, error) {
 	if err := c.check(false); err != nil {
 		return nil, fmt.Errorf("enqueue tasks: %w", err)

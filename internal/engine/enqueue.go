@@ -210,7 +210,10 @@ const (
 var errAbandoned = errors.New("enqueue abandoned by its caller")
 
 // EnqueueMany validates and enqueues a batch atomically: all tasks are
-// inserted in one transaction, or none when any is invalid.
+// inserted in one transaction, or none when any is invalid. The insert
+// runs under ctx: when ctx ends during the commit, the store may stop
+// waiting for it (PostgreSQL does) and the error is ctx's although the
+// batch may have been stored (see Client.EnqueueMany).
 func (e *Engine) EnqueueMany(ctx context.Context, rs []EnqueueRequest) ([]store.InsertResult, error) {
 	if len(rs) == 0 {
 		return nil, fieldErr("tasks", "must not be empty")

@@ -295,8 +295,30 @@ func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTas
 			}
 		}
 	}
+	// Once the first insert has committed, the batch is stored: its
+	// caller must be told what was stored, not that its insert failed, so
+	// the statements after it no longer end with the caller's ctx (a
+	// caller retrying a batch it was told failed would enqueue its keyless
+	// tasks twice). They end after committedTimeout, or when the store
+	// closes, instead.
+	var settled context.Context
+	stop := func() {}
+	defer func() { stop() }()
+	settle := func() context.Context {
+		if settled == nil {
+			var cancel context.CancelFunc
+			settled, cancel = context.WithTimeout(context.WithoutCancel(ctx), committedTimeout)
+			unwatch := context.AfterFunc(s.bgCtx, cancel)
+			stop = func() { unwatch(); cancel() }
+		}
+		return settled
+	}
 	for round := 1; len(r) > 0; round++ {
-		vanished, err := s.insertKeyedRound(ctx, tasks, byID, byKey, r, results)
+		insCtx := ctx
+		if round > 1 {
+			insCtx = settle()
+		}
+		vanished, err := s.insertKeyedRound(insCtx, settle, tasks, byID, byKey, r, results)
 		if err != nil {
 			return nil, translate(op, err)
 		}
@@ -327,11 +349,18 @@ func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTas
 	return results, nil
 }
 
-// insertKeyedRound inserts r and fills in the results of its tasks (byID
-// and byKey map their ids and keys to input indexes): inserted, or
-// duplicates of the tasks that hold their keys. It returns the keys whose
-// tasks it found neither inserted nor existing.
-func (s *Store) insertKeyedRound(ctx context.Context, tasks []store.NewTask, byID, byKey map[string]int, r insertRows, results []store.InsertResult) ([]string, error) {
+// committedTimeout bounds the statements of a keyed insert after its first
+// insert committed (see insertKeyed), which its caller's ctx no longer
+// ends: one indexed read, and rarely another insert, which wait only for a
+// lock held over the whole table (a migration) or a lost connection.
+const committedTimeout = 30 * time.Second
+
+// insertKeyedRound inserts r with ctx and fills in the results of its
+// tasks (byID and byKey map their ids and keys to input indexes):
+// inserted, or duplicates of the tasks that hold their keys, read with the
+// context settle returns once the insert committed. It returns the keys
+// whose tasks it found neither inserted nor existing.
+func (s *Store) insertKeyedRound(ctx context.Context, settle func() context.Context, tasks []store.NewTask, byID, byKey map[string]int, r insertRows, results []store.InsertResult) ([]string, error) {
 	sql := insertKeyedSQL
 	if s.cfg.PollOnly {
 		sql = insertTasksSQL
@@ -361,7 +390,7 @@ func (s *Store) insertKeyedRound(ctx context.Context, tasks []store.NewTask, byI
 	if len(missingKeys) == 0 {
 		return nil, nil
 	}
-	rows, err = s.pool.Query(ctx, "SELECT "+taskCols+" FROM tasks t WHERE t.idempotency_key = ANY($1)", missingKeys)
+	rows, err = s.pool.Query(settle(), "SELECT "+taskCols+" FROM tasks t WHERE t.idempotency_key = ANY($1)", missingKeys)
 	if err != nil {
 		return nil, err
 	}

@@ -125,3 +125,104 @@ func TestKeyedInsertWhoseDuplicateRetentionDeletedInsertsAnew(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyedInsertAnswersItsCommitAfterItsCallerGaveUp: a keyed insert
+// commits its rows in one statement and reads the tasks holding its taken
+// keys in another. Once the first has committed, the batch is stored, so a
+// caller whose ctx ends before the read must still be told what was stored.
+// It used to be told the insert failed (context canceled) while its
+// keyless tasks were committed: retried, they were enqueued twice, and
+// EnqueueMany's "all or none" did not hold.
+func TestKeyedInsertAnswersItsCommitAfterItsCallerGaveUp(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	s := openURL(t, url, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	// Another transaction holds "k", uncommitted: the insert waits for it.
+	x := connect(t, url)
+	tx, err := x.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	row := rowOfTask("holder", "x", nil, t0)
+	key := "k"
+	row.key = &key
+	if _, err := tx.Exec(ctx, insertTasksSQL, insertRows{row}.args()...); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		res []store.InsertResult
+		err error
+	}
+	done := make(chan answer, 1)
+	callCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	go func() {
+		res, err := s.InsertTasks(callCtx, store.InsertParams{Now: t0.Add(time.Second), Tasks: []store.NewTask{
+			{ID: "free", Type: "x"}, {ID: "mine", Type: "x", IdempotencyKey: "k"}}})
+		done <- answer{res, err}
+	}()
+	w := connect(t, url)
+	waiting := func(what, like string) {
+		t.Helper()
+		waitUntil(t, w, what, `SELECT count(*) > 0 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, like)
+	}
+	waiting("the keyed insert to wait for the other transaction's key", "%INSERT INTO tasks%")
+	// A third session queues for the whole table behind the insert: it
+	// gets the table once the insert committed, and holds the read-back.
+	y := connect(t, url)
+	ytx, err := y.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ytx.Rollback(context.Background()) }()
+	locked := make(chan error, 1)
+	go func() {
+		_, err := ytx.Exec(ctx, "LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")
+		locked <- err
+	}()
+	waiting("the table lock to queue behind the insert", "LOCK TABLE%")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatal(err)
+	}
+	waiting("the read-back of the taken key to wait for the table", "%idempotency_key = ANY%")
+	giveUp()
+	// The read must not give up with its caller: no answer may come before
+	// the table is free. (A wrongly cancelled read answers within
+	// milliseconds; waiting longer only slows the passing case.)
+	var a answer
+	got := false
+	select {
+	case a = <-done:
+		got = true
+	case <-time.After(2 * time.Second):
+	}
+	if err := ytx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !got {
+		select {
+		case a = <-done:
+		case <-ctx.Done():
+			t.Fatal("the keyed insert never answered")
+		}
+	}
+	if _, err := s.GetTask(ctx, "free"); err != nil {
+		t.Fatalf("keyless task of the batch: %v; want it stored", err)
+	}
+	if a.err != nil {
+		t.Fatalf("insert whose caller gave up after its commit: %v; want its results (its tasks are stored)", a.err)
+	}
+	if r := a.res[0]; r.Duplicate || r.Task.ID != "free" {
+		t.Errorf("result 0 = %s (duplicate %v); want free inserted", r.Task.ID, r.Duplicate)
+	}
+	if r := a.res[1]; !r.Duplicate || r.Task.ID != "holder" {
+		t.Errorf("result 1 = %s (duplicate %v); want a duplicate of holder", r.Task.ID, r.Duplicate)
+	}
+}
