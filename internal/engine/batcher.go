@@ -39,6 +39,10 @@ type batchCall[Req, Res any] struct {
 	req   Req
 	reply chan batchReply[Res] // nil for fire-and-forget
 	after func(Res, error)     // optional callback run by the loop
+	// waits marks a caller that waits for the answer (and may come back
+	// with its next request): do sets it, and so does a caller that waits
+	// on its own through after. The linger counts these callers.
+	waits bool
 }
 
 type batchReply[Res any] struct {
@@ -55,7 +59,7 @@ func newBatcher[Req, Res any](max, queue int, fn func(ctx context.Context, reqs 
 func (b *batcher[Req, Res]) do(ctx context.Context, req Req) (Res, error) {
 	var zero Res
 	reply := make(chan batchReply[Res], 1)
-	if err := b.send(ctx, batchCall[Req, Res]{req: req, reply: reply}); err != nil {
+	if err := b.send(ctx, batchCall[Req, Res]{req: req, reply: reply, waits: true}); err != nil {
 		return zero, err
 	}
 	select {
@@ -139,7 +143,7 @@ func (b *batcher[Req, Res]) run(ctx context.Context) {
 		waiters := 0
 		for _, c := range calls {
 			reqs = append(reqs, c.req)
-			if c.reply != nil {
+			if c.waits {
 				waiters++
 			}
 		}

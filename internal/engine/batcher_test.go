@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq/internal/backendtest"
+	"github.com/retryq/retryq/store"
 )
 
 // recorder is a batch function that remembers batch sizes and answers each
@@ -263,5 +264,54 @@ func testEnqueueAfterCloseFails(t *testing.T, backend string) {
 		if !errors.Is(err, ErrClosed) {
 			t.Fatalf("enqueue after Close: %v, want %v", err, ErrClosed)
 		}
+	}
+}
+
+// slowInserts is a store whose inserts take a few milliseconds, as a commit
+// on a slow disk does, and that does not group writes itself (it hides the
+// store's GroupCommitter): the engine's own insert batcher coalesces the
+// enqueues, with its linger.
+type slowInserts struct {
+	store.Store
+}
+
+func (s slowInserts) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.InsertResult, error) {
+	time.Sleep(2 * time.Millisecond) // the simulated commit, not a synchronization
+	return s.Store.InsertTasks(ctx, p)
+}
+
+// TestEnqueueLingerKeepsProducersTogether: producers that each wait for
+// their own enqueue and come straight back with the next share the
+// engine's insert commits, all of them in each, when the store does not
+// group writes itself. Enqueue waits through a callback rather than the
+// batcher's reply channel, and the linger counted only the latter: it never
+// waited for returning producers, which split into alternating halves.
+func TestEnqueueLingerKeepsProducersTogether(t *testing.T) {
+	st := slowInserts{Store: openWorkerStoreOn(t, "sqlite")}
+	if insertLoops(st) != 1 {
+		t.Fatal("the wrapped store still groups writes itself")
+	}
+	e := startWorkerEngine(t, st, Config{NoScheduler: true})
+	e.inserts.linger = 20 * time.Millisecond // generous: the race detector slows producers down
+	const producers, rounds = 8, 30
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Go(func() {
+			for i := range rounds {
+				if _, err := e.Enqueue(t.Context(), EnqueueRequest{Type: "x", Payload: []byte(fmt.Sprintf(`{"p":%d,"i":%d}`, p, i))}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	waitAll(t, &wg, "the producers")
+	c := e.Counters()
+	if c.Inserted != producers*rounds {
+		t.Fatalf("inserted %d tasks, want %d", c.Inserted, producers*rounds)
+	}
+	if avg := float64(c.Inserted) / float64(c.InsertCommits); avg < 0.75*producers {
+		t.Fatalf("%d enqueues took %d commits (%.1f a commit); want about %d a commit (every producer in each)",
+			c.Inserted, c.InsertCommits, avg, producers)
 	}
 }

@@ -170,7 +170,7 @@ func (e *Engine) Enqueue(ctx context.Context, r EnqueueRequest) (store.InsertRes
 	}
 	c := &insertCall{nt: nt}
 	reply := make(chan batchReply[store.InsertResult], 1)
-	call := batchCall[*insertCall, store.InsertResult]{req: c, after: func(res store.InsertResult, err error) {
+	call := batchCall[*insertCall, store.InsertResult]{req: c, waits: true, after: func(res store.InsertResult, err error) {
 		reply <- batchReply[store.InsertResult]{res: res, err: err}
 	}}
 	if err := e.inserts.send(ctx, call); err != nil {
