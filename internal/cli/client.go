@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -41,6 +42,10 @@ type clientFlags struct {
 	server string
 	token  string
 	json   bool
+	// clock is the server's clock as the answers to the clients made by
+	// client tell it, for the relative times a command prints (nil until
+	// client is called: this machine's clock).
+	clock *serverClock
 }
 
 // register adds --server and --token, and --json when withJSON.
@@ -73,7 +78,12 @@ func (f *clientFlags) client(env *Env) (*apiClient, error) {
 	if strings.ContainsAny(token, "\r\n") {
 		return nil, errors.New("--token: must not contain line breaks")
 	}
-	return newAPIClient(base, token), nil
+	c := newAPIClient(base, token)
+	if f.clock == nil {
+		f.clock = &serverClock{}
+	}
+	c.clock = f.clock
+	return c, nil
 }
 
 // normalizeServerURL accepts "http://host:port", "https://host" or a bare
@@ -96,6 +106,7 @@ type apiClient struct {
 	base  string
 	token string
 	hc    *http.Client
+	clock *serverClock // the server's clock, from its answers' Date headers
 }
 
 func newAPIClient(base, token string) *apiClient {
@@ -105,7 +116,7 @@ func newAPIClient(base, token string) *apiClient {
 	// (the router cleaning a path) would send the request, body and all,
 	// to another resource than the one named.
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &apiClient{base: base, token: token, hc: &http.Client{Transport: tr, CheckRedirect: noRedirect}}
+	return &apiClient{base: base, token: token, hc: &http.Client{Transport: tr, CheckRedirect: noRedirect}, clock: &serverClock{}}
 }
 
 // close releases idle connections.
@@ -141,11 +152,13 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	sent := time.Now()
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return nil, &unreachableError{server: c.base, err: err}
 	}
 	defer resp.Body.Close()
+	c.clock.observe(resp.Header.Get("Date"), sent, time.Now())
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
 		return nil, &unreachableError{server: c.base, err: err}
@@ -219,6 +232,14 @@ func decodeAPIError(resp *http.Response, data []byte) error {
 		first = strings.TrimSpace(first[:i])
 	}
 	first = cleanCell(first, 120)
+	if title, ok := htmlTitle(data); ok {
+		// A proxy's or web server's page: its first line is markup.
+		first = "an HTML page"
+		if title != "" {
+			first += " titled " + strconv.Quote(cleanCell(title, 120))
+		}
+		first += ", not a retryq API answer"
+	}
 	if first == "" {
 		first = "no error details"
 	}
@@ -227,6 +248,37 @@ func decodeAPIError(resp *http.Response, data []byte) error {
 		e.RequestID = ""
 	}
 	return e
+}
+
+// htmlTitle reports whether data is an HTML page and returns its title
+// (whitespace collapsed), or "" when it has none.
+func htmlTitle(data []byte) (string, bool) {
+	page := bytes.TrimSpace(data[:min(len(data), 64<<10)])
+	// Lower-cased byte by byte (ASCII only), so offsets match page.
+	lower := bytes.Clone(page)
+	for i, c := range lower {
+		if 'A' <= c && c <= 'Z' {
+			lower[i] = c + 'a' - 'A'
+		}
+	}
+	if !bytes.HasPrefix(lower, []byte("<!doctype html")) && !bytes.HasPrefix(lower, []byte("<html")) &&
+		!bytes.HasPrefix(lower, []byte("<head")) {
+		return "", false
+	}
+	i := bytes.Index(lower, []byte("<title"))
+	if i < 0 {
+		return "", true
+	}
+	start := bytes.IndexByte(lower[i:], '>')
+	if start < 0 {
+		return "", true
+	}
+	start += i + 1
+	end := bytes.Index(lower[start:], []byte("</title"))
+	if end < 0 {
+		return "", true
+	}
+	return strings.Join(strings.Fields(string(page[start:start+end])), " "), true
 }
 
 // isAPIError reports whether err is an API error answer with the given

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -312,6 +314,49 @@ func TestPayloadNotUTF8IsUsageError(t *testing.T) {
 		st, out, errOut := cli(t, c.stdin, "enqueue", "a", "--payload", c.arg, "--key", "k", "--server", s.url)
 		if st != exitUsage || !strings.HasPrefix(errOut, "retryq enqueue: --payload: ") || !strings.Contains(errOut, "UTF-8") {
 			t.Errorf("enqueue --payload %q: status %d, stderr %q, stdout %q; want %d naming --payload", c.arg, st, errOut, out, exitUsage)
+		}
+	}
+}
+
+// TestCLIErrorForAnHTMLPageNamesItsTitle: an error answer that is an HTML
+// page (a proxy's 502, a web server's 404) is described by its title, as
+// a page and not the API's: the message used to quote its first line,
+// "<html>" or "<!DOCTYPE html>". An HTML page with status 200 is not taken
+// for an answer either (status 1, the server named).
+func TestCLIErrorForAnHTMLPageNamesItsTitle(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		switch r.URL.Query().Get("type") {
+		case "gateway":
+			w.WriteHeader(http.StatusBadGateway)
+			_, _ = io.WriteString(w, "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"+
+				"<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+		case "missing":
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, "\n<!DOCTYPE HTML>\n<HTML lang=\"en\"><HEAD><TITLE>\n  Page \u00c9 not\x1b[31m found\n</TITLE></HEAD></HTML>")
+		case "untitled":
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, "<html><body>go away</body></html>")
+		default:
+			_, _ = io.WriteString(w, "<!DOCTYPE html>\n<html><head><title>Welcome</title></head></html>\n")
+		}
+	}))
+	defer srv.Close()
+	for typ, want := range map[string]string{
+		"gateway":  `the server answered 502 Bad Gateway: an HTML page titled "502 Bad Gateway", not a retryq API answer (HTTP 502 bad_gateway)`,
+		"missing":  `the server answered 404 Not Found: an HTML page titled "Page É not found", not a retryq API answer (HTTP 404 not_found)`,
+		"untitled": `the server answered 403 Forbidden: an HTML page, not a retryq API answer (HTTP 403 forbidden)`,
+		"welcome":  `the server's answer is not the expected JSON`,
+	} {
+		for _, json := range []bool{false, true} {
+			args := []string{"tasks", "list", "--type", typ, "--server", srv.URL}
+			if json {
+				args = append(args, "--json")
+			}
+			st, out, errOut := cli(t, "", args...)
+			if st != exitFailure || out != "" || !strings.Contains(errOut, want) || strings.Contains(errOut, "\x1b") {
+				t.Errorf("retryq %s: status %d\nstdout: %s\nstderr: %q\nwant %d and %q", strings.Join(args, " "), st, out, errOut, exitFailure, want)
+			}
 		}
 	}
 }

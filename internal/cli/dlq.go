@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/url"
@@ -58,7 +59,7 @@ func (f *dlqFilter) register(fs *flag.FlagSet, withIDs bool) {
 	fs.StringVar(&f.errorCode, "error-code", "", "only tasks whose last error has this `code` (e.g. 503, exit:1, timeout)")
 	fs.BoolVar(&f.noErrorCode, "no-error-code", false, "only tasks whose last error has no code (the summary's \"-\" rows)")
 	fs.StringVar(&f.reason, "reason", "", "only tasks dead for this `reason`: non_retryable, max_attempts or retry_window")
-	fs.StringVar(&f.since, "since", "", "only tasks that died at or after this `time`: RFC 3339, or a duration ago such as 1h")
+	fs.StringVar(&f.since, "since", "", "only tasks that died at or after this `time`: RFC 3339, or a duration ago such as 1h on the server's clock")
 	if withIDs {
 		fs.Var(stringsValue{&f.ids}, "id", "only this task `ID`; repeatable")
 	}
@@ -130,6 +131,42 @@ func (f *dlqFilter) describe() string {
 	return strings.Join(parts, ", ")
 }
 
+// resolveSince reads a --since given as a duration ago ("1h") on the
+// server's clock, asking c for its time, rather than on this machine's:
+// the server stamps a task's death on its own clock and compares the time
+// sent with it. check has validated the filter.
+func (f *dlqFilter) resolveSince(ctx context.Context, c *apiClient) error {
+	if f.since == "" || !isDurationAgo(f.since) {
+		return nil
+	}
+	t, err := sinceOnServer(ctx, c, f.since)
+	if err != nil {
+		return err
+	}
+	f.sinceTime = t
+	return nil
+}
+
+// isDurationAgo reports whether a valid --since value is a duration ago
+// rather than an RFC 3339 time.
+func isDurationAgo(v string) bool {
+	_, err := time.Parse(time.RFC3339Nano, v)
+	return err != nil
+}
+
+// sinceOnServer is the time a valid --since value names, a duration ago
+// taken on the server's clock (c asks the server for its time).
+func sinceOnServer(ctx context.Context, c *apiClient, v string) (time.Time, error) {
+	if err := c.syncClock(ctx); err != nil {
+		return time.Time{}, err
+	}
+	t, msg := parseSince("--since", v, c.now())
+	if msg != "" {
+		return time.Time{}, errors.New(msg)
+	}
+	return t, nil
+}
+
 // sinceRFC3339 is the since filter for the API, or "".
 func (f *dlqFilter) sinceRFC3339() string {
 	if f.since == "" {
@@ -183,6 +220,17 @@ func runDLQList(ctx context.Context, env *Env, args []string) int {
 	if limit < 1 || limit > 1000 {
 		return usageError(env, name, fmt.Sprintf("--limit: must be between 1 and 1000 (got %d)", limit))
 	}
+	if msg := checkCursor(cursor); msg != "" {
+		return usageError(env, name, msg)
+	}
+	c, err := cf.client(env)
+	if err != nil {
+		return usageError(env, name, err.Error())
+	}
+	defer c.close()
+	if err := f.resolveSince(ctx, c); err != nil {
+		return fail(env, name, err)
+	}
 	q := url.Values{"limit": {strconv.Itoa(limit)}}
 	for k, v := range map[string]string{"type": f.typ, "error_code": f.errorCode, "reason": f.reason, "since": f.sinceRFC3339(), "cursor": cursor} {
 		if v != "" {
@@ -193,14 +241,19 @@ func runDLQList(ctx context.Context, env *Env, args []string) int {
 		q.Set("no_error_code", "true")
 	}
 	var page apiTaskPage
-	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/dlq", q, nil, &page); !ok {
-		return st
+	raw, err := c.call(ctx, "GET", "/v1/dlq", q, nil, &page)
+	if err != nil {
+		return fail(env, name, err)
+	}
+	if cf.json {
+		printJSON(env.Stdout, raw)
+		return exitOK
 	}
 	if len(page.Tasks) == 0 {
 		fmt.Fprintln(env.Stdout, "no dead tasks match")
 		return exitOK
 	}
-	now := time.Now()
+	now := c.now()
 	tb := newTable("ID", "TYPE", "REASON", "ERROR", "ATTEMPTS", "DIED", "MESSAGE")
 	for i := range page.Tasks {
 		t := &page.Tasks[i]
@@ -208,8 +261,8 @@ func runDLQList(ctx context.Context, env *Env, args []string) int {
 		if t.LastError != nil {
 			code, msg = orDash(t.LastError.Code), orDash(t.LastError.Message)
 		}
-		tb.add(t.ID, cleanCell(t.Type, 32), orDash(t.DeadReason), cleanCell(code, 24), attemptsLabel(t),
-			fmtRelTime(t.UpdatedAt, now), cleanCell(msg, 60))
+		tb.add(t.ID, fitCell(t.Type, 32), orDash(t.DeadReason), fitCell(code, 24), attemptsLabel(t),
+			fmtRelTime(t.UpdatedAt, now), fitCell(msg, 60))
 	}
 	tb.write(env.Stdout)
 	if page.NextCursor != nil && *page.NextCursor != "" {
@@ -249,7 +302,7 @@ const dlqSummaryUsage = `Usage: retryq dlq summary [--since T] [--json]
 
 Counts dead tasks by type, error code and reason, largest group first:
 what failed, why, and since when. --since takes an RFC 3339 time or a
-duration ago (24h).
+duration ago (24h) on the server's clock.
 `
 
 func runDLQSummary(ctx context.Context, env *Env, args []string) int {
@@ -258,7 +311,7 @@ func runDLQSummary(ctx context.Context, env *Env, args []string) int {
 	var since string
 	fs := newFlagSet(name, dlqSummaryUsage)
 	cf.register(fs, true)
-	fs.StringVar(&since, "since", "", "only tasks that died at or after this `time`: RFC 3339, or a duration ago such as 24h")
+	fs.StringVar(&since, "since", "", "only tasks that died at or after this `time`: RFC 3339, or a duration ago such as 24h on the server's clock")
 	pos, st, ok := parseArgs(env, fs, args)
 	if !ok {
 		return st
@@ -278,6 +331,11 @@ func runDLQSummary(ctx context.Context, env *Env, args []string) int {
 		return usageError(env, name, err.Error())
 	}
 	defer c.close()
+	if since != "" && isDurationAgo(since) {
+		if sinceT, err = sinceOnServer(ctx, c, since); err != nil {
+			return fail(env, name, err)
+		}
+	}
 	s, raw, err := fetchDLQSummary(ctx, c, sinceT)
 	if err != nil {
 		return fail(env, name, err)
@@ -287,20 +345,25 @@ func runDLQSummary(ctx context.Context, env *Env, args []string) int {
 		return exitOK
 	}
 	if s.Total == 0 {
+		if !sinceT.IsZero() {
+			// Tasks that died before may be there.
+			fmt.Fprintf(env.Stdout, "no task died since %s (dead tasks older than that are not counted)\n", fmtTime(sinceT))
+			return exitOK
+		}
 		fmt.Fprintln(env.Stdout, "the dead-letter queue is empty")
 		return exitOK
 	}
-	writeDLQSummary(env, s, sinceT)
+	writeDLQSummary(env, s, sinceT, c.now())
 	return exitOK
 }
 
 // writeDLQSummary prints the summary (read since the given time, when not
-// zero) and the commands that inspect and redrive its largest group.
-func writeDLQSummary(env *Env, s *apiDLQSummary, since time.Time) {
-	now := time.Now()
+// zero) with ages as of now, and the commands that inspect and redrive its
+// largest group.
+func writeDLQSummary(env *Env, s *apiDLQSummary, since, now time.Time) {
 	tb := newTable("TYPE", "ERROR", "REASON", "COUNT", "OLDEST", "NEWEST").alignRight(3)
 	for _, g := range s.Groups {
-		tb.add(cleanCell(g.Type, 40), cleanCell(orDash(g.ErrorCode), 24), g.Reason, strconv.Itoa(g.Count),
+		tb.add(fitCell(g.Type, 40), fitCell(orDash(g.ErrorCode), 24), g.Reason, strconv.Itoa(g.Count),
 			fmtRelTime(g.Oldest, now), fmtRelTime(g.Newest, now))
 	}
 	tb.write(env.Stdout)
@@ -410,6 +473,9 @@ func runDLQBatch(ctx context.Context, env *Env, action string, args []string) in
 		return usageError(env, name, err.Error())
 	}
 	defer c.close()
+	if err := f.resolveSince(ctx, c); err != nil {
+		return fail(env, name, err)
+	}
 
 	var total int
 	if len(f.ids) > 0 {

@@ -211,3 +211,18 @@ func TestCLIDLQSummaryHintSelectsTheLargestGroup(t *testing.T) {
 		t.Errorf("suggested %q (summary --since:\n%s): status %d\nstdout: %s\nstderr: %s", args, out, st, stdout, errOut)
 	}
 }
+
+// TestDLQSummarySinceWithNothingNewIsNotCalledEmpty: a summary --since
+// that counts no task does not say the dead-letter queue is empty, which
+// it may not be (it held 2 older dead tasks here).
+func TestDLQSummarySinceWithNothingNewIsNotCalledEmpty(t *testing.T) {
+	s := startAPIServer(t, nil)
+	killTasks(t, s, "pay.charge", "402", 2)
+	out := s.cliOK(t, "dlq", "summary", "--since", "2099-01-01T00:00:00Z")
+	if strings.Contains(out, "empty") || !strings.Contains(out, "no task died since 2099-01-01") {
+		t.Errorf("dlq summary --since in the future, 2 older dead tasks:\n%s", out)
+	}
+	if out := s.cliOK(t, "dlq", "summary", "--since", "1h"); !strings.Contains(out, "2 dead task(s) in 1 group(s)") {
+		t.Errorf("dlq summary --since 1h:\n%s", out)
+	}
+}

@@ -40,7 +40,7 @@ func runNodes(ctx context.Context, env *Env, args []string) int {
 	var since string
 	fs := newFlagSet(name, nodesUsage)
 	cf.register(fs, true)
-	fs.StringVar(&since, "since", "", "nodes seen at or after this `time`: RFC 3339, or a duration ago such as 24h (default 1h)")
+	fs.StringVar(&since, "since", "", "nodes seen at or after this `time`: RFC 3339, or a duration ago such as 24h on the server's clock (default 1h)")
 	pos, st, ok := parseArgs(env, fs, args)
 	if !ok {
 		return st
@@ -48,22 +48,42 @@ func runNodes(ctx context.Context, env *Env, args []string) int {
 	if st, ok := wantArgs(env, name, pos, 0, ""); !ok {
 		return st
 	}
-	now := time.Now()
 	q := url.Values{}
+	var sinceT time.Time
 	if since != "" {
-		t, msg := parseSince("--since", since, now)
-		if msg != "" {
+		var msg string
+		if sinceT, msg = parseSince("--since", since, time.Now()); msg != "" {
 			return usageError(env, name, msg)
 		}
-		q.Set("since", t.UTC().Format(time.RFC3339Nano))
+	}
+	c, err := cf.client(env)
+	if err != nil {
+		return usageError(env, name, err.Error())
+	}
+	defer c.close()
+	if since != "" {
+		if isDurationAgo(since) {
+			// A duration ago on the server's clock, which the nodes'
+			// heartbeats are compared with.
+			if sinceT, err = sinceOnServer(ctx, c, since); err != nil {
+				return fail(env, name, err)
+			}
+		}
+		q.Set("since", sinceT.UTC().Format(time.RFC3339Nano))
 	}
 	var out struct {
 		Nodes []apiNode `json:"nodes"`
 		Now   time.Time `json:"now"` // the registry's clock (absent from older servers)
 	}
-	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/nodes", q, nil, &out); !ok {
-		return st
+	raw, err := c.call(ctx, "GET", "/v1/nodes", q, nil, &out)
+	if err != nil {
+		return fail(env, name, err)
 	}
+	if cf.json {
+		printJSON(env.Stdout, raw)
+		return exitOK
+	}
+	now := c.now()
 	if !out.Now.IsZero() {
 		// LAST SEEN on the clock the heartbeats were written at, not this
 		// machine's, which may be off.
@@ -91,7 +111,7 @@ func writeNodes(w io.Writer, nodes []apiNode, now time.Time) {
 				standbys++
 			}
 		}
-		tb.add(cleanCell(n.ID, 40), cleanCell(n.Host, 40), cleanCell(n.Version, 20), cleanCell(n.Role, 10),
+		tb.add(fitCell(n.ID, 40), fitCell(n.Host, 40), fitCell(n.Version, 20), fitCell(n.Role, 10),
 			fmtTime(n.StartedAt), fmtRelTime(n.LastSeen, now), alive)
 	}
 	tb.write(w)

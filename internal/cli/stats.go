@@ -70,7 +70,7 @@ func writeStats(w io.Writer, s *apiStatsAnswer) {
 			n("cancelled"), strconv.Itoa(st.Attempts), strconv.Itoa(st.Retries), fmtPercent(st.RetryRate))
 	}
 	for i := range s.Types {
-		row(cleanCell(s.Types[i].Type, 40), &s.Types[i])
+		row(fitCell(s.Types[i].Type, 40), &s.Types[i])
 	}
 	if len(s.Types) != 1 {
 		row("TOTAL", &s.Overall)

@@ -49,11 +49,11 @@ func (t *table) add(cells ...string) {
 func (t *table) write(w io.Writer) {
 	widths := make([]int, len(t.header))
 	for i, h := range t.header {
-		widths[i] = utf8.RuneCountInString(h)
+		widths[i] = textWidth(h)
 	}
 	for _, r := range t.rows {
 		for i, c := range r {
-			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+			widths[i] = max(widths[i], textWidth(c))
 		}
 	}
 	var b strings.Builder
@@ -63,7 +63,7 @@ func (t *table) write(w io.Writer) {
 			if i > 0 {
 				l.WriteString("  ")
 			}
-			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
+			pad := strings.Repeat(" ", widths[i]-textWidth(c))
 			switch {
 			case t.right[i]:
 				l.WriteString(pad + c)
@@ -203,6 +203,93 @@ func cleanCell(s string, limit int) string {
 		s = string(r[:limit-1]) + "…"
 	}
 	return s
+}
+
+// fitCell is cleanCell for the screen: it shortens s to at most cols
+// terminal columns (textWidth), not runes, with an ellipsis.
+func fitCell(s string, cols int) string {
+	s = cleanCell(s, 0)
+	if textWidth(s) <= cols {
+		return s
+	}
+	var b strings.Builder
+	w := 0
+	for _, r := range s {
+		rw := runeWidth(r)
+		if w+rw > cols-1 {
+			break
+		}
+		b.WriteRune(r)
+		w += rw
+	}
+	return b.String() + "…"
+}
+
+// textWidth is the number of terminal columns s takes: wide characters
+// (CJK, Hangul, emoji) take two, combining marks and zero-width
+// characters none. Columns are aligned on it, not on the number of runes.
+func textWidth(s string) int {
+	n := 0
+	for _, r := range s {
+		n += runeWidth(r)
+	}
+	return n
+}
+
+// runeWidth is the number of terminal columns r takes (0, 1 or 2).
+func runeWidth(r rune) int {
+	switch {
+	case r < 0x300:
+		return 1
+	case unicode.In(r, unicode.Mn, unicode.Me, zeroWidthRunes):
+		return 0
+	case unicode.Is(wideRunes, r):
+		return 2
+	}
+	return 1
+}
+
+// zeroWidthRunes are the characters besides combining marks that take no
+// column: Hangul medial vowels and final consonants (which join the
+// syllable before them), zero-width spaces and joiners, the byte order mark.
+var zeroWidthRunes = &unicode.RangeTable{R16: []unicode.Range16{
+	{Lo: 0x1160, Hi: 0x11ff, Stride: 1},
+	{Lo: 0x200b, Hi: 0x200d, Stride: 1},
+	{Lo: 0x2060, Hi: 0x2064, Stride: 1},
+	{Lo: 0xfeff, Hi: 0xfeff, Stride: 1},
+}}
+
+// wideRunes are the characters terminals draw two columns wide: the East
+// Asian wide and fullwidth ones (CJK ideographs, kana, Hangul syllables,
+// fullwidth forms) and the emoji drawn as pictures by default.
+var wideRunes = &unicode.RangeTable{
+	R16: []unicode.Range16{
+		{Lo: 0x1100, Hi: 0x115f, Stride: 1}, {Lo: 0x231a, Hi: 0x231b, Stride: 1}, {Lo: 0x2329, Hi: 0x232a, Stride: 1},
+		{Lo: 0x23e9, Hi: 0x23ec, Stride: 1}, {Lo: 0x23f0, Hi: 0x23f0, Stride: 1}, {Lo: 0x23f3, Hi: 0x23f3, Stride: 1},
+		{Lo: 0x25fd, Hi: 0x25fe, Stride: 1}, {Lo: 0x2614, Hi: 0x2615, Stride: 1}, {Lo: 0x2648, Hi: 0x2653, Stride: 1},
+		{Lo: 0x267f, Hi: 0x267f, Stride: 1}, {Lo: 0x2693, Hi: 0x2693, Stride: 1}, {Lo: 0x26a1, Hi: 0x26a1, Stride: 1},
+		{Lo: 0x26aa, Hi: 0x26ab, Stride: 1}, {Lo: 0x26bd, Hi: 0x26be, Stride: 1}, {Lo: 0x26c4, Hi: 0x26c5, Stride: 1},
+		{Lo: 0x26ce, Hi: 0x26ce, Stride: 1}, {Lo: 0x26d4, Hi: 0x26d4, Stride: 1}, {Lo: 0x26ea, Hi: 0x26ea, Stride: 1},
+		{Lo: 0x26f2, Hi: 0x26f3, Stride: 1}, {Lo: 0x26f5, Hi: 0x26f5, Stride: 1}, {Lo: 0x26fa, Hi: 0x26fa, Stride: 1},
+		{Lo: 0x26fd, Hi: 0x26fd, Stride: 1}, {Lo: 0x2705, Hi: 0x2705, Stride: 1}, {Lo: 0x270a, Hi: 0x270b, Stride: 1},
+		{Lo: 0x2728, Hi: 0x2728, Stride: 1}, {Lo: 0x274c, Hi: 0x274c, Stride: 1}, {Lo: 0x274e, Hi: 0x274e, Stride: 1},
+		{Lo: 0x2753, Hi: 0x2755, Stride: 1}, {Lo: 0x2757, Hi: 0x2757, Stride: 1}, {Lo: 0x2795, Hi: 0x2797, Stride: 1},
+		{Lo: 0x27b0, Hi: 0x27b0, Stride: 1}, {Lo: 0x27bf, Hi: 0x27bf, Stride: 1}, {Lo: 0x2b1b, Hi: 0x2b1c, Stride: 1},
+		{Lo: 0x2b50, Hi: 0x2b50, Stride: 1}, {Lo: 0x2b55, Hi: 0x2b55, Stride: 1}, {Lo: 0x2e80, Hi: 0x303e, Stride: 1},
+		{Lo: 0x3041, Hi: 0x33ff, Stride: 1}, {Lo: 0x3400, Hi: 0x4dbf, Stride: 1}, {Lo: 0x4e00, Hi: 0x9fff, Stride: 1},
+		{Lo: 0xa000, Hi: 0xa4cf, Stride: 1}, {Lo: 0xa960, Hi: 0xa97f, Stride: 1}, {Lo: 0xac00, Hi: 0xd7a3, Stride: 1},
+		{Lo: 0xf900, Hi: 0xfaff, Stride: 1}, {Lo: 0xfe10, Hi: 0xfe19, Stride: 1}, {Lo: 0xfe30, Hi: 0xfe6f, Stride: 1},
+		{Lo: 0xff00, Hi: 0xff60, Stride: 1}, {Lo: 0xffe0, Hi: 0xffe6, Stride: 1},
+	},
+	R32: []unicode.Range32{
+		{Lo: 0x16fe0, Hi: 0x16fe4, Stride: 1}, {Lo: 0x17000, Hi: 0x18cff, Stride: 1}, {Lo: 0x1b000, Hi: 0x1b2ff, Stride: 1},
+		{Lo: 0x1f004, Hi: 0x1f004, Stride: 1}, {Lo: 0x1f0cf, Hi: 0x1f0cf, Stride: 1}, {Lo: 0x1f18e, Hi: 0x1f18e, Stride: 1},
+		{Lo: 0x1f191, Hi: 0x1f19a, Stride: 1}, {Lo: 0x1f200, Hi: 0x1f202, Stride: 1}, {Lo: 0x1f210, Hi: 0x1f23b, Stride: 1},
+		{Lo: 0x1f240, Hi: 0x1f248, Stride: 1}, {Lo: 0x1f250, Hi: 0x1f251, Stride: 1}, {Lo: 0x1f260, Hi: 0x1f265, Stride: 1},
+		{Lo: 0x1f300, Hi: 0x1f64f, Stride: 1}, {Lo: 0x1f680, Hi: 0x1f6ff, Stride: 1}, {Lo: 0x1f7e0, Hi: 0x1f7eb, Stride: 1},
+		{Lo: 0x1f90c, Hi: 0x1f9ff, Stride: 1}, {Lo: 0x1fa70, Hi: 0x1faff, Stride: 1}, {Lo: 0x20000, Hi: 0x2fffd, Stride: 1},
+		{Lo: 0x30000, Hi: 0x3fffd, Stride: 1},
+	},
 }
 
 // orDash returns s, or "-" when s is empty.

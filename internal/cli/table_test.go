@@ -128,3 +128,40 @@ func TestDropEscapesEndsC1StringsAtC1Terminator(t *testing.T) {
 		}
 	}
 }
+
+// TestTableAlignsWideCharactersByColumns: columns are aligned on the
+// terminal columns a cell takes, not on its number of runes: CJK and emoji
+// take two, combining accents none. A task type in Japanese pushed the
+// rest of its row 5 columns right of the header, and one spelled with a
+// combining accent pulled it left; the cells shortened to fit (fitCell)
+// were cut at a number of runes, and a CJK message took twice the columns.
+func TestTableAlignsWideCharactersByColumns(t *testing.T) {
+	tb := newTable("TYPE", "STATE", "ERROR")
+	tb.add("メール.送信", "dead", "🔥 down")
+	tb.add("re\u0301sume\u0301", "pending", "-")
+	tb.add("a", "running", "-")
+	var b strings.Builder
+	tb.write(&b)
+	want := "" +
+		"TYPE         STATE    ERROR\n" +
+		"メール.送信  dead     🔥 down\n" +
+		"re\u0301sume\u0301       pending  -\n" +
+		"a            running  -\n"
+	if b.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
+	}
+	for _, c := range []struct {
+		in    string
+		limit int
+		want  string
+	}{
+		{"日本語のテキスト", 7, "日本語…"},
+		{"日本語のテキスト", 8, "日本語…"},
+		{"日本語", 6, "日本語"},
+		{"cafe\u0301 au lait", 5, "cafe\u0301…"},
+	} {
+		if got := fitCell(c.in, c.limit); got != c.want || textWidth(got) > c.limit {
+			t.Errorf("fitCell(%q, %d) = %q (%d columns), want %q", c.in, c.limit, got, textWidth(got), c.want)
+		}
+	}
+}

@@ -118,7 +118,7 @@ func writeTask(w io.Writer, t *apiTask, now time.Time) {
 	if t.LastError != nil {
 		f.add("Last error", fmt.Sprintf("%s: %s [%s]", t.LastError.Code, t.LastError.Message, t.LastError.Class))
 	}
-	f.add("Payload", cleanCell(string(t.Payload), 300))
+	f.add("Payload", fitCell(string(t.Payload), 300))
 	f.write(w)
 	if len(t.Attempts) == 0 {
 		return
@@ -134,8 +134,8 @@ func writeTask(w io.Writer, t *apiTask, now time.Time) {
 		if a.DelaySeconds > 0 {
 			wait = fmtSeconds(a.DelaySeconds)
 		}
-		tb.add(strconv.Itoa(a.Number), cleanCell(a.WorkerID, 32), fmtTime(a.StartedAt), took, a.Outcome,
-			orDash(cleanCell(a.Error.String(), 70)), wait)
+		tb.add(strconv.Itoa(a.Number), fitCell(a.WorkerID, 32), fmtTime(a.StartedAt), took, a.Outcome,
+			orDash(fitCell(a.Error.String(), 70)), wait)
 	}
 	tb.write(w)
 }
@@ -150,8 +150,8 @@ func writeTaskList(w io.Writer, ts []apiTask, now time.Time) {
 		case "scheduled", "pending", "retry_waiting":
 			runAt = fmtRelTime(t.RunAt, now)
 		}
-		tb.add(t.ID, cleanCell(t.Type, 32), stateLabel(t), attemptsLabel(t), runAt,
-			fmtRelTime(t.UpdatedAt, now), orDash(cleanCell(t.LastError.String(), 60)))
+		tb.add(t.ID, fitCell(t.Type, 32), stateLabel(t), attemptsLabel(t), runAt,
+			fmtRelTime(t.UpdatedAt, now), orDash(fitCell(t.LastError.String(), 60)))
 	}
 	tb.write(w)
 }
@@ -216,6 +216,9 @@ func runTasksList(ctx context.Context, env *Env, args []string) int {
 		return usageError(env, name, fmt.Sprintf("--limit: must be between 1 and 1000 (got %d)", limit))
 	}
 	q.Set("limit", strconv.Itoa(limit))
+	if msg := checkCursor(cursor); msg != "" {
+		return usageError(env, name, msg)
+	}
 	if cursor != "" {
 		q.Set("cursor", cursor)
 	}
@@ -227,7 +230,7 @@ func runTasksList(ctx context.Context, env *Env, args []string) int {
 		fmt.Fprintln(env.Stdout, "no tasks match")
 		return exitOK
 	}
-	writeTaskList(env.Stdout, page.Tasks, time.Now())
+	writeTaskList(env.Stdout, page.Tasks, cf.clock.now())
 	if page.NextCursor != nil && *page.NextCursor != "" {
 		fmt.Fprintf(env.Stderr, "more tasks: %s\n", nextPageCommand("tasks list", args, *page.NextCursor))
 	}
@@ -257,7 +260,9 @@ func nextPageCommand(name string, args []string, cursor string) string {
 		}
 		parts = append(parts, shellQuote(a))
 	}
-	return strings.Join(append(parts, "--cursor", cursor), " ")
+	// The cursor comes from the server: quoted, it cannot reach the
+	// terminal as escape sequences.
+	return strings.Join(append(parts, "--cursor", shellQuote(cursor)), " ")
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it. A string with
@@ -316,7 +321,7 @@ func runTasksGet(ctx context.Context, env *Env, args []string) int {
 	if st, ok := callAPI(ctx, env, &cf, name, "GET", "/v1/tasks/"+url.PathEscape(pos[0]), nil, nil, &t); !ok {
 		return st
 	}
-	writeTask(env.Stdout, &t, time.Now())
+	writeTask(env.Stdout, &t, cf.clock.now())
 	return exitOK
 }
 
@@ -324,6 +329,26 @@ func runTasksGet(ctx context.Context, env *Env, args []string) int {
 func checkTaskID(id string) string {
 	if id == "" || id == "." || id == ".." || len(id) > 64 || strings.ContainsAny(id, "/?# \t\r\n") {
 		return fmt.Sprintf("%q is not a task id (ids look like 01HXZ5K3J8T9M2Q4V6W8Y0A1B2)", id)
+	}
+	return ""
+}
+
+// crockfordBase32 is the alphabet of task ids (engine.NewID).
+const crockfordBase32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// checkCursor rejects a --cursor value the server cannot have printed, as
+// it would: its cursors are task ids, 26 characters of Crockford's base32
+// in upper case. Empty is the first page.
+func checkCursor(c string) string {
+	if c == "" {
+		return ""
+	}
+	ok := len(c) == 26
+	for i := 0; ok && i < len(c); i++ {
+		ok = strings.IndexByte(crockfordBase32, c[i]) >= 0
+	}
+	if !ok {
+		return fmt.Sprintf("--cursor: %q is not a cursor this server printed (they look like 01HXZ5K3J8T9M2Q4V6W8Y0A1B2: pass the one after \"--cursor\" in the \"more\" line as it is)", fitCell(c, 40))
 	}
 	return ""
 }

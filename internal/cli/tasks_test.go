@@ -168,3 +168,37 @@ func TestIntegerFlagsAreDecimal(t *testing.T) {
 		t.Errorf("--priority 0x10: status %d, stderr %q; want %d naming the flag", st, errOut, exitUsage)
 	}
 }
+
+// TestGarbageCursorIsAUsageError: a --cursor the server cannot have
+// printed (its cursors are task ids) is a usage error naming the flag
+// (status 2), checked before anything is sent, for tasks list and dlq
+// list. It was sent, and the command exited 1 with the server's 400.
+func TestGarbageCursorIsAUsageError(t *testing.T) {
+	s := startAPIServer(t, nil)
+	for _, cur := range []string{"garbage", "01hxz5k3j8t9m2q4v6w8y0a1b2", "01HXZ5K3J8T9M2Q4V6W8Y0A1B", "01HXZ5K3J8T9M2Q4V6W8Y0A1BU", "01HXZ5K3J8T9M2Q4V6W8Y0A1B2 ", "\x1b[31m"} {
+		for _, cmd := range [][]string{{"tasks", "list"}, {"dlq", "list"}} {
+			st, out, errOut := cli(t, "", append(cmd, "--cursor", cur, "--server", s.url)...)
+			if st != exitUsage || !strings.Contains(errOut, "--cursor: ") || strings.Contains(errOut, "HTTP 400") || strings.Contains(errOut, "\x1b") {
+				t.Errorf("retryq %s --cursor %q: status %d, stderr %q, stdout %q; want %d naming --cursor",
+					strings.Join(cmd, " "), cur, st, errOut, out, exitUsage)
+			}
+		}
+	}
+	// A cursor of the right form is taken (here: past the end, no tasks).
+	for _, cmd := range [][]string{{"tasks", "list"}, {"dlq", "list"}} {
+		s.cliOK(t, append(cmd, "--cursor", "01HXZ5K3J8T9M2Q4V6W8Y0A1B2")...)
+	}
+}
+
+// TestNextPageCommandQuotesTheCursor: the next page's command line quotes
+// the cursor the server sent, so that a foreign answer's cursor cannot
+// send escape sequences to the terminal or split the command.
+func TestNextPageCommandQuotesTheCursor(t *testing.T) {
+	got := nextPageCommand("dlq list", []string{"--limit", "2"}, "X\x1b]0;owned\x07; rm -rf ~")
+	if strings.ContainsAny(got, "\x1b\x07") || !strings.HasSuffix(got, `--cursor $'X\x1b]0;owned\x07; rm -rf ~'`) {
+		t.Errorf("nextPageCommand with a hostile cursor = %q", got)
+	}
+	if got := nextPageCommand("dlq list", nil, "01HXZ5K3J8T9M2Q4V6W8Y0A1B2"); got != "retryq dlq list --cursor 01HXZ5K3J8T9M2Q4V6W8Y0A1B2" {
+		t.Errorf("nextPageCommand = %q", got)
+	}
+}

@@ -125,7 +125,7 @@ func runTypesList(ctx context.Context, env *Env, args []string) int {
 			timeout = fmtSeconds(t.TimeoutSeconds)
 		}
 		tb.add(t.Type, backoffLabel(&t.Retry), strconv.Itoa(t.Retry.MaxAttempts), window, timeout,
-			strconv.Itoa(t.Priority), cleanCell(targetLabel(t.Target), 60))
+			strconv.Itoa(t.Priority), fitCell(targetLabel(t.Target), 60))
 	}
 	tb.write(env.Stdout)
 	return exitOK
