@@ -26,7 +26,10 @@ package engine
 //   - 429, 408, 5xx except 501: transient, code = the status ("503");
 //     Retry-After (seconds or HTTP date) sets the delay, capped by the
 //     policy's max delay (in retry.Policy.Decide);
-//   - any other status, 3xx included: permanent, code = the status;
+//   - any other status, 3xx included: permanent, code = the status (a
+//     101 Switching Protocols too, its connection closed unread);
+//   - a status under 100 ("000"): not an HTTP status, class unknown
+//     (retried), code "delivery_error";
 //   - the attempt timed out: transient, "timeout";
 //   - refused connection: transient, "connection_refused"; a reset or a
 //     connection closed without a response (EOF): transient,
@@ -35,9 +38,13 @@ package engine
 //
 // The history row's Detail holds "HTTP <status>: <first KiB of the body>"
 // for every response, successes included (a 3xx adds the first 512 bytes
-// of its Location). Response headers are read up to 64 KiB; a response
-// with more fails like an unrecognised delivery error (retried). Log lines
-// name a target by its URL with any password masked.
+// of its Location). The rest of the body is read, up to 64 KiB more, only
+// if it arrives within pushDrainWait, so that the connection is reused;
+// otherwise the connection is closed rather than holding the delivery.
+// Response headers are read up to 64 KiB; a response with more fails like
+// an unrecognised delivery error (retried). Log lines and the error
+// messages of failed deliveries name a target by its URL with its password
+// and query values masked (RedactURL).
 //
 // Redirects are never followed, whatever the method: following a 301/302/303
 // turns a POST into a body-less GET and would silently drop the payload, and
@@ -94,14 +101,15 @@ const (
 	CodeDeliveryError = "delivery_error"
 
 	pushRefreshInterval = typeCacheTTL
-	pushLeaseMargin     = 10 * time.Second // covers the outcome commit after a timed-out request
-	pushMaxFetch        = 100              // tasks per fetch
-	pushBodyExcerpt     = 1 << 10          // bytes of the response body kept in the history
-	pushDrainLimit      = 64 << 10         // bytes read past the excerpt to reuse the connection
-	pushLocationExcerpt = 512              // bytes of a 3xx's Location kept in the history
-	pushMaxHeaderBytes  = 64 << 10         // response headers a delivery reads at most
-	pushShutdownGrace   = 10 * time.Second // in-flight deliveries may finish within this at Close
-	pushStopWait        = 5 * time.Second  // then cancelled deliveries must return within this
+	pushLeaseMargin     = 10 * time.Second       // covers the outcome commit after a timed-out request
+	pushMaxFetch        = 100                    // tasks per fetch
+	pushBodyExcerpt     = 1 << 10                // bytes of the response body kept in the history
+	pushDrainLimit      = 64 << 10               // bytes read past the excerpt to reuse the connection
+	pushDrainWait       = 250 * time.Millisecond // time they may take to arrive, else the connection closes
+	pushLocationExcerpt = 512                    // bytes of a 3xx's Location kept in the history
+	pushMaxHeaderBytes  = 64 << 10               // response headers a delivery reads at most
+	pushShutdownGrace   = 10 * time.Second       // in-flight deliveries may finish within this at Close
+	pushStopWait        = 5 * time.Second        // then cancelled deliveries must return within this
 )
 
 // Headers set on every delivery.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,10 @@ import (
 	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
 )
+
+// errInvalidStatus is a response whose status is not an HTTP status code
+// (under 100): a delivery error, retried like an unrecognised one.
+var errInvalidStatus = errors.New("invalid HTTP status")
 
 // pushResult is what one HTTP delivery produced.
 type pushResult struct {
@@ -106,7 +111,12 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) pushResult {
 	ctx, cancel := context.WithTimeoutCause(parent, pt.timeout, ErrAttemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, pt.method, pt.url, bytes.NewReader(t.Payload))
+	// The request has a context of its own, inside the attempt's, so that
+	// reading past the excerpt can be cut short (which closes the
+	// connection) without calling the attempt timed out.
+	reqCtx, stopRequest := context.WithCancel(ctx)
+	defer stopRequest()
+	req, err := http.NewRequestWithContext(reqCtx, pt.method, pt.url, bytes.NewReader(t.Payload))
 	if err != nil {
 		return pushResult{err: err}
 	}
@@ -131,6 +141,11 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 		return pushResult{err: err, timedOut: errors.Is(context.Cause(ctx), ErrAttemptTimeout)}
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode < 100 {
+		// net/http takes any three digits: "000" would read as status 0,
+		// which means no response here, with no error to classify.
+		return pushResult{err: fmt.Errorf("read response: %w %03d", errInvalidStatus, resp.StatusCode)}
+	}
 	res := pushResult{status: resp.StatusCode}
 	if v := resp.Header.Get("Retry-After"); v != "" {
 		res.retryAfter, _ = retry.ParseRetryAfter(v, p.e.now())
@@ -143,6 +158,13 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 			res.location = printable([]byte(loc))
 		}
 	}
+	if resp.StatusCode < 200 {
+		// Only a 101 gets here (net/http skips the other 1xx answers). Its
+		// body is the raw connection, handed over for another protocol:
+		// no context bounds its reads, so reading it would last as long
+		// as the target keeps the connection open. Nothing is read.
+		return res
+	}
 	// The status decides the outcome; a body that cannot be read in time
 	// only shortens the excerpt.
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, pushBodyExcerpt+1))
@@ -150,9 +172,15 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 		b, res.truncated = b[:pushBodyExcerpt], true
 	}
 	res.excerpt = printable(b)
-	// Read a little more so the connection can be reused; a larger body
-	// closes it.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, pushDrainLimit))
+	if res.truncated {
+		// Read a little more so the connection can be reused, if that
+		// much arrives soon; a larger or slower body closes it. Waiting
+		// longer would hold the type's slot (up to the timeout, with a
+		// target that trickles its body) for a decided delivery.
+		drain := time.AfterFunc(pushDrainWait, stopRequest)
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, pushDrainLimit))
+		drain.Stop()
+	}
 	return res
 }
 
@@ -195,7 +223,7 @@ func (r *pushResult) failure(pt *pushTarget) Failure {
 			RetryAfter: r.retryAfter, Detail: r.detail()}
 	case r.timedOut:
 		return Failure{Code: retry.CodeTimeout, Class: retry.ClassTransient,
-			Message: fmt.Sprintf("push delivery timed out after %s: %v", pt.timeout, r.err)}
+			Message: fmt.Sprintf("push delivery timed out after %s: %s", pt.timeout, r.errText(pt))}
 	}
 	class, code, _ := retry.Classify(r.err)
 	if code == "" && errors.Is(r.err, io.EOF) {
@@ -213,5 +241,20 @@ func (r *pushResult) failure(pt *pushTarget) Failure {
 	case "", retry.CodeCanceled:
 		class, code = retry.ClassUnknown, CodeDeliveryError
 	}
-	return Failure{Code: code, Message: "push delivery failed: " + r.err.Error(), Class: class}
+	return Failure{Code: code, Message: "push delivery failed: " + r.errText(pt), Class: class}
+}
+
+// errText is the transport error's text naming the target as the log
+// does: net/http's errors quote the URL with its password masked but its
+// query whole, and a webhook URL's query often holds its key, which would
+// be kept in the history and shown to read-only tokens.
+func (r *pushResult) errText(pt *pushTarget) string {
+	if r.err == nil {
+		return "no response" // not reached: attempt sets err without a status
+	}
+	var ue *url.Error
+	if errors.As(r.err, &ue) {
+		return fmt.Sprintf("%s %q: %v", ue.Op, pt.logURL, ue.Err)
+	}
+	return r.err.Error()
 }

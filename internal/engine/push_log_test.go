@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -79,5 +80,56 @@ func testPushLogsNeverShowTargetURLPassword(t *testing.T, backend string) {
 	}
 	if !strings.Contains(out, "hook-user:xxxxx@") || !strings.Contains(out, "/hook?api_key=xxxxx&v=xxxxx") {
 		t.Errorf("the log does not name the target with its password and query values masked:\n%s", out)
+	}
+}
+
+// TestPushFailureMessagesNeverShowTargetURLSecrets: net/http names the
+// request's URL in its errors, with the password masked but the query
+// whole. A failed delivery's error message, kept in the task's history
+// and last error (which read-only tokens see) and logged, must name the
+// target with its query values masked, like the log lines and the
+// read-only view of the type do, never the keys a webhook URL carries.
+func TestPushFailureMessagesNeverShowTargetURLSecrets(t *testing.T) {
+	backendtest.Run(t, testPushFailureMessagesNeverShowTargetURLSecrets)
+}
+
+func testPushFailureMessagesNeverShowTargetURLSecrets(t *testing.T, backend string) {
+	const password, apiKey = "s3cr3t-pw", "q-k3y-789"
+	hanging := target(t, func(w http.ResponseWriter, r *http.Request) { hang(r) })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + ln.Addr().String()
+	_ = ln.Close() // nothing listens there now
+	withSecrets := func(base string) string {
+		return strings.Replace(base, "http://", "http://hook-user:"+password+"@", 1) + "/hook?api_key=" + apiKey
+	}
+	var logs logBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	p := newPushEnvWith(t, backend, Config{Logger: log})
+	p.putType("push.refused", fastPolicy(1), Target{URL: withSecrets(refused)})
+	p.putType("push.timeout", fastPolicy(1), Target{URL: withSecrets(hanging.URL), TimeoutSeconds: 0.3})
+	for _, typ := range []string{"push.refused", "push.timeout"} {
+		id := p.enqueue(typ, `{}`)
+		tk := p.wait(id, store.StateDead)
+		as := p.attempts(id)
+		if len(as) != 1 || as[0].Error == nil || tk.LastError == nil {
+			t.Fatalf("%s: history %+v, last error %+v; want one failed attempt", typ, as, tk.LastError)
+		}
+		for _, msg := range []string{as[0].Error.Message, tk.LastError.Message} {
+			if strings.Contains(msg, apiKey) || strings.Contains(msg, password) {
+				t.Errorf("%s: the error message shows the target URL's secrets: %q", typ, msg)
+			}
+			if !strings.Contains(msg, "/hook?api_key=xxxxx") {
+				t.Errorf("%s: the error message %q does not name the target with its query masked", typ, msg)
+			}
+		}
+	}
+	if err := p.e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out := logs.String(); strings.Contains(out, apiKey) || strings.Contains(out, password) {
+		t.Errorf("the log shows the target URL's secrets:\n%s", out)
 	}
 }

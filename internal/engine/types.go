@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,13 @@ func (t *Target) Validate() error {
 	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fieldErr("target.url", "must be an absolute http or https URL (got %q)", t.URL)
+	}
+	if p := u.Port(); p != "" {
+		// url.Parse takes any digits; the dial of every delivery would
+		// fail on them.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return fieldErr("target.url", "has port %s, want 1 to 65535", p)
+		}
 	}
 	switch t.Method {
 	case "", "POST", "PUT", "PATCH", "GET", "DELETE":

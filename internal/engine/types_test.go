@@ -248,3 +248,31 @@ func TestTargetValidateHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetValidateURL: a target URL whose port is outside 1 to 65535 is
+// refused when the type is stored, rather than failing every delivery
+// (each an attempt) with "invalid port".
+func TestTargetValidateURL(t *testing.T) {
+	for _, c := range []struct {
+		url   string
+		valid bool
+	}{
+		{"http://127.0.0.1:9/", true},
+		{"https://hooks.example/x?k=v", true},
+		{"http://[::1]:8080/", true},
+		{"http://hooks.example:65535/", true},
+		{"http://hooks.example:0/", false},
+		{"http://hooks.example:65536/", false},
+		{"http://hooks.example:99999/", false},
+		{"ftp://hooks.example/", false},
+	} {
+		err := (&Target{URL: c.url}).Validate()
+		var fe *FieldError
+		switch {
+		case c.valid && err != nil:
+			t.Errorf("%s: %v, want valid", c.url, err)
+		case !c.valid && (!errors.As(err, &fe) || fe.Field != "target.url"):
+			t.Errorf("%s: %v, want an error on target.url", c.url, err)
+		}
+	}
+}
