@@ -201,7 +201,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Request-Id", id)
 	r = r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id))
 	rc := http.NewResponseController(w)
-	sw := &statusWriter{ResponseWriter: w, rc: rc, writeTimeout: s.writeTimeout}
+	sw := &statusWriter{ResponseWriter: w, rc: rc, writeTimeout: s.writeTimeout, now: s.e.Now}
 	// No deadline left over from the connection's previous answer.
 	_ = rc.SetWriteDeadline(time.Time{})
 	start := time.Now()
@@ -334,13 +334,26 @@ type statusWriter struct {
 	http.ResponseWriter
 	rc           *http.ResponseController
 	writeTimeout time.Duration
-	code         int
-	wrote        bool
+	// now, when set, is the clock of the Date header: the engine's, which
+	// on PostgreSQL is corrected to the database server's, the clock every
+	// time in an answer is on (the CLI judges ages against it).
+	now   func() time.Time
+	code  int
+	wrote bool
+}
+
+// begin records the status of the answer's first write and stamps its
+// Date header.
+func (w *statusWriter) begin(code int) {
+	w.code, w.wrote = code, true
+	if w.now != nil {
+		w.Header().Set("Date", w.now().UTC().Format(http.TimeFormat))
+	}
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if !w.wrote {
-		w.code, w.wrote = code, true
+		w.begin(code)
 	}
 	w.extend()
 	w.ResponseWriter.WriteHeader(code)
@@ -348,7 +361,7 @@ func (w *statusWriter) WriteHeader(code int) {
 
 func (w *statusWriter) Write(p []byte) (int, error) {
 	if !w.wrote {
-		w.code, w.wrote = http.StatusOK, true
+		w.begin(http.StatusOK)
 	}
 	n := 0
 	for {

@@ -237,3 +237,23 @@ func TestMeanRetriesPerTaskIsNullWithoutFirstAttempts(t *testing.T) {
 		}
 	}
 }
+
+// TestDateHeaderIsTheEnginesClock: every answer's Date header is the
+// engine's time (on PostgreSQL corrected to the database server's), the
+// clock the answer's times are on, not the API host's: the CLI judges ages
+// and "--since 1h" against it. Here the engine's clock runs three hours
+// ahead of the host's.
+func TestDateHeaderIsTheEnginesClock(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.clock.Advance(3 * time.Hour)
+	for _, path := range []string{"/healthz", "/v1/stats", "/v1/tasks/nope"} {
+		r := e.do("GET", path, nil)
+		d, err := http.ParseTime(r.header.Get("Date"))
+		if err != nil {
+			t.Fatalf("GET %s: Date %q: %v", path, r.header.Get("Date"), err)
+		}
+		if off := d.Sub(time.Now()); off < 3*time.Hour-5*time.Second || off > 3*time.Hour+5*time.Second {
+			t.Errorf("GET %s: Date %v is %v from the host's clock, want the engine's (3h ahead)", path, d, off)
+		}
+	}
+}
