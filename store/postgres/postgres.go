@@ -257,6 +257,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.PollOnly && !urlSets(cfg.URL, "default_query_exec_mode") {
 		pcfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
+	// Sessions that refuse writes are not kept (readonly.go).
+	pcfg.ConnConfig.Tracer = readOnlyTracer{next: pcfg.ConnConfig.Tracer}
+	pcfg.PrepareConn = keepConn
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, translate("open postgres", err)
@@ -324,16 +327,24 @@ func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return fmt.Errorf("ping: %w", store.ErrClosed)
 	}
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return translate("ping", err)
+	}
+	defer c.Release()
 	var readOnly bool
 	// transaction_read_only is on in a session whose transactions start
 	// read-only, and always on a standby; pg_is_in_recovery covers a
 	// standby that a role setting might otherwise hide.
-	err := s.pool.QueryRow(ctx,
+	err = c.QueryRow(ctx,
 		"SELECT current_setting('transaction_read_only') = 'on' OR pg_is_in_recovery()").Scan(&readOnly)
 	if err != nil {
 		return translate("ping", err)
 	}
 	if readOnly {
+		// The session stays read-only even once the server is not: it is
+		// closed on release, and the next Ping asks a new one.
+		markReadOnly(c.Conn())
 		return fmt.Errorf("ping: %w: %w", store.ErrUnavailable, ErrReadOnly)
 	}
 	return nil

@@ -230,6 +230,12 @@ func (s *Store) commitGroup(batch []*writeReq) {
 			r.done <- errs[i]
 		}
 	}
+	// Refuse to write to a file no one will find again (see sameFiles):
+	// one stat of each file per transaction.
+	if err := s.sameFiles(); err != nil {
+		reply(err)
+		return
+	}
 	tx, err := s.w.BeginTx(bg, nil)
 	if err != nil {
 		reply(err)

@@ -38,13 +38,22 @@ import (
 // database file may not be written: Open refuses such a file.
 var ErrReadOnly = errors.New("database is read-only")
 
+// ErrFileReplaced is returned (wrapped, with store.ErrUnavailable) when the
+// database file or its WAL was deleted, renamed or replaced while the store
+// had it open. SQLite goes on writing to the file it opened, which no one
+// will find at the path again: every write since would be lost at the next
+// start. Ping and every write fail with it until the server is restarted
+// on the file now at the path.
+var ErrFileReplaced = errors.New("database file deleted or replaced while open; restart the server")
+
 // Store is a SQLite-backed store.Store.
 type Store struct {
 	cfg    Config
-	files  [2]string // the database file and its WAL as SQLite names them (Ping)
-	opened int       // the schema version Open found, before migrating
-	w      *sql.DB   // exactly one connection: every write goes through it
-	r      *sql.DB   // read-only pool
+	files  [2]string      // the database file and its WAL as SQLite names them (Ping)
+	opens  [2]os.FileInfo // those files as Open found them; nil when absent (sameFiles)
+	opened int            // the schema version Open found, before migrating
+	w      *sql.DB        // exactly one connection: every write goes through it
+	r      *sql.DB        // read-only pool
 	closed atomic.Bool
 
 	writeCh       chan *writeReq
@@ -99,6 +108,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.files = sqliteFiles(cfg.Path)
+	for i, p := range s.files {
+		if fi, err := os.Stat(p); err == nil {
+			s.opens[i] = fi
+		}
+	}
 	r, err := sql.Open("sqlite", cfg.dsn(false))
 	if err != nil {
 		w.Close()
@@ -212,9 +226,38 @@ func (s *Store) Ping(ctx context.Context) error {
 	// was remounted read-only (as Linux does after I/O errors), or its
 	// permissions changed. Every enqueue and outcome would then fail, so
 	// the store is not ready. The database file and its WAL are written.
+	if err := s.sameFiles(); err != nil {
+		return fmt.Errorf("ping sqlite: %w", err)
+	}
 	for _, p := range s.files {
 		if err := writable(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("ping sqlite: %w: %w: %s: %w", store.ErrUnavailable, ErrReadOnly, p, err)
+		}
+	}
+	return nil
+}
+
+// sameFiles returns an error matching store.ErrUnavailable and
+// ErrFileReplaced when the database file or its WAL at their paths are no
+// longer the files Open found there (deleted, renamed away, or replaced,
+// say by a backup restored by copying a file over it). SQLite keeps
+// writing to the files it has open, so writes would answer success and
+// be gone at the next start; a second server opening the path would not
+// see them either. A WAL that did not exist at Open is not checked.
+func (s *Store) sameFiles() error {
+	for i, p := range s.files {
+		if s.opens[i] == nil {
+			continue
+		}
+		fi, err := os.Stat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %w: %s was deleted or renamed", store.ErrUnavailable, ErrFileReplaced, p)
+		}
+		if err != nil {
+			continue // judged by the access check and the statements
+		}
+		if !os.SameFile(s.opens[i], fi) {
+			return fmt.Errorf("%w: %w: %s is another file than the one opened", store.ErrUnavailable, ErrFileReplaced, p)
 		}
 	}
 	return nil
