@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,8 +17,11 @@ import (
 // already leased to that worker and the task is handed over in memory. The
 // fetch write, and the wait for it, drop out of the path from enqueue to
 // handler start. A worker takes part only while it has no backlog (its last
-// fetch came back short), so direct dispatch never lets a new task overtake
-// older pending ones.
+// fetch came back short) and is neither fetching nor full, so direct
+// dispatch does not let a new task overtake older pending ones (short of a
+// task made pending by another path a moment before, whose wake-up the
+// worker has not acted on yet); and the tasks of one commit are offered in
+// dispatch order.
 
 // locals registers the running in-process workers by type.
 type locals struct {
@@ -52,6 +58,13 @@ func (l *locals) remove(w *workerRun) {
 	l.n--
 }
 
+// active reports whether any local worker runs.
+func (l *locals) active() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n > 0
+}
+
 // reserve finds a local worker of typ with an idle handler and reserves a
 // slot in it, or returns nil.
 func (l *locals) reserve(typ string) *workerRun {
@@ -78,16 +91,35 @@ type dispatchPick struct {
 }
 
 // pickLocal attaches direct-dispatch leases to the due tasks of a batch that
-// a local worker can start at once.
+// a local worker can start at once. The tasks are offered in dispatch order
+// (highest priority, then earliest due, then id), as a fetch would lease
+// them: when they are more than the idle handlers, those left pending are
+// the ones a fetch would have left.
 func (e *Engine) pickLocal(nts []store.NewTask, now time.Time) []dispatchPick {
 	if !e.clockReady() {
 		return nil // nothing leased on a clock not yet synced
 	}
-	var picks []dispatchPick
+	if !e.locals.active() {
+		return nil
+	}
+	due := make([]int, 0, len(nts))
 	for i := range nts {
-		if nts[i].RunAt.After(now) {
-			continue // scheduled: it will be fetched when due
+		if !nts[i].RunAt.After(now) { // a scheduled task is fetched when due
+			due = append(due, i)
 		}
+	}
+	slices.SortStableFunc(due, func(a, b int) int {
+		x, y := &nts[a], &nts[b]
+		if x.Priority != y.Priority {
+			return cmp.Compare(y.Priority, x.Priority)
+		}
+		if c := x.RunAt.Compare(y.RunAt); c != 0 {
+			return c
+		}
+		return strings.Compare(x.ID, y.ID)
+	})
+	var picks []dispatchPick
+	for _, i := range due {
 		w := e.locals.reserve(nts[i].Type)
 		if w == nil {
 			continue

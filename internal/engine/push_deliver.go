@@ -96,13 +96,15 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 		return
 	}
 
-	now := e.now()
 	var out store.Outcome
 	if res.status >= 200 && res.status <= 299 {
 		out = store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StateSucceeded,
 			OutcomeKind: store.OutcomeSucceeded, Detail: res.detail()}
 	} else {
-		out = e.Decide(t, &spec, res.failure(pt), now)
+		// Decided under the policy as it stands now, not as it stood
+		// when the delivery was sent (decisionSpec).
+		dspec := e.decisionSpec(recCtx, t.Type, &spec)
+		out = e.Decide(t, dspec, res.failure(pt), e.now())
 	}
 	_ = e.record(recCtx, t, out) // logged by record
 }

@@ -19,8 +19,22 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-// typeCacheTTL bounds how stale another node's view of a type may be.
+// typeCacheTTL is how long a cached type configuration is served as it
+// stands; an older one is read again.
 const typeCacheTTL = 5 * time.Second
+
+// typeCacheMaxStale bounds how stale another node's view of a type may be:
+// an entry older than typeCacheTTL is served while one background read
+// replaces it only up to this age (a type in steady use never gets there).
+// An older entry (a type this node has not used for a while) is read again
+// before it is used, so that the first attempt after a quiet spell is not
+// run and decided under a configuration that changed long ago.
+const typeCacheMaxStale = 2 * typeCacheTTL
+
+// typeStaleWait bounds a caller's wait for the read of an entry past
+// typeCacheMaxStale: when the database does not answer by then, the last
+// known configuration is served, as when the read fails.
+const typeStaleWait = time.Second
 
 // Target is a push target: the engine delivers tasks of the type itself by
 // HTTP instead of handing them to workers.
@@ -133,11 +147,13 @@ type typeEntry struct {
 }
 
 // typeCache holds the types' configurations read from the store. An entry
-// older than typeCacheTTL is still served while one background load
-// replaces it, so the hot paths (enqueue, handler start) never wait for the
-// database once a type is known, and a refresh is one query per type
-// however many callers ask at that moment. Only the first use of a type
-// waits, and concurrent first uses share one load.
+// older than typeCacheTTL (up to typeCacheMaxStale) is still served while
+// one background load replaces it, so the hot paths (enqueue, handler
+// start) of a type in use never wait for the database, and a refresh is one
+// query per type however many callers ask at that moment. Only the first
+// use of a type, and the first after it went unused past
+// typeCacheMaxStale, waits (the latter at most typeStaleWait), and
+// concurrent uses share one load.
 type typeCache struct {
 	e       *Engine
 	mu      sync.RWMutex
@@ -181,8 +197,23 @@ func (c *typeCache) get(ctx context.Context, typ string) (*typeEntry, error) {
 		go c.load(context.WithoutCancel(ctx), typ, ld)
 	}
 	c.mu.Unlock()
-	if ent != nil {
+	if ent != nil && now.Sub(ent.loaded) < typeCacheMaxStale {
 		return ent, nil // stale: serve it while the load replaces it
+	}
+	if ent != nil {
+		// Too stale to serve unread, but known: wait a little for the
+		// read, and serve the last known entry if it fails or hangs.
+		t := time.NewTimer(typeStaleWait)
+		defer t.Stop()
+		select {
+		case <-ld.done:
+			if ld.err == nil && ld.ent != nil {
+				return ld.ent, nil
+			}
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return ent, nil
 	}
 	select {
 	case <-ld.done:
@@ -249,6 +280,19 @@ func (e *Engine) decidingSpec(ctx context.Context, typ string) (TypeSpec, error)
 		return TypeSpec{}, fmt.Errorf("read configuration of type %s: %w", typ, err)
 	}
 	return ent.spec, nil
+}
+
+// decisionSpec returns the configuration under which an attempt that ran
+// under started (its decidingSpec when it began) is decided: the type's as
+// it stands when the attempt ended, so that a change made while it ran
+// (a limit raised or an error code listed during an outage, whose attempts
+// hang until their timeout) applies to it as to every later attempt; or
+// started when the configuration cannot be read now.
+func (e *Engine) decisionSpec(ctx context.Context, typ string, started *TypeSpec) *TypeSpec {
+	if spec, err := e.decidingSpec(ctx, typ); err == nil {
+		return &spec
+	}
+	return started
 }
 
 // holdBack is the outcome of an attempt that decidingSpec could not give a

@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
 	"github.com/retryq/retryq/store/sqlite"
 )
@@ -70,12 +73,16 @@ func newTypesEngine(t *testing.T) (*Engine, *countingStore) {
 	return e, cs
 }
 
-// age makes typ's cached entry older than the cache TTL.
-func age(e *Engine, typ string) {
+// age makes typ's cached entry older than the cache TTL, but not so old
+// that it may no longer be served while a load replaces it.
+func age(e *Engine, typ string) { ageBy(e, typ, typeCacheTTL+typeCacheTTL/2) }
+
+// ageBy makes typ's cached entry d older.
+func ageBy(e *Engine, typ string, d time.Duration) {
 	e.types.mu.Lock()
 	defer e.types.mu.Unlock()
 	old := *e.types.m[typ]
-	old.loaded = old.loaded.Add(-2 * typeCacheTTL)
+	old.loaded = old.loaded.Add(-d)
 	e.types.m[typ] = &old
 }
 
@@ -178,6 +185,36 @@ func TestTypeCacheKeepsLastKnownWhenRefreshFails(t *testing.T) {
 	})
 }
 
+// TestTypeCacheTooStaleEntryWaitsBriefly: an entry past typeCacheMaxStale
+// is read again before it is used, but a read that hangs or fails does not
+// hold its callers: after typeStaleWait at most they get the last known
+// configuration.
+func TestTypeCacheTooStaleEntryWaitsBriefly(t *testing.T) {
+	e, cs := newTypesEngine(t)
+	putStored(t, cs, "ocr", 3)
+	if _, err := e.TypeSpec(context.Background(), "ocr"); err != nil {
+		t.Fatal(err)
+	}
+	putStored(t, cs, "ocr", 7) // as another node would: this engine is not told
+	ageBy(e, "ocr", time.Minute)
+	gate := cs.hold()
+	start := time.Now()
+	spec, err := e.TypeSpec(context.Background(), "ocr")
+	if waited := time.Since(start); err != nil || spec.Priority != 3 || waited > typeStaleWait+2*time.Second {
+		t.Fatalf("while the read hangs: priority %d, err %v after %s; want the last known 3 after about %s", spec.Priority, err, waited, typeStaleWait)
+	}
+	close(gate)
+	waitFor(t, "the read to finish", func() bool {
+		spec, err := e.TypeSpec(context.Background(), "ocr")
+		return err == nil && spec.Priority == 7
+	})
+	ageBy(e, "ocr", time.Minute)
+	cs.setFail(errors.New("database away"))
+	if spec, err := e.TypeSpec(context.Background(), "ocr"); err != nil || spec.Priority != 7 {
+		t.Fatalf("while the read fails: priority %d, err %v; want the last known 7", spec.Priority, err)
+	}
+}
+
 func TestTypeCacheInvalidatedByPutType(t *testing.T) {
 	e, cs := newTypesEngine(t)
 	putStored(t, cs, "ocr", 3)
@@ -274,5 +311,124 @@ func TestTargetValidateURL(t *testing.T) {
 		case !c.valid && (!errors.As(err, &fe) || fe.Field != "target.url"):
 			t.Errorf("%s: %v, want an error on target.url", c.url, err)
 		}
+	}
+}
+
+// TestPolicyChangedElsewhereDecidesTheNextAttempt: a type's policy changed
+// on another node while its tasks wait applies to their next attempt on
+// this node, however long ago this node last used the type. Before, an
+// entry of any age was served as it stood while a background read replaced
+// it, so the first attempt after a quiet spell ran and was decided under a
+// configuration that could be hours old: a limit raised to rescue waiting
+// tasks still dead-lettered them.
+func TestPolicyChangedElsewhereDecidesTheNextAttempt(t *testing.T) {
+	ctx := context.Background()
+	st := openWorkerStoreOn(t, "sqlite")
+	put := func(maxAttempts int) {
+		t.Helper()
+		pol, err := json.Marshal(retry.Policy{Backoff: retry.BackoffFixed, InitialDelay: time.Millisecond, Jitter: retry.JitterNone, MaxAttempts: maxAttempts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.PutType(ctx, store.TypeConfig{Type: "rare", Policy: pol}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(1)
+	e := startWorkerEngine(t, st, Config{NodeID: "stale-type"})
+	if spec, err := e.TypeSpec(ctx, "rare"); err != nil || spec.Policy.MaxAttempts != 1 {
+		t.Fatalf("type rare: max attempts %d, %v; want 1", spec.Policy.MaxAttempts, err)
+	}
+	var calls atomic.Int32
+	runWorker(t, e, WorkerConfig{Types: []string{"rare"}, Concurrency: 1, Handle: func(context.Context, *store.Task) error {
+		if calls.Add(1) == 1 {
+			return retry.Transient(errors.New("flaky"))
+		}
+		return nil
+	}})
+	waitFor(t, "the worker to fetch", func() bool { return e.Counters().Fetches > 0 })
+	put(3)                        // on another node: this engine is not told
+	ageBy(e, "rare", time.Minute) // this node last used the type a minute ago
+	prio := 0                     // an explicit priority: the enqueue does not read the type
+	res, err := e.Enqueue(ctx, EnqueueRequest{Type: "rare", Payload: json.RawMessage(`1`), Priority: &prio})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := waitTask(t, e, res.Task.ID, "the task to finish", func(tk store.Task) bool { return tk.State.Terminal() })
+	if tk.State != store.StateSucceeded || tk.Attempt != 2 {
+		t.Fatalf("task %s after %d attempts (dead reason %q); want succeeded at its second attempt, under the changed max attempts 3",
+			tk.State, tk.Attempt, tk.DeadReason)
+	}
+}
+
+// TestPolicyChangedDuringAnAttemptDecidesIt: an attempt is decided under
+// its type's policy as it stands when the attempt ends. A change made
+// through this node applies at once (docs/architecture.md), so a limit
+// raised while attempts hang on an outage rescues those attempts too;
+// before, each was decided under the policy read when it started and went
+// to the dead-letter queue under the old limit.
+func TestPolicyChangedDuringAnAttemptDecidesIt(t *testing.T) {
+	ctx := context.Background()
+	e := startWorkerEngine(t, openWorkerStoreOn(t, "sqlite"), Config{NodeID: "policy-during-attempt"})
+	pol := retry.Policy{Backoff: retry.BackoffFixed, InitialDelay: time.Millisecond, Jitter: retry.JitterNone, MaxAttempts: 1}
+	if _, err := e.PutType(ctx, TypeSpec{Type: "slow", Policy: pol}); err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan int, 4), make(chan struct{})
+	runWorker(t, e, WorkerConfig{Types: []string{"slow"}, Concurrency: 1, Handle: func(ctx context.Context, tk *store.Task) error {
+		started <- tk.Attempt
+		if tk.Attempt > 1 {
+			return nil
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return retry.Transient(errors.New("upstream down"))
+	}})
+	res, err := e.Enqueue(ctx, EnqueueRequest{Type: "slow", Payload: json.RawMessage(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recvWithin(t, started, 10*time.Second, "the first attempt")
+	pol.MaxAttempts = 3 // the operator raises the limit while the attempt hangs
+	if _, err := e.PutType(ctx, TypeSpec{Type: "slow", Policy: pol}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	tk := waitTask(t, e, res.Task.ID, "the task to finish", func(tk store.Task) bool { return tk.State.Terminal() })
+	if tk.State != store.StateSucceeded || tk.Attempt != 2 {
+		t.Fatalf("task %s after %d attempts (dead reason %q); want succeeded at its second attempt, decided under max attempts 3",
+			tk.State, tk.Attempt, tk.DeadReason)
+	}
+}
+
+// TestPolicyChangedDuringADeliveryDecidesIt: the same for a push delivery,
+// decided under its type's policy as it stands when the answer came.
+func TestPolicyChangedDuringADeliveryDecidesIt(t *testing.T) {
+	p := newPushEnvOn(t, "sqlite", 0)
+	sent, release := make(chan struct{}, 4), make(chan struct{})
+	var n atomic.Int32
+	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
+		sent <- struct{}{}
+		if n.Add(1) > 1 {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	tg := Target{URL: srv.URL}
+	p.putType("hook", fastPolicy(1), tg)
+	id := p.enqueue("hook", `1`)
+	recvWithin(t, sent, 10*time.Second, "the first delivery")
+	p.putType("hook", fastPolicy(3), tg) // the operator raises the limit while the delivery hangs
+	close(release)
+	if tk := p.wait(id, store.StateSucceeded, store.StateDead); tk.State != store.StateSucceeded || tk.Attempt != 2 {
+		t.Fatalf("task %s after %d attempts (dead reason %q); want succeeded at its second attempt, decided under max attempts 3",
+			tk.State, tk.Attempt, tk.DeadReason)
 	}
 }

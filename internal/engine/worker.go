@@ -131,7 +131,9 @@ type workerRun struct {
 	// copy; an older copy never removes it (see finish).
 	active map[string]*store.Task
 	// drained is true while the worker has no backlog (its last fetch came
-	// back short): only then may enqueues dispatch to it directly.
+	// back short) and is neither fetching nor full (tasks may have become
+	// pending that it could not fetch yet): only then may enqueues dispatch
+	// to it directly.
 	drained atomic.Bool
 	// closing (under sendMu) stops direct deliveries once shutdown began;
 	// deliveries hold sendMu for reading so the queue is never closed under
@@ -199,6 +201,10 @@ func (w *workerRun) loop(ctx context.Context) {
 	for ctx.Err() == nil {
 		free := w.capacity - w.inFlight.Load()
 		if free <= 0 || (backlog && free < batchMin) {
+			// Tasks that become pending now wait for this worker's next
+			// fetch: until it has taken them, no enqueue may be leased to
+			// it at insert, ahead of them, as soon as a handler frees.
+			w.drained.Store(false)
 			select {
 			case <-w.freed:
 			case <-ctx.Done():
@@ -206,6 +212,9 @@ func (w *workerRun) loop(ctx context.Context) {
 			continue
 		}
 		limit := int(min(free, int64(w.cfg.FetchBatch)))
+		// Hold direct dispatch while the fetch is in flight and its tasks
+		// are handed out: the tasks it was woken for come first.
+		w.drained.Store(false)
 		tasks, err := w.fetch(ctx, limit)
 		if err == nil && ctx.Err() != nil {
 			// Stopping: give back what the fetch leased.
@@ -224,7 +233,6 @@ func (w *workerRun) loop(ctx context.Context) {
 		backoff = 10 * time.Millisecond
 		e.ctr.fetches.Add(1)
 		e.ctr.fetched.Add(int64(len(tasks)))
-		w.drained.Store(false) // hold direct dispatch while these are handed out
 		for i := range tasks {
 			t := &tasks[i]
 			w.inFlight.Add(1)
@@ -371,7 +379,6 @@ func (w *workerRun) execute(t *store.Task) {
 		return
 	}
 
-	now := e.now()
 	var out store.Outcome
 	if err == nil {
 		out = store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StateSucceeded, OutcomeKind: store.OutcomeSucceeded}
@@ -386,7 +393,10 @@ func (w *workerRun) execute(t *store.Task) {
 		default:
 			f = Failure{Err: err}
 		}
-		out = e.Decide(t, &spec, f, now)
+		// Decided under the policy as it stands now, not as it stood
+		// when the attempt started (decisionSpec).
+		dspec := e.decisionSpec(w.handlerCtx, t.Type, &spec)
+		out = e.Decide(t, dspec, f, e.now())
 	}
 	w.pending.Add(1)
 	e.outcomes.submit(out, func(_ struct{}, err error) {

@@ -12,6 +12,8 @@ var fetchTests = []testCase{
 	{"Fetch/Ordering", testFetchOrdering},
 	{"Fetch/EffectivePriority", testFetchEffectivePrio},
 	{"Fetch/TypeFilter", testFetchTypes},
+	{"Fetch/PriorityAcrossTypes", testFetchPriorityAcrossTypes},
+	{"Fetch/PromotedRetryKeepsItsPriority", testFetchPromotedRetryKeepsItsPriority},
 	{"Fetch/Lease", testFetchLease},
 	{"Fetch/Invalid", testFetchInvalid},
 	{"Fetch/TypesCountedOnce", testFetchTypesCountedOnce},
@@ -169,4 +171,54 @@ func testFetchTypesCountedOnce(e *env) {
 	got, err := e.s.FetchTasks(e.ctx, store.FetchParams{Types: types, Limit: 5, WorkerID: worker, LeaseDuration: leaseDur, Now: base})
 	e.noErr("FetchTasks naming one type many times", err)
 	e.eq("fetched", ids(got), []string{"t_2"})
+}
+
+// testFetchPriorityAcrossTypes: a fetch over several types hands out its
+// tasks in one dispatch order across them (EffectivePrio, then RunAt, then
+// id), not type by type nor in turns: while a higher-priority type has
+// pending work, a fetch takes none of a lower one's, however old.
+func testFetchPriorityAcrossTypes(e *env) {
+	mk := func(id, typ string, prio int, runAt time.Duration) store.NewTask {
+		n := nt(id, typ)
+		n.Priority, n.RunAt = prio, base.Add(runAt)
+		return n
+	}
+	e.insert(base,
+		mk("t_low_old", "low", 0, -time.Hour),
+		mk("t_high_1", "high", 5, -time.Second),
+		mk("t_high_2", "high", 5, 0),
+		mk("t_mid", "mid", 3, -time.Minute),
+		mk("t_other", "other", 9, -time.Hour), // not asked for
+	)
+	e.eqIDs("first fetch", e.fetch(base, 2, "low", "high", "mid"), "t_high_1", "t_high_2")
+	e.eqIDs("second fetch", e.fetch(base, 1, "mid", "low"), "t_mid")
+	e.eqIDs("third fetch", e.fetch(base, 5, "high", "low", "mid"), "t_low_old")
+	e.get("t_other", store.StatePending)
+}
+
+// testFetchPromotedRetryKeepsItsPriority: a retry keeps the EffectivePrio
+// its failure gave it through retry_waiting and promotion, and is then
+// fetched by it (Priority, the task's own, plays no part), after fresh work
+// of a higher ordering priority whatever the due times.
+func testFetchPromotedRetryKeepsItsPriority(e *env) {
+	r := nt("t_retry", "a")
+	r.Priority = 5
+	tr := e.start(base, r)
+	o := failRetry(tr, base.Add(10*time.Second), "E")
+	o.EffectivePrio = 2
+	e.mustRecord(base, o)
+	fresh := nt("t_fresh", "b")
+	fresh.Priority = 3
+	e.insert(base.Add(20*time.Second), fresh)
+	low := nt("t_low", "a")
+	low.Priority = 1
+	e.insert(base.Add(time.Second), low)
+	now := base.Add(30 * time.Second)
+	n, err := e.s.PromoteDue(e.ctx, store.PromoteParams{Limit: 10, Now: now})
+	e.noErr("PromoteDue", err)
+	e.eq("promoted", n, 1)
+	got := e.get("t_retry", store.StatePending)
+	e.eq("Priority after promotion", got.Priority, 5)
+	e.eq("EffectivePrio after promotion", got.EffectivePrio, 2)
+	e.eqIDs("fetch", e.fetch(now, 10, "a", "b"), "t_fresh", "t_retry", "t_low")
 }
