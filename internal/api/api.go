@@ -272,6 +272,9 @@ func needsAuth(path string) bool {
 // route dispatches to the mux. When no pattern matches, the mux's own
 // plain-text 404/405 response is captured and replaced by a JSON error.
 func (s *server) route(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w = &redirectGuard{ResponseWriter: w, s: s, r: r}
+	}
 	h, pattern := s.mux.Handler(r)
 	if pattern != "" {
 		s.mux.ServeHTTP(w, r)
@@ -282,12 +285,12 @@ func (s *server) route(w http.ResponseWriter, r *http.Request) {
 	switch cw.code {
 	case http.StatusNotFound:
 		s.writeError(w, r, &apiError{Status: http.StatusNotFound, Code: CodeNotFound,
-			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+			Message: fmt.Sprintf("no route %s %s", truncate(r.Method, maxEcho), truncate(r.URL.Path, maxEcho))})
 	case http.StatusMethodNotAllowed:
 		allow := cw.header.Get("Allow")
 		w.Header().Set("Allow", allow)
 		s.writeError(w, r, &apiError{Status: http.StatusMethodNotAllowed, Code: CodeMethodNotAllowed,
-			Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, allow)})
+			Message: fmt.Sprintf("method %s is not allowed on %s (allowed: %s)", truncate(r.Method, maxEcho), truncate(r.URL.Path, maxEcho), allow)})
 	default: // redirects (path cleaning): pass through
 		for k, v := range cw.header {
 			w.Header()[k] = v
@@ -299,6 +302,48 @@ func (s *server) route(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(cw.body)
 	}
 }
+
+// redirectGuard refuses the mux's redirects of a request other than GET
+// and HEAD (a path not in its clean form, a missing trailing slash) with a
+// JSON 404. A 307 asks the client to send the same request again to the
+// other path, which names another resource than the one asked for:
+// clients that follow it (Go's, Python's) turned a cancel of
+// /v1/tasks/X/../Y/cancel into Y's cancel, and a PUT of the type "a/../b",
+// a name the API refuses, into b's configuration. Route handlers never
+// redirect, so every 3xx is the mux's.
+type redirectGuard struct {
+	http.ResponseWriter
+	s       *server
+	r       *http.Request
+	refused bool
+}
+
+func (g *redirectGuard) WriteHeader(code int) {
+	if g.refused {
+		return
+	}
+	if code < 300 || code >= 400 {
+		g.ResponseWriter.WriteHeader(code)
+		return
+	}
+	g.refused = true
+	h := g.Header()
+	to := h.Get("Location")
+	h.Del("Location")
+	g.s.writeError(g.ResponseWriter, g.r, &apiError{Status: http.StatusNotFound, Code: CodeNotFound,
+		Message: fmt.Sprintf("no route %s %s (only GET and HEAD requests are redirected to %s)",
+			truncate(g.r.Method, maxEcho), truncate(g.r.URL.Path, maxEcho), truncate(to, maxEcho))})
+}
+
+func (g *redirectGuard) Write(p []byte) (int, error) {
+	if g.refused {
+		return len(p), nil
+	}
+	return g.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (g *redirectGuard) Unwrap() http.ResponseWriter { return g.ResponseWriter }
 
 // captureWriter records a response in memory.
 type captureWriter struct {

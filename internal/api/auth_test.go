@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/retryq/retryq/store"
 )
 
 func TestAuth(t *testing.T) {
@@ -170,6 +172,41 @@ func TestHTTPErrors(t *testing.T) {
 	}
 }
 
+// TestUncleanPathOfAChangeIsNotRedirected: a request other than GET and
+// HEAD to a path the mux would redirect (one not in its clean form, one
+// without a trailing slash) is answered with a JSON 404, not a 307. A 307
+// asks the client to send the same change to the other path, and clients
+// that follow it (Go's, Python's) did: a cancel of /v1/tasks/X/../Y/cancel
+// cancelled Y, and a PUT of the type "a/../b" (a name the API refuses)
+// configured b. Reads are still redirected.
+func TestUncleanPathOfAChangeIsNotRedirected(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	x := e.enqueue(map[string]any{"type": "a"})["id"].(string)
+	y := e.enqueue(map[string]any{"type": "a"})["id"].(string)
+	// e.hc follows redirects, sending the body again as a 307 asks.
+	e.mustErr(http.StatusNotFound, CodeNotFound, "", "POST", "/v1/tasks/"+x+"/../"+y+"/cancel", nil)
+	e.mustErr(http.StatusNotFound, CodeNotFound, "", "POST", "/v1/tasks/./"+y+"/cancel", `{}`)
+	if st := e.state(y); st != store.StatePending {
+		t.Fatalf("task %s is %s after a refused cancel", y, st)
+	}
+	e.mustErr(http.StatusNotFound, CodeNotFound, "", "PUT", "/v1/types/a/../b", map[string]any{"priority": 7})
+	if r := e.must(http.StatusOK, "GET", "/v1/types/b", nil).m; r["stored"] != false {
+		t.Fatalf("type b after a refused PUT of a/../b: %v", r)
+	}
+	e.mustErr(http.StatusNotFound, CodeNotFound, "", "POST", "//v1/tasks", map[string]any{"type": "c"})
+	// The mux's other redirect, to the path with a trailing slash.
+	if r := e.mustErr(http.StatusNotFound, CodeNotFound, "", "PUT", "/v1/types", map[string]any{}); r.header.Get("Location") != "" {
+		t.Fatalf("refused redirect still names a Location: %q", r.header.Get("Location"))
+	}
+	if ts := e.must(http.StatusOK, "GET", "/v1/tasks?type=c", nil).m["tasks"].([]any); len(ts) != 0 {
+		t.Fatalf("tasks enqueued through //v1/tasks: %v", ts)
+	}
+	// A read is redirected to its clean path and served.
+	if r := e.must(http.StatusOK, "GET", "/v1/tasks/"+x+"/../"+y, nil); r.m["id"] != y {
+		t.Fatalf("redirected read = %s", r)
+	}
+}
+
 func TestInternalErrors(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	// A panicking handler becomes a 500 carrying the request id.
@@ -212,5 +249,35 @@ func TestNewAuthRefusesUnusableTokens(t *testing.T) {
 	}
 	if _, err := NewAuth([]string{"a-token", "inner\ttab"}, []string{"r-token"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestErrorAnswersEchoInputBounded: an error answer quotes at most a short
+// stretch of what it refuses. A refused path, query parameter name or
+// member name was quoted whole, twice for a name (field and message) and
+// six times over for each '&' or '<' (escaped as \u0026, \u003c): a 200 KB
+// path got an unauthenticated client a 1.2 MB answer.
+func TestErrorAnswersEchoInputBounded(t *testing.T) {
+	e := newEnv(t, envOpts{apiTokens: []string{"tok"}})
+	amps := strings.Repeat("&", 200<<10)
+	lts := strings.Repeat("%3C", 100<<10)
+	for _, c := range []struct {
+		method, path string
+		body         any
+		status       int
+	}{
+		{"GET", "/" + amps, nil, http.StatusNotFound}, // no token needed
+		{"DELETE", "/v1/tasks/" + amps + "/cancel", nil, http.StatusMethodNotAllowed},
+		{"GET", "/v1/tasks?" + lts + "=1", nil, http.StatusBadRequest},
+		{"POST", "/v1/tasks", `{"` + amps + `":1}`, http.StatusBadRequest},
+		{"POST", "/v1/tasks/batch", `{"tasks":[{"` + amps + `":1}]}`, http.StatusBadRequest},
+	} {
+		r := e.do(c.method, c.path, c.body)
+		if r.status != c.status || r.errMsg() == "" {
+			t.Fatalf("%s %.40s: got %.300s, want %d", c.method, c.path, r, c.status)
+		}
+		if len(r.raw) > 2048 {
+			t.Fatalf("%s %.40s: a %d-byte answer: %.300s", c.method, c.path, len(r.raw), r.raw)
+		}
 	}
 }

@@ -218,3 +218,27 @@ func TestDLQQueryTextMustBeUnicode(t *testing.T) {
 		t.Errorf("GET with a Unicode error_code: got %s, want 200", r)
 	}
 }
+
+// TestDLQBodyOfNonJSONSpaceIsRefused: a body of characters that are white
+// space to Unicode but not to JSON (a form feed, a vertical tab, a
+// no-break space, an ideographic space) is malformed JSON, not the empty
+// body that selects every dead task. Read as empty, it purged the whole
+// dead-letter queue.
+func TestDLQBodyOfNonJSONSpaceIsRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.enqueue(map[string]any{"type": "a"})
+	id := e.kill("a", "E1")
+	for _, body := range []string{"\f", "\v", "\u00a0", "\u0085", "\u3000", " \v\n"} {
+		for _, path := range []string{"/v1/dlq/purge", "/v1/dlq/redrive"} {
+			e.mustErr(http.StatusBadRequest, CodeMalformedJSON, "", "POST", path, body)
+		}
+		e.mustErr(http.StatusBadRequest, CodeMalformedJSON, "", "POST", "/v1/tasks/"+id+"/retry", body)
+	}
+	if st := e.state(id); st != store.StateDead {
+		t.Fatalf("dead task is %s after refused bodies", st)
+	}
+	// JSON's own white space is still an empty body.
+	if r := e.must(http.StatusOK, "POST", "/v1/dlq/redrive", " \t\r\n").m; r["redriven"] != 1.0 {
+		t.Fatalf("redrive with a blank body = %v", r)
+	}
+}

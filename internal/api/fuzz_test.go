@@ -253,13 +253,27 @@ func TestHandlerNeverPanicsOnRoutes(t *testing.T) {
 	}
 }
 
+// FuzzRedriveBody: no body makes a 5xx, and one that is not JSON selects
+// nothing (see checkFilterRead).
 func FuzzRedriveBody(f *testing.F) {
-	fuzzBody(f, "POST", "/v1/dlq/redrive", killSome, dlqBodySeeds...)
+	fuzzBodyThen(f, "POST", "/v1/dlq/redrive", killSome, checkFilterRead, dlqBodySeeds...)
 }
 
+// FuzzPurgeBody: as FuzzRedriveBody, for purge.
 func FuzzPurgeBody(f *testing.F) {
-	fuzzBody(f, "POST", "/v1/dlq/purge", killSome,
+	fuzzBodyThen(f, "POST", "/v1/dlq/purge", killSome, checkFilterRead,
 		append([]string{`{"older_than_seconds":3600}`, `{"older_than_seconds":-1}`, `{"older_than_seconds":1e300,"type":"a"}`}, dlqBodySeeds...)...)
+}
+
+// checkFilterRead fails t when a redrive or purge body that is neither
+// empty (JSON white space only, which selects every dead task) nor valid
+// JSON is answered other than 400: read as empty, it would act on the
+// whole dead-letter queue.
+func checkFilterRead(t *testing.T, body []byte, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	if len(bytes.Trim(body, " \t\r\n")) > 0 && !json.Valid(body) && rec.Code != http.StatusBadRequest {
+		t.Fatalf("body %q that is not JSON: got %d %s, want 400", body, rec.Code, rec.Body.Bytes())
+	}
 }
 
 // dlqBodySeeds are filters of dead tasks for redrive and purge.
@@ -267,6 +281,7 @@ var dlqBodySeeds = []string{
 	`{"type":"a","error_code":"E1","reason":"non_retryable","since":"2020-01-01T00:00:00Z","limit":1}`,
 	`{"no_error_code":true,"error_code":"x"}`, `{"ids":[]}`, `{"ids":["01HXZ5K3J8T9M2Q4V6W8Y0A1B2","x"]}`,
 	`{"error_code":"a\u0000b"}`, `{"ids":["\u0000"]}`, `{"type":"\ud800"}`, `{"since":"yesterday"}`, `{"limit":-1}`, ``,
+	" \t\r\n", "\f", "\v", "\u00a0", "\u0085", "\u3000",
 }
 
 // killSome puts dead tasks in the DLQ for the fuzzed filters to select.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // writeJSON sends v with the given status.
@@ -54,7 +55,7 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, dst any, optio
 		}
 		return &apiError{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: "could not read the request body"}
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	if len(bytes.Trim(body, jsonSpace)) == 0 {
 		if optional {
 			return nil
 		}
@@ -63,11 +64,14 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, dst any, optio
 	if err := checkContentType(r); err != nil {
 		return err
 	}
+	if err := checkContentEncoding(r); err != nil {
+		return err
+	}
 	if err := decodeJSON(body, dst, ""); err != nil {
 		return err
 	}
 	if where, name, dup := duplicateMember(body); dup {
-		field := name
+		field := truncate(name, maxEcho)
 		if where != "" {
 			field = where + "." + name
 		}
@@ -75,6 +79,12 @@ func (s *server) readBody(w http.ResponseWriter, r *http.Request, dst any, optio
 	}
 	return nil
 }
+
+// jsonSpace is JSON's white space (RFC 8259): a body of only these is
+// empty. Other characters that are space to Unicode (a form feed, a no-break
+// space) are not JSON, and a body of them is malformed, not empty (which
+// for redrive and purge would select every dead task).
+const jsonSpace = " \t\r\n"
 
 // checkContentType requires application/json (parameters such as charset
 // are allowed, as is the +json suffix).
@@ -89,6 +99,21 @@ func checkContentType(r *http.Request) error {
 	}
 	return &apiError{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType,
 		Message: fmt.Sprintf("request bodies must be application/json (got Content-Type %s)", ct)}
+}
+
+// checkContentEncoding refuses a body sent with a content coding (gzip,
+// say): the server does not decode one, and the coded bytes would be
+// refused as malformed JSON, which misleads (RFC 9110 answers 415).
+func checkContentEncoding(r *http.Request) error {
+	for _, v := range r.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				return &apiError{Status: http.StatusUnsupportedMediaType, Code: CodeUnsupportedMediaType,
+					Message: fmt.Sprintf("request bodies must not be encoded (got Content-Encoding %s)", truncate(c, maxEcho))}
+			}
+		}
+	}
+	return nil
 }
 
 // decodeJSON strictly decodes one JSON value from data into dst. Field
@@ -133,7 +158,7 @@ func jsonError(err error, prefix string) error {
 			}
 			return fieldError(strings.TrimSuffix(prefix, "."), "must be a JSON object (got %s)", te.Value)
 		}
-		return fieldError(prefix+te.Field, "must be %s (got %s)", kindName(te), te.Value)
+		return fieldError(prefix+te.Field, "must be %s (got %s)", kindName(te), truncate(te.Value, maxEcho))
 	}
 	if rest, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		name, uerr := strconv.Unquote(rest)
@@ -147,7 +172,7 @@ func jsonError(err error, prefix string) error {
 			}
 			return fieldError(strings.TrimSuffix(prefix, "."), "has a member with an empty name")
 		}
-		return fieldError(prefix+name, "unknown field")
+		return fieldError(prefix+truncate(name, maxEcho), "unknown field")
 	}
 	return &apiError{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: "malformed JSON: " + strings.TrimPrefix(err.Error(), "json: ") + at(prefix)}
 }
@@ -223,9 +248,20 @@ func parseTime(field, s string) (time.Time, error) {
 	return t, nil
 }
 
+// maxEcho bounds the bytes of a path, method, name or number an error
+// answer quotes from the request: quoted whole, a long one made a large
+// answer (escaped, '<' and '&' take six bytes each), even for a client
+// without a token.
+const maxEcho = 128
+
+// truncate cuts s to at most n bytes, at a character boundary, marking a
+// cut with an ellipsis.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }

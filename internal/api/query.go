@@ -32,6 +32,7 @@ func parseQuery(r *http.Request, allowed ...string) (query, error) {
 			}
 		}
 		if !ok {
+			k = truncate(k, maxEcho) // quoted twice (field and message)
 			if k == "" {
 				// A parameter named "" would be a message naming nothing.
 				return nil, fieldError("", "malformed query string: a parameter without a name")

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -205,5 +206,30 @@ func TestValidJSONText(t *testing.T) {
 		if got := validJSONText([]byte(raw)); got != want {
 			t.Errorf("validJSONText(%s) = %v, want %v", raw, got, want)
 		}
+	}
+}
+
+// TestEncodedBodyIsUnsupportedMediaType: a body sent with a content coding
+// (Content-Encoding: gzip), which the server does not decode, is a 415
+// naming the coding, not a 400 about the compressed bytes' first
+// character; "identity" is no coding.
+func TestEncodedBodyIsUnsupportedMediaType(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write([]byte(`{"type":"a"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	withCoding := func(c string) reqOpt { return func(r *http.Request) { r.Header.Set("Content-Encoding", c) } }
+	r := e.mustErr(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType, "", "POST", "/v1/tasks", buf.Bytes(), withCoding("gzip"))
+	if !strings.Contains(r.errMsg(), "Content-Encoding gzip") {
+		t.Fatalf("message does not name the coding: %s", r.raw)
+	}
+	e.must(http.StatusCreated, "POST", "/v1/tasks", `{"type":"a"}`, withCoding("identity"))
+	if ts := e.must(http.StatusOK, "GET", "/v1/tasks", nil).m["tasks"].([]any); len(ts) != 1 {
+		t.Fatalf("tasks after one accepted enqueue: %d", len(ts))
 	}
 }
