@@ -1,9 +1,12 @@
 package retryq_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -201,4 +204,43 @@ func ExampleClient_Redrive() {
 	// ocr.page bad_input non_retryable 1
 	// redriven: 1
 	// succeeded at attempt 1
+}
+
+// callOCR stands for the OCR service Example_readme calls.
+func callOCR(ctx context.Context, payload json.RawMessage) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://127.0.0.1:9/ocr", bytes.NewReader(payload))
+	if err != nil {
+		return nil, err
+	}
+	return http.DefaultClient.Do(req)
+}
+
+// Example_readme is the Go example of README.md: the lines between the
+// README markers are the README's go block, indented by one tab
+// (TestREADMEGoBlockIsExampleReadme keeps the two the same). It is
+// compiled but not run, since it leaves retryq.db in the working directory.
+func Example_readme() {
+	ctx := context.Background()
+	// README begin
+	st, _ := sqlite.Open(ctx, sqlite.Config{Path: "retryq.db"})
+	defer st.Close() // after the client's Close, which leaves the store open
+	client, _ := retryq.NewClient(st, retryq.Options{})
+	client.Start(ctx)
+	defer client.Close()
+
+	mux := retryq.NewMux()
+	mux.HandleFunc("ocr.page", func(ctx context.Context, t *retryq.Task) error {
+		resp, err := callOCR(ctx, t.Payload)
+		if err != nil {
+			return err // classified: timeouts and resets retry
+		}
+		defer resp.Body.Close()
+		return retry.FromResponse(resp, time.Now()) // 429 + Retry-After, 5xx retry; 400 goes to the DLQ
+	})
+	w, _ := retryq.NewWorker(client, retryq.WorkerConfig{Handler: mux, Concurrency: 20})
+	go w.Run(ctx)
+
+	client.Enqueue(ctx, "ocr.page", map[string]any{"doc": "invoice.pdf", "page": 3},
+		retryq.WithIdempotencyKey("invoice.pdf#3"))
+	// README end
 }
