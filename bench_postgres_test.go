@@ -2,6 +2,7 @@ package retryq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
 	"github.com/retryq/retryq/store/postgres"
@@ -20,7 +22,9 @@ import (
 
 // The engine benchmarks of issue "PostgreSQL backend and many nodes" on a
 // throwaway PostgreSQL cluster (internal/pgtest: fsync on,
-// synchronous_commit on, everything else at its default) with one engine
+// synchronous_commit on, everything else at its default; every benchmark
+// reads these settings back through its own session, logs them and fails
+// on a server whose commits are not durable) with one engine
 // and 50 concurrent no-op handlers, plus pgbench's simple-update run as the
 // yardstick of what the server and disk sustain. Run them with
 //
@@ -41,27 +45,65 @@ func openBenchPostgres(b *testing.B) store.Store {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	logServerSettings(b, st)
+	requireDurable(b, st.Pool())
 	return st
 }
 
-var loggedSettings bool
+// errNotDurable reports a server whose commits are not durable: figures
+// measured on it would not be comparable to the documented ones.
+var errNotDurable = errors.New("server commits are not durable")
 
-// logServerSettings logs, once, the settings that decide commit cost.
-func logServerSettings(b *testing.B, st *postgres.Store) {
-	if loggedSettings {
-		return
-	}
-	loggedSettings = true
-	var out string
-	for _, name := range []string{"server_version", "fsync", "synchronous_commit", "wal_sync_method", "shared_buffers", "max_connections"} {
+// durabilitySettings are the settings that decide what a commit costs and
+// whether it survives a crash, as a session of the benchmark sees them.
+var durabilitySettings = []string{"server_version", "fsync", "synchronous_commit", "full_page_writes",
+	"wal_sync_method", "shared_buffers", "max_connections"}
+
+// checkDurable reads durabilitySettings through q (a session like the
+// benchmark's own, so per-database, per-role and connection-string
+// overrides count) and returns them as one line, or errNotDurable when
+// fsync or full_page_writes is off or synchronous_commit does not wait for
+// the local WAL flush.
+func checkDurable(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) (string, error) {
+	var out strings.Builder
+	got := map[string]string{}
+	for _, name := range durabilitySettings {
 		var v string
-		if err := st.Pool().QueryRow(b.Context(), "SELECT current_setting($1)", name).Scan(&v); err != nil {
-			b.Fatalf("read setting %s: %v", name, err)
+		if err := q.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
+			return "", fmt.Errorf("read setting %s: %w", name, err)
 		}
-		out += fmt.Sprintf(" %s=%s", name, v)
+		got[name] = v
+		fmt.Fprintf(&out, " %s=%s", name, v)
 	}
-	b.Logf("PostgreSQL:%s", out)
+	if got["fsync"] != "on" || got["full_page_writes"] != "on" || got["synchronous_commit"] == "off" {
+		return out.String(), fmt.Errorf("check durability:%s: %w", out.String(), errNotDurable)
+	}
+	return out.String(), nil
+}
+
+// requireDurable fails the benchmark unless the server behind q commits
+// durably, and logs its settings beside the figures.
+func requireDurable(b *testing.B, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) {
+	b.Helper()
+	line, err := checkDurable(b.Context(), q)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("PostgreSQL:%s", line)
+}
+
+// requireDurableURL is requireDurable on a new connection to url.
+func requireDurableURL(b *testing.B, url string) {
+	b.Helper()
+	conn, err := pgx.Connect(b.Context(), url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	requireDurable(b, conn)
 }
 
 func BenchmarkPostgres(b *testing.B) { runWorkloads(b, openBenchPostgres) }
@@ -96,6 +138,7 @@ func BenchmarkPgbench(b *testing.B) {
 	}
 	for i := 0; i < b.N; i++ {
 		url := pgtest.URL(b)
+		requireDurableURL(b, url)
 		ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
 		if out, err := exec.CommandContext(ctx, bin, "-i", "-q", url).CombinedOutput(); err != nil {
 			cancel()
@@ -147,6 +190,24 @@ WHERE id = ANY(ARRAY[%s]::text[]) AND (state || '') = 'running';
 \endpipeline
 `
 
+// writeStreamFloorScript writes streamFloorScript, with the ids of each
+// cycle filled in, to a file in dir and returns its path.
+func writeStreamFloorScript(dir string) (string, error) {
+	// ids are the 8 task ids of cycle n (a pgbench expression).
+	ids := func(n string) string {
+		out := make([]string, 8)
+		for i := range out {
+			out[i] = fmt.Sprintf("lpad((%s)::text, 12, '0') || '%c'", n, 'a'+i)
+		}
+		return strings.Join(out, ", ")
+	}
+	script := filepath.Join(dir, "stream-floor.sql")
+	if err := os.WriteFile(script, []byte(fmt.Sprintf(streamFloorScript, ids(":n"), ids(":n - 1"))), 0o600); err != nil {
+		return "", fmt.Errorf("write stream floor script: %w", err)
+	}
+	return script, nil
+}
+
 // BenchmarkPgbenchStreamFloor runs streamFloorScript with pgbench on one
 // connection for 10 s against a fresh, migrated database of the test
 // cluster and reports 8 × its transactions per second: what the stream
@@ -157,16 +218,8 @@ func BenchmarkPgbenchStreamFloor(b *testing.B) {
 	if !ok {
 		b.Skip("pgbench not found (it ships with the PostgreSQL client tools): skipping the floor")
 	}
-	// ids are the 8 task ids of cycle n (a pgbench expression).
-	ids := func(n string) string {
-		out := make([]string, 8)
-		for i := range out {
-			out[i] = fmt.Sprintf("lpad((%s)::text, 12, '0') || '%c'", n, 'a'+i)
-		}
-		return strings.Join(out, ", ")
-	}
-	script := filepath.Join(b.TempDir(), "stream-floor.sql")
-	if err := os.WriteFile(script, []byte(fmt.Sprintf(streamFloorScript, ids(":n"), ids(":n - 1"))), 0o600); err != nil {
+	script, err := writeStreamFloorScript(b.TempDir())
+	if err != nil {
 		b.Fatal(err)
 	}
 	for i := 0; i < b.N; i++ {
@@ -178,10 +231,85 @@ func BenchmarkPgbenchStreamFloor(b *testing.B) {
 			cancel()
 			b.Fatal(err)
 		}
+		requireDurable(b, st.Pool())
 		st.Close()
 		tps, _ := runPgbench(ctx, b, bin, "-n", "-M", "prepared", "-c", "1", "-T", "10", "-D", "n=0", "-f", script, url)
 		cancel()
 		b.Logf("stream floor (one connection, 8 inserts + 8 updates per commit, no client work): %.0f commits/s = %.0f tasks/s", tps, 8*tps)
 		b.ReportMetric(8*tps, "tasks/s")
+	}
+}
+
+// TestBenchDurabilityCheckRefusesAsyncCommit pins the guard of the
+// PostgreSQL benchmarks: the test cluster passes, and a database set to
+// synchronous_commit=off (which would let a benchmark report commit rates
+// no durable server reaches) is refused with errNotDurable.
+func TestBenchDurabilityCheckRefusesAsyncCommit(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := t.Context()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line, err := checkDurable(ctx, conn)
+	if err != nil {
+		conn.Close(ctx)
+		t.Fatalf("the test cluster: %v", err)
+	}
+	if !strings.Contains(line, " fsync=on") || !strings.Contains(line, " synchronous_commit=on") {
+		t.Errorf("settings line %q does not show fsync and synchronous_commit on", line)
+	}
+	var db string
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{db}.Sanitize()+" SET synchronous_commit = off"); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close(ctx)
+
+	conn, err = pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	if _, err := checkDurable(ctx, conn); !errors.Is(err, errNotDurable) {
+		t.Errorf("synchronous_commit=off: checkDurable = %v, want errNotDurable", err)
+	}
+}
+
+// TestStreamFloorScriptWritesWhatItClaims runs the stream floor's pgbench
+// script for 5 cycles (not timed) and checks that each cycle inserts 8
+// running tasks and marks the previous cycle's 8 succeeded: an UPDATE that
+// matched no row would make the floor a commit of inserts alone, a
+// flattering yardstick.
+func TestStreamFloorScriptWritesWhatItClaims(t *testing.T) {
+	bin, ok := findPgbench()
+	if !ok {
+		t.Skip("pgbench not found (it ships with the PostgreSQL client tools)")
+	}
+	url := pgtest.URL(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	st, err := postgres.Open(ctx, postgres.Config{URL: url, AutoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	script, err := writeStreamFloorScript(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin, "-n", "-M", "prepared", "-c", "1", "-t", "5", "-D", "n=0", "-f", script, url)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pgbench: %v\n%s", err, out)
+	}
+	var running, succeeded int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'running'),
+		count(*) FILTER (WHERE state = 'succeeded') FROM tasks`).Scan(&running, &succeeded); err != nil {
+		t.Fatal(err)
+	}
+	if running != 8 || succeeded != 32 {
+		t.Errorf("after 5 cycles: %d running, %d succeeded; want 8 and 32", running, succeeded)
 	}
 }

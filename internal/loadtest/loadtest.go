@@ -2,11 +2,8 @@ package loadtest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,12 +19,19 @@ type Result struct {
 	Tasks    int
 	Attempts int64
 	Elapsed  time.Duration
-	P50, P99 time.Duration // enqueue -> handler start (first attempts)
-	PeakHeap uint64        // peak Go heap in use during the run, bytes
+	// P50 and P99 are nearest-rank percentiles of the time from just before
+	// a task's enqueue call (for paced, from its scheduled send instant) to
+	// the start of its first handler call, over every task of the run (no
+	// warm-up left out), on the monotonic clock.
+	P50, P99 time.Duration
+	Samples  int    // latency samples (one per task)
+	PeakHeap uint64 // peak Go heap in use during the run, bytes
 	Counters retryq.Counters
 	// Store counts the store's shared write transactions during the run
 	// (zero when the store does not count them).
 	Store store.GroupStats
+	// Pace is how closely a paced run kept its schedule (zero otherwise).
+	Pace PaceStats
 	// CPU is what the process and the machine used during the run.
 	CPU CPUUse
 }
@@ -36,9 +40,10 @@ type Result struct {
 func (r Result) TasksPerSec() float64 { return float64(r.Tasks) / r.Elapsed.Seconds() }
 
 func (r Result) String() string {
-	return fmt.Sprintf("%s: %d tasks (%d attempts) in %s = %.0f tasks/s, enqueue->start p50 %s p99 %s, peak heap %d MiB",
+	return fmt.Sprintf("%s: %d tasks (%d attempts) in %s = %.0f tasks/s, enqueue->start p50 %s p99 %s (nearest rank of %d samples), peak heap %d MiB",
 		r.Name, r.Tasks, r.Attempts, r.Elapsed.Round(time.Millisecond), r.TasksPerSec(),
-		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.PeakHeap>>20) +
+		r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond), r.Samples, r.PeakHeap>>20) +
+		r.Pace.String() +
 		fmt.Sprintf(" [commits: %d insert (%d tasks, %d dispatched at insert), %d fetch (%d tasks), %d outcome (%d)]",
 			r.Counters.InsertCommits, r.Counters.Inserted, r.Counters.Dispatched, r.Counters.Fetches, r.Counters.Fetched,
 			r.Counters.OutcomeCommits, r.Counters.Outcomes) +
@@ -59,6 +64,7 @@ type harness struct {
 	done    chan struct{}
 	handled atomic.Int64
 	calls   atomic.Int64
+	perTask map[string]int // handler calls by task id, guarded by mu
 	target  int64
 	reached chan struct{}
 	once    sync.Once
@@ -93,7 +99,8 @@ func newHarness(st store.Store, o Options, target int, failFirst int) (*harness,
 		return nil, err
 	}
 	h := &harness{client: c, target: int64(target), reached: make(chan struct{}), fail: failFirst, lat: make([]time.Duration, 0, target),
-		st: st, store0: storeStats(st)}
+		perTask: make(map[string]int, target),
+		st:      st, store0: storeStats(st)}
 	mux := retryq.NewMux()
 	mux.HandleFunc("bench", h.handle)
 	w, err := retryq.NewWorker(c, retryq.WorkerConfig{Handler: mux, Concurrency: o.Concurrency})
@@ -115,21 +122,20 @@ func (h *harness) startWorker() {
 		defer close(h.done)
 		_ = h.worker.Run(ctx)
 	}()
-	h.heap.start()
 }
 
 // handle is the benchmark handler: it records the latency of first
 // attempts and fails the first h.fail attempts of every task.
 func (h *harness) handle(ctx context.Context, t *retryq.Task) error {
+	now := time.Now()
 	h.calls.Add(1)
-	if t.Attempt == 1 {
-		if ns, err := strconv.ParseInt(string(t.Payload), 10, 64); err == nil {
-			d := time.Since(time.Unix(0, ns))
-			h.mu.Lock()
-			h.lat = append(h.lat, d)
-			h.mu.Unlock()
-		}
+	d, ok := latencyOf(t.Payload, now)
+	h.mu.Lock()
+	h.perTask[t.ID]++
+	if t.Attempt == 1 && ok {
+		h.lat = append(h.lat, d)
 	}
+	h.mu.Unlock()
 	if t.Attempt <= h.fail {
 		return retry.Transient(fmt.Errorf("attempt %d fails on purpose", t.Attempt))
 	}
@@ -156,18 +162,13 @@ func (h *harness) wait(timeout time.Duration) error {
 	return h.client.Close()
 }
 
-func (h *harness) percentiles() (p50, p99 time.Duration) {
+// check checks that each of the n tasks reached the handler exactly want
+// times, with one latency sample each (see checkCalls).
+func (h *harness) check(n, want int) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.lat) == 0 {
-		return 0, 0
-	}
-	s := slices.Clone(h.lat)
-	slices.Sort(s)
-	return s[len(s)*50/100], s[min(len(s)-1, len(s)*99/100)]
+	return checkCalls(h.perTask, len(h.lat), n, want)
 }
-
-func stamp() json.RawMessage { return strconv.AppendInt(nil, time.Now().UnixNano(), 10) }
 
 // peakHeap samples the Go heap every 50ms while a run lasts.
 type peakHeap struct {

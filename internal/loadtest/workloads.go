@@ -28,6 +28,8 @@ func batched(st store.Store, n int, o Options, name string, failFirst int) (Resu
 	ctx := context.Background()
 	start := h.begin()
 	if err := h.enqueueBatches(ctx, n); err != nil {
+		h.heap.stop()
+		h.client.Close()
 		return Result{}, fmt.Errorf("%s enqueue: %w", name, err)
 	}
 	h.startWorker()
@@ -36,7 +38,10 @@ func batched(st store.Store, n int, o Options, name string, failFirst int) (Resu
 	}
 	r := h.result(name, n, start)
 	if want := int64((failFirst + 1) * n); r.Attempts != want {
-		return r, fmt.Errorf("%s: %d handler calls for %d tasks, want exactly %d", name, r.Attempts, n, want)
+		return r, fmt.Errorf("%s: %d handler calls for %d tasks, want exactly %d: %w", name, r.Attempts, n, want, ErrMeasurement)
+	}
+	if err := h.check(n, failFirst+1); err != nil {
+		return r, fmt.Errorf("%s: %w", name, err)
 	}
 	return r, verify(ctx, st, n)
 }
@@ -78,11 +83,19 @@ func Stream(st store.Store, n, producers int, o Options) (Result, error) {
 	if err := h.wait(runTimeout); err != nil {
 		return Result{}, err
 	}
-	return h.result("stream", n, start), verify(ctx, st, n)
+	r := h.result("stream", n, start)
+	if err := h.check(n, 1); err != nil {
+		return r, fmt.Errorf("stream: %w", err)
+	}
+	return r, verify(ctx, st, n)
 }
 
 // Paced enqueues n tasks at a steady rate (tasks per second) from one
 // producer while the worker runs; it measures latency when lightly loaded.
+// The schedule is open-loop: each task is stamped with its scheduled send
+// instant, so a producer held up by a slow enqueue adds the delay to the
+// latency of the tasks it sends late (see pacer); Result.Pace shows how
+// closely the schedule was kept.
 func Paced(st store.Store, n int, rate float64, o Options) (Result, error) {
 	h, err := newHarness(st, o, n, 0)
 	if err != nil {
@@ -91,12 +104,10 @@ func Paced(st store.Store, n int, rate float64, o Options) (Result, error) {
 	ctx := context.Background()
 	h.startWorker()
 	start := h.begin()
-	interval := time.Duration(float64(time.Second) / rate)
+	pace := newPacer(start, rate)
 	for i := 0; i < n; i++ {
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
-		if _, err := h.client.Enqueue(ctx, "bench", stamp()); err != nil {
+		slot := pace.next(i)
+		if _, err := h.client.Enqueue(ctx, "bench", stampAt(slot)); err != nil {
 			_ = h.wait(time.Millisecond) // stop the worker; the enqueue error is the one to report
 			return Result{}, fmt.Errorf("paced enqueue: %w", err)
 		}
@@ -104,7 +115,12 @@ func Paced(st store.Store, n int, rate float64, o Options) (Result, error) {
 	if err := h.wait(runTimeout); err != nil {
 		return Result{}, err
 	}
-	return h.result("paced", n, start), verify(ctx, st, n)
+	r := h.result("paced", n, start)
+	r.Pace = pace.result()
+	if err := h.check(n, 1); err != nil {
+		return r, fmt.Errorf("paced: %w", err)
+	}
+	return r, verify(ctx, st, n)
 }
 
 // Retry batch-enqueues n tasks that each fail twice and then succeed, with a
@@ -133,13 +149,19 @@ func (h *harness) result(name string, n int, start time.Time) Result {
 	now := storeStats(h.st)
 	r.Store = store.GroupStats{Groups: now.Groups - h.store0.Groups, Writes: now.Writes - h.store0.Writes}
 	r.P50, r.P99 = h.percentiles()
+	h.mu.Lock()
+	r.Samples = len(h.lat)
+	h.mu.Unlock()
 	r.CPU = h.cpu0.since()
 	return r
 }
 
-// begin marks the start of the measured part of a run and returns it.
+// begin marks the start of the measured part of a run and returns it: CPU
+// use and the peak heap are taken from here (for bulk and retry, through
+// the enqueue phase too) until wait.
 func (h *harness) begin() time.Time {
 	h.cpu0 = takeCPUSample()
+	h.heap.start()
 	return time.Now()
 }
 
