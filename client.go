@@ -318,10 +318,19 @@ func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
 	return c.e.Attempts(ctx, id)
 }
 
-// ListParams filters List.
+// ListParams filters List. Its MaxBytes bounds the payload bytes of a page;
+// List reads 0 as DefaultListBytes.
 type ListParams = store.ListParams
 
-// List returns a page of tasks, newest first, and the next page's cursor.
+// DefaultListBytes bounds the payload bytes of a List or ListDead page whose
+// caller sets no MaxBytes (4 MiB). A page ends before the task that would
+// take it past its bound, but holds at least one task: follow the cursor
+// until it is "" rather than stop at a page shorter than Limit.
+const DefaultListBytes = engine.DefaultListBytes
+
+// List returns a page of tasks, newest first, and the next page's cursor
+// ("" after the last page). A page holds at most p.Limit tasks and at most
+// p.MaxBytes (0: DefaultListBytes) of payload, but at least one task.
 func (c *Client) List(ctx context.Context, p ListParams) ([]TaskInfo, string, error) {
 	if err := c.check(false); err != nil {
 		return nil, "", fmt.Errorf("list tasks: %w", err)

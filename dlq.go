@@ -38,6 +38,11 @@ type DeadFilter struct {
 	Limit int
 	// Cursor is the next page's cursor returned by ListDead.
 	Cursor string
+	// MaxBytes bounds the payload bytes of a ListDead page (0:
+	// DefaultListBytes, 4 MiB): the page ends before the task that would take it
+	// past the bound, but holds at least one task, and its cursor continues
+	// right after its last task. Redrive and Purge ignore it.
+	MaxBytes int
 }
 
 // DeadGroup is one row of DeadSummary: the dead tasks of one type, last
@@ -47,13 +52,15 @@ type DeadGroup = store.DeadGroup
 // deadFields are the Go names of the DeadFilter fields the engine's errors
 // name as the HTTP API's JSON does.
 var deadFields = map[string]string{"type": "Type", "error_code": "ErrorCode", "no_error_code": "NoErrorCode",
-	"reason": "Reason", "since": "Since", "ids": "IDs", "limit": "Limit", "cursor": "Cursor"}
+	"reason": "Reason", "since": "Since", "ids": "IDs", "limit": "Limit", "cursor": "Cursor",
+	"max_bytes": "MaxBytes"}
 
 // deadFilter returns the store's filter for f. The engine checks it.
 func deadFilter(f DeadFilter) store.DeadFilter {
 	return store.DeadFilter{
 		Type: f.Type, ErrorCode: f.ErrorCode, NoErrorCode: f.NoErrorCode, Reason: f.Reason,
 		Since: f.Since, Before: f.Before, IDs: f.IDs, Limit: f.Limit, Cursor: f.Cursor,
+		MaxBytes: f.MaxBytes,
 	}
 }
 

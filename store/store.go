@@ -318,6 +318,12 @@ type ListParams struct {
 	States []State // empty = any
 	Limit  int
 	Cursor string // from a previous page
+	// MaxBytes bounds the payload bytes of a page (0 = no bound; negative
+	// is ErrInvalid): a page holds the next tasks whose payloads total at
+	// most MaxBytes, but always at least one task, however large, so that
+	// paging progresses. A page cut short by it has a next cursor that
+	// continues right after its last task.
+	MaxBytes int
 }
 
 // CancelParams is the input of CancelTask.
@@ -347,6 +353,9 @@ type DeadFilter struct {
 	Limit       int    // 0 = no limit for redrive/purge; list requires > 0
 	Cursor      string // ListDead only
 	Now         time.Time
+	// MaxBytes bounds the payload bytes of a ListDead page as
+	// ListParams.MaxBytes does (0 = no bound); redrive and purge ignore it.
+	MaxBytes int
 }
 
 // SummaryParams is the input of DeadSummary.

@@ -12,6 +12,14 @@ import (
 // MaxListLimit caps page sizes of list operations.
 const MaxListLimit = 1000
 
+// DefaultListBytes bounds the payload bytes of a page of a list operation
+// whose caller sets no bound (ListParams.MaxBytes, DeadFilter.MaxBytes):
+// a page stops before the task whose payload would take it past the
+// bound, but holds at least one task, so a page's payloads exceed it only
+// when its single task's does. Without it a page of MaxListLimit tasks of
+// MaxPayloadBytes each would be built whole in memory.
+const DefaultListBytes = 4 << 20
+
 // ValidateID checks a task id supplied by a caller.
 func ValidateID(id string) error {
 	if id == "" {
@@ -54,10 +62,25 @@ func checkLimit(limit int) (int, error) {
 	return limit, nil
 }
 
+// checkMaxBytes returns the payload bound of a page: DefaultListBytes when
+// the caller set none.
+func checkMaxBytes(n int) (int, error) {
+	if n == 0 {
+		return DefaultListBytes, nil
+	}
+	if n < 0 {
+		return 0, fieldErr("max_bytes", "must not be negative (got %d)", n)
+	}
+	return n, nil
+}
+
 // List returns a page of tasks, newest first.
 func (e *Engine) List(ctx context.Context, p store.ListParams) ([]store.Task, string, error) {
 	var err error
 	if p.Limit, err = checkLimit(p.Limit); err != nil {
+		return nil, "", err
+	}
+	if p.MaxBytes, err = checkMaxBytes(p.MaxBytes); err != nil {
 		return nil, "", err
 	}
 	if p.Type != "" {
@@ -151,6 +174,9 @@ func (e *Engine) checkDeadFilter(f *store.DeadFilter) error {
 func (e *Engine) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task, string, error) {
 	var err error
 	if f.Limit, err = checkLimit(f.Limit); err != nil {
+		return nil, "", err
+	}
+	if f.MaxBytes, err = checkMaxBytes(f.MaxBytes); err != nil {
 		return nil, "", err
 	}
 	if err := e.checkDeadFilter(&f); err != nil {

@@ -76,13 +76,7 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 		args = append(args, f.Cursor)
 		where += " AND t.id < $" + strconv.Itoa(len(args))
 	}
-	args = append(args, f.Limit+1)
-	rows, err := s.pool.Query(ctx, "SELECT "+taskCols+" FROM tasks t WHERE "+where+
-		" ORDER BY t.id DESC LIMIT $"+strconv.Itoa(len(args)), args...)
-	if err != nil {
-		return nil, "", translate(op, err)
-	}
-	return page(op, rows, f.Limit)
+	return s.page(ctx, op, where, args, f.Limit, f.MaxBytes)
 }
 
 // DeadSummary groups dead tasks by type, last error code and reason. Ties

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -192,31 +194,81 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task
 		}
 		states = append(states, string(st))
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+taskCols+` FROM tasks t
-WHERE ($1 = '' OR t.type = $1)
+	return s.page(ctx, op, `($1 = '' OR t.type = $1)
 	AND ($2::text[] IS NULL OR t.state = ANY($2))
-	AND ($3 = '' OR t.id < $3)
-ORDER BY t.id DESC LIMIT $4`, p.Type, states, p.Cursor, p.Limit+1)
-	if err != nil {
-		return nil, "", translate(op, err)
-	}
-	return page(op, rows, p.Limit)
+	AND ($3 = '' OR t.id < $3)`, []any{p.Type, states, p.Cursor}, p.Limit, p.MaxBytes)
 }
 
-// page collects up to limit tasks from a query that asked for limit+1 and
-// returns the next cursor.
-func page(op string, rows pgx.Rows, limit int) ([]store.Task, string, error) {
-	tasks, err := collectTasks(rows)
+// page lists the tasks (aliased t) that the condition cond selects, newest
+// id first: at most limit, and only as many as fit in maxBytes of payload
+// (0 = no bound), but at least one. It returns the cursor of the next
+// page: the id of the page's last task when more follow. The payload sizes
+// are summed over the ids of the limit+1 candidates (octet_length of a
+// bytea reads no TOAST), so that the payloads of the tasks past the cut
+// are never read.
+func (s *Store) page(ctx context.Context, op, cond string, args []any, limit, maxBytes int) ([]store.Task, string, error) {
+	if maxBytes < 0 {
+		return nil, "", fmt.Errorf("%s: MaxBytes must not be negative (got %d): %w", op, maxBytes, store.ErrInvalid)
+	}
+	bound := int64(math.MaxInt64)
+	if maxBytes > 0 {
+		bound = int64(maxBytes)
+	}
+	args = append(args, limit+1, bound)
+	n := len(args)
+	// run has each candidate's place, the payload bytes up to and
+	// including it, and how many candidates there are.
+	rows, err := s.pool.Query(ctx, `WITH page AS (
+	SELECT t.id AS pid, coalesce(octet_length(t.payload), 0) AS size FROM tasks t
+	WHERE `+cond+`
+	ORDER BY t.id DESC LIMIT $`+strconv.Itoa(n-1)+`
+), run AS (
+	SELECT pid, row_number() OVER w AS n, sum(size) OVER w AS total, count(*) OVER () AS found
+	FROM page WINDOW w AS (ORDER BY pid DESC ROWS UNBOUNDED PRECEDING)
+)
+SELECT `+taskCols+`, run.found FROM run JOIN tasks t ON t.id = run.pid
+WHERE run.n = 1 OR run.total <= $`+strconv.Itoa(n)+`
+ORDER BY t.id DESC`, args...)
 	if err != nil {
 		return nil, "", translate(op, err)
 	}
-	next := ""
+	tasks, found, err := scanPage(rows)
+	if err != nil {
+		return nil, "", translate(op, err)
+	}
 	if len(tasks) > limit {
 		tasks = tasks[:limit]
-		next = tasks[limit-1].ID
 	}
-	if tasks == nil {
-		tasks = []store.Task{}
+	if len(tasks) < found {
+		return tasks, tasks[len(tasks)-1].ID, nil
 	}
-	return tasks, next, nil
+	return tasks, "", nil
+}
+
+// scanPage scans the rows of page's query: tasks followed by the count of
+// candidates.
+func scanPage(rows pgx.Rows) ([]store.Task, int, error) {
+	defer rows.Close()
+	tasks := []store.Task{}
+	var found int64
+	for rows.Next() {
+		t, err := scanTask(pageRow{rows, &found})
+		if err != nil {
+			return nil, 0, err
+		}
+		tasks = append(tasks, t)
+	}
+	return tasks, int(found), rows.Err()
+}
+
+// pageRow scans a task row that has one more column, the candidates'
+// count, into found.
+type pageRow struct {
+	pgx.Rows
+	found *int64
+}
+
+// Scan implements pgx.Row.
+func (r pageRow) Scan(dest ...any) error {
+	return r.Rows.Scan(append(dest, r.found)...)
 }

@@ -73,8 +73,7 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 		where += " AND id < ?"
 		args = append(args, f.Cursor)
 	}
-	args = append(args, f.Limit+1)
-	return s.page(ctx, op, `SELECT `+taskCols+` FROM tasks WHERE `+where+` ORDER BY id DESC LIMIT ?`, args, f.Limit)
+	return s.page(ctx, op, " WHERE "+where, args, f.Limit, f.MaxBytes)
 }
 
 // DeadSummary implements store.Store.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
+	"sort"
 	"strings"
 	"time"
 
@@ -172,27 +174,86 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task
 		where = append(where, "id < ?")
 		args = append(args, p.Cursor)
 	}
-	q := `SELECT ` + taskCols + ` FROM tasks`
+	cond := ""
 	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
+		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY id DESC LIMIT ?"
-	args = append(args, p.Limit+1)
-	return s.page(ctx, op, q, args, p.Limit)
+	return s.page(ctx, op, cond, args, p.Limit, p.MaxBytes)
 }
 
-// page runs a query fetching limit+1 rows and returns the first limit and
-// the cursor of the next page.
-func (s *Store) page(ctx context.Context, op, q string, args []any, limit int) ([]store.Task, string, error) {
-	ts, err := s.queryTasks(ctx, op, q, args...)
-	if err != nil {
+// page lists the tasks that the conditions cond (" WHERE ..." or "")
+// select, newest id first: at most limit, and only as many as fit in
+// maxBytes of payload (0 = no bound), but at least one. It returns the
+// cursor of the next page: the id of the page's last task when more
+// follow. The payload sizes are summed in SQL over the ids of the
+// limit+1 candidates, so that the payloads of the tasks past the cut are
+// never read.
+func (s *Store) page(ctx context.Context, op, cond string, args []any, limit, maxBytes int) ([]store.Task, string, error) {
+	if maxBytes < 0 {
+		return nil, "", fmt.Errorf("%s: %w: MaxBytes must not be negative", op, store.ErrInvalid)
+	}
+	bound := int64(math.MaxInt64)
+	if maxBytes > 0 {
+		bound = int64(maxBytes)
+	}
+	// run has each candidate's place, the payload bytes up to and
+	// including it, and how many candidates there are. length() of a BLOB
+	// reads no overflow pages.
+	q := `WITH page(pid, size) AS (SELECT id, coalesce(length(payload), 0) FROM tasks` + cond + `
+			ORDER BY id DESC LIMIT ?),
+		run(rid, n, total, found) AS (SELECT pid, row_number() OVER w, sum(size) OVER w, count(*) OVER ()
+			FROM page WINDOW w AS (ORDER BY pid DESC ROWS UNBOUNDED PRECEDING))
+		SELECT ` + taskCols + `, found FROM run JOIN tasks ON id = rid WHERE n = 1 OR total <= ?`
+	args = append(args, limit+1, bound)
+	if err := s.check(op); err != nil {
 		return nil, "", err
 	}
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, "", translate(op, err)
+	}
+	ts, found, err := scanPage(rows)
+	if err != nil {
+		return nil, "", translate(op, err)
+	}
+	// Sorted here, not by SQLite, which would copy the payloads into a
+	// sorter: ids are BINARY text, in Go's byte order.
+	sort.Slice(ts, func(i, j int) bool { return ts[i].ID > ts[j].ID })
 	if len(ts) > limit {
 		ts = ts[:limit]
-		return ts, ts[limit-1].ID, nil
+	}
+	if len(ts) < found {
+		return ts, ts[len(ts)-1].ID, nil
 	}
 	return ts, "", nil
+}
+
+// scanPage scans the rows of page's query: tasks followed by the count of
+// candidates.
+func scanPage(rows *sql.Rows) ([]store.Task, int, error) {
+	defer rows.Close()
+	ts := []store.Task{}
+	found := 0
+	for rows.Next() {
+		t, err := scanTask(pageRow{rows, &found})
+		if err != nil {
+			return nil, 0, err
+		}
+		ts = append(ts, t)
+	}
+	return ts, found, rows.Err()
+}
+
+// pageRow scans a task row that has one more column, the candidates'
+// count, into found.
+type pageRow struct {
+	rows  *sql.Rows
+	found *int
+}
+
+// Scan implements scanner.
+func (r pageRow) Scan(dest ...any) error {
+	return r.rows.Scan(append(dest, r.found)...)
 }
 
 // queryTasks runs a read query returning task rows on the read pool.
