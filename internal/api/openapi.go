@@ -66,7 +66,7 @@ var (
 	pID       = pp("id", "Task id.")
 	pType     = pp("type", "Task type name (may contain '/').")
 	pLease    = pp("lease_id", "Lease id returned by POST /v1/leases.")
-	qLimit    = qp("limit", "Page size, 1..1000 (default 100).", map[string]any{"type": "integer", "minimum": 1, "maximum": 1000})
+	qLimit    = qp("limit", "Page size, 1..1000 (default 100). A page also stops once its payloads pass 4 MiB (it holds at least one task): page until next_cursor is null.", map[string]any{"type": "integer", "minimum": 1, "maximum": 1000})
 	qCursor   = qp("cursor", "next_cursor of the previous page.", str(""))
 	qTypeF    = qp("type", "Only tasks of this type.", str(""))
 	qSince    = qp("since", "RFC 3339 time: only rows at or after it.", map[string]any{"type": "string", "format": "date-time"})

@@ -193,7 +193,10 @@ func parseSince(flagName, v string, now time.Time) (time.Time, string) {
 
 const dlqListUsage = `Usage: retryq dlq list [--type T] [--error-code C | --no-error-code] [--reason R] [--since T] [--limit N] [--cursor C] [--json]
 
-Lists dead tasks, newest first, with their reason and last error.
+Lists dead tasks, newest first, with their reason and last error. When
+more match than the page holds (--limit tasks, or fewer when their payloads
+pass the server's 4 MiB bound per page), the command to see the next page is
+printed on stderr.
 `
 
 func runDLQList(ctx context.Context, env *Env, args []string) int {

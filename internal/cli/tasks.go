@@ -173,7 +173,9 @@ const tasksListUsage = `Usage: retryq tasks list [--type T] [--state S[,S...]] [
 
 Lists tasks, newest first. --state takes one or more of scheduled, pending,
 running, retry_waiting, succeeded, dead and cancelled. When more tasks
-match than --limit, the command to see the next page is printed on stderr.
+match than the page holds (--limit tasks, or fewer when their payloads pass
+the server's 4 MiB bound per page), the command to see the next page is
+printed on stderr.
 `
 
 func runTasksList(ctx context.Context, env *Env, args []string) int {
