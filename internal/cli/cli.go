@@ -19,11 +19,14 @@ const (
 // status of every command.
 const exitStatusHelp = `
 Exit status:
-  0  success (also a worker or server stopped by SIGINT or SIGTERM)
+  0  success (also a server stopped by SIGINT or SIGTERM, a worker stopped
+     by SIGINT, SIGTERM or SIGHUP)
   1  failure: the server answered with an error or could not be reached,
      a confirmation was declined, the database or a file could not be used
   2  usage error: an unknown command, a bad flag or argument
 "retryq run" exits with its command's status instead; see "retryq help run".
+With --json a command prints one JSON document on standard output when it
+succeeds, and nothing there when it fails: the message is on standard error.
 `
 
 // Env is what a command may touch of the outside world.
@@ -40,6 +43,10 @@ type command struct {
 	name    string
 	summary string // one line for "retryq help"
 	run     func(ctx context.Context, env *Env, args []string) int
+	// subs are the command's own verbs ("types set"), for a command whose
+	// run dispatches to them with runSubcommand; "retryq help NAME VERB"
+	// prints a verb's help from them.
+	subs []subcommand
 }
 
 var commands = map[string]*command{}
@@ -78,9 +85,10 @@ func (env *Env) dispatch(ctx context.Context, args []string) int {
 	return c.run(ctx, env, args[1:])
 }
 
-// help prints the command list, or a command's own help.
+// help prints the command list, or the help of a command or of one of its
+// verbs ("retryq help types set"), the same as "retryq types set -h".
 func (env *Env) help(ctx context.Context, args []string) int {
-	if len(args) == 0 {
+	if len(args) == 0 || (len(args) == 1 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0])) {
 		env.usage(env.Stdout)
 		return exitOK
 	}
@@ -90,7 +98,26 @@ func (env *Env) help(ctx context.Context, args []string) int {
 		env.usage(env.Stderr)
 		return exitUsage
 	}
-	return c.run(ctx, env, []string{"-h"})
+	switch {
+	case len(args) == 1:
+		return c.run(ctx, env, []string{"-h"})
+	case len(args) == 2 && len(c.subs) > 0:
+		for _, s := range c.subs {
+			if s.name == args[1] {
+				return s.run(ctx, env, []string{"-h"})
+			}
+		}
+		fmt.Fprintf(env.Stderr, "retryq help: unknown command %q (the commands of %q are %s)\n",
+			args[0]+" "+args[1], args[0], strings.Join(subNames(c.subs), ", "))
+		return exitUsage
+	case len(c.subs) > 0:
+		fmt.Fprintf(env.Stderr, "retryq help: unknown command %q\n", strings.Join(args, " "))
+		return exitUsage
+	default:
+		fmt.Fprintf(env.Stderr, "retryq help: unknown command %q (%q has no commands of its own)\n",
+			strings.Join(args, " "), args[0])
+		return exitUsage
+	}
 }
 
 func (env *Env) usage(w io.Writer) {
@@ -107,7 +134,8 @@ func (env *Env) usage(w io.Writer) {
 	for _, name := range names {
 		fmt.Fprintf(&b, "  %-*s  %s\n", width, name, commands[name].summary)
 	}
-	b.WriteString("\nRun \"retryq help COMMAND\" or \"retryq COMMAND -h\" for a command's flags.\n")
+	b.WriteString("\nRun \"retryq help COMMAND [VERB]\" or \"retryq COMMAND [VERB] -h\" for a command's flags\n" +
+		"(\"retryq help dlq redrive\").\n")
 	b.WriteString(exitStatusHelp)
 	_, _ = io.WriteString(w, b.String())
 }

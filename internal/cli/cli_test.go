@@ -63,7 +63,8 @@ func TestRegisterTwicePanics(t *testing.T) {
 // command's status through; "retryq help worker" says how the worker exits.
 func TestHelpDocumentsExitStatuses(t *testing.T) {
 	status, stdout, _ := runMain("help")
-	wantOutput(t, "retryq help", stdout, "Exit status:", "\n  0  ", "\n  1  ", "\n  2  ", "retryq help run")
+	wantOutput(t, "retryq help", stdout, "Exit status:", "\n  0  ", "\n  1  ", "\n  2  ", "retryq help run",
+		"With --json a command prints one JSON document on standard output when it\nsucceeds, and nothing there when it fails")
 	if status != 0 {
 		t.Errorf("retryq help: status %d", status)
 	}

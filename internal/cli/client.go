@@ -429,20 +429,28 @@ func runSubcommand(ctx context.Context, env *Env, name, usage string, subs []sub
 		return exitUsage
 	}
 	switch args[0] {
-	case "-h", "-help", "--help", "help":
+	case "-h", "-help", "--help":
 		_, _ = io.WriteString(env.Stdout, b.String())
 		return exitOK
+	case "help":
+		// "retryq types help set" is "retryq help types set".
+		return env.help(ctx, append([]string{name}, args[1:]...))
 	}
 	for _, s := range subs {
 		if s.name == args[0] {
 			return s.run(ctx, env, args[1:])
 		}
 	}
+	return usageError(env, name, fmt.Sprintf("unknown command %q (want %s)", args[0], strings.Join(subNames(subs), ", ")))
+}
+
+// subNames returns the names of subs, in order.
+func subNames(subs []subcommand) []string {
 	names := make([]string, len(subs))
 	for i, s := range subs {
 		names[i] = s.name
 	}
-	return usageError(env, name, fmt.Sprintf("unknown command %q (want %s)", args[0], strings.Join(names, ", ")))
+	return names
 }
 
 // printJSON writes a JSON answer indented, for --json.
@@ -462,8 +470,27 @@ func marshalJSON(w io.Writer, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
+// unreadableError is an input that could not be read (a missing file, a
+// directory, a failed read), as opposed to one read and found wrong: a
+// command fails with exit status 1 for it, not 2, as "retryq help" says
+// of a file that cannot be used.
+type unreadableError struct{ err error }
+
+// Error implements error.
+func (e *unreadableError) Error() string { return e.err.Error() }
+
+// Unwrap returns the read error.
+func (e *unreadableError) Unwrap() error { return e.err }
+
+// isUnreadable reports whether err is an input that could not be read.
+func isUnreadable(err error) bool {
+	var ue *unreadableError
+	return errors.As(err, &ue)
+}
+
 // readJSONArg reads a JSON flag value: inline JSON, @FILE, or @- for
-// standard input. It returns the compacted document or an error naming flag.
+// standard input. It returns the compacted document or an error naming
+// flag, an *unreadableError when the input could not be read.
 func readJSONArg(env *Env, flagName, v string) (json.RawMessage, error) {
 	var data []byte
 	src := "value"
@@ -471,7 +498,7 @@ func readJSONArg(env *Env, flagName, v string) (json.RawMessage, error) {
 	case v == "@-":
 		b, err := io.ReadAll(io.LimitReader(env.Stdin, maxResponseBytes+1))
 		if err != nil {
-			return nil, fmt.Errorf("%s: read standard input: %w", flagName, err)
+			return nil, &unreadableError{fmt.Errorf("%s: read standard input: %w", flagName, err)}
 		}
 		if len(b) > maxResponseBytes {
 			// Not cut short and then called invalid JSON.
@@ -506,16 +533,17 @@ func readJSONArg(env *Env, flagName, v string) (json.RawMessage, error) {
 	return b.Bytes(), nil
 }
 
-// readFileLimited reads a file of at most maxResponseBytes.
+// readFileLimited reads a file of at most maxResponseBytes; an error
+// opening or reading it is an *unreadableError.
 func readFileLimited(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, &unreadableError{err}
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxResponseBytes+1))
 	if err != nil {
-		return nil, err
+		return nil, &unreadableError{err}
 	}
 	if len(b) > maxResponseBytes {
 		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxResponseBytes)

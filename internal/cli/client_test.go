@@ -214,7 +214,6 @@ func TestCLIUsageErrors(t *testing.T) {
 		{[]string{"enqueue"}, "missing task TYPE"},
 		{[]string{"enqueue", "bad type!"}, "TYPE"},
 		{[]string{"enqueue", "a.b", "--payload", `{"x":`}, "--payload: value is not valid JSON"},
-		{[]string{"enqueue", "a.b", "--payload", "@/does/not/exist.json"}, "--payload:"},
 		{[]string{"enqueue", "a.b", "--delay", "soon"}, "--delay"},
 		{[]string{"enqueue", "a.b", "--delay", "-5s"}, "--delay: must not be negative"},
 		{[]string{"enqueue", "a.b", "--priority", "2000000"}, "--priority: must be between"},
@@ -265,6 +264,38 @@ func TestCLIUsageErrors(t *testing.T) {
 	for _, args := range [][]string{{"tasks", "--help"}, {"tasks", "list", "-h"}, {"dlq", "redrive", "-h"}, {"worker", "-h"}, {"help", "demo"}} {
 		if st, out, _ := cli(t, "", args...); st != 0 || !strings.Contains(out, "Usage: retryq") {
 			t.Errorf("retryq %q: status %d\nstdout: %s", args, st, out)
+		}
+	}
+}
+
+// TestUnreadableInputFileIsAFailure: a --payload or --file that cannot be
+// read (missing, a directory) fails with status 1, as "retryq help" says
+// of a file that cannot be used, like "retryq demo --log"; one read and
+// found to be no JSON stays a usage error (status 2). Neither asks the
+// server (nothing listens at its address).
+func TestUnreadableInputFileIsAFailure(t *testing.T) {
+	for _, k := range []string{"RETRYQ_SERVER", "RETRYQ_API_TOKEN"} {
+		t.Setenv(k, "")
+	}
+	dir := t.TempDir()
+	notJSON := filepath.Join(dir, "bad.json")
+	writeTestFile(t, notJSON, "{not json")
+	missing := filepath.Join(dir, "missing.json")
+	tests := []struct {
+		args   []string
+		status int
+		want   string
+	}{
+		{[]string{"enqueue", "a.b", "--payload", "@" + missing}, exitFailure, "--payload: open " + missing},
+		{[]string{"enqueue", "a.b", "--payload", "@" + dir}, exitFailure, "--payload: read " + dir},
+		{[]string{"types", "set", "a.b", "--file", missing}, exitFailure, "--file: open " + missing},
+		{[]string{"enqueue", "a.b", "--payload", "@" + notJSON}, exitUsage, "is not valid JSON"},
+		{[]string{"types", "set", "a.b", "--file", notJSON}, exitUsage, "is not valid JSON"},
+	}
+	for _, tt := range tests {
+		st, out, errOut := cli(t, "", append(tt.args, "--server", "http://127.0.0.1:1")...)
+		if st != tt.status || out != "" || !strings.Contains(errOut, tt.want) {
+			t.Errorf("retryq %q: status %d, want %d and %q\nstdout: %s\nstderr: %s", tt.args, st, tt.status, tt.want, out, errOut)
 		}
 	}
 }

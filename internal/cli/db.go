@@ -62,6 +62,9 @@ func openDB(ctx context.Context, dsn string, o dbOptions) (store.Store, string, 
 		path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "//")
 		st, err := sqlite.Open(ctx, sqlite.Config{Path: path})
 		if err != nil {
+			if strings.HasPrefix(err.Error(), "open sqlite ") {
+				return nil, "", err // named already, not "open sqlite X: open sqlite X: ..."
+			}
 			return nil, "", fmt.Errorf("open sqlite %s: %w", path, err)
 		}
 		return st, "sqlite", nil

@@ -23,7 +23,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo: status %d\nstderr: %s", st, errOut)
 	}
 	wantOutput(t, "demo", out, "retryq API    http://127.0.0.1:", "retryq dlq summary --server http://127.0.0.1:",
-		"[  1s] enqueued", "[  2s] enqueued", "Summary after 3", "150 tasks enqueued", "ai.summarize", "ai.embed", "TOTAL",
+		"[  1s] enqueued", "[  2s] enqueued", "Summary after ", "150 tasks enqueued", "ai.summarize", "ai.embed", "TOTAL",
 		"Dead-letter queue by reason:", "Simulated API:", "bad input (400)",
 		"retryq server --db "+db)
 	if !regexp.MustCompile(`ai\.embed +400 +non_retryable`).MatchString(out) {

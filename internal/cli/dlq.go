@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	register(&command{name: "dlq", summary: "inspect, redrive and purge the dead-letter queue", run: runDLQ})
+	register(&command{name: "dlq", summary: "inspect, redrive and purge the dead-letter queue", run: runDLQ, subs: dlqSubcommands})
 }
 
 const dlqUsage = `Usage: retryq dlq COMMAND [flags]
@@ -33,17 +33,20 @@ var deadReasons = []string{"non_retryable", "max_attempts", "retry_window"}
 // defaultDLQBatch is how many tasks one redrive or purge call handles.
 const defaultDLQBatch = 500
 
+// dlqSubcommands are the verbs of "retryq dlq".
+var dlqSubcommands = []subcommand{
+	{"list", "list dead tasks, newest first", runDLQList},
+	{"summary", "count dead tasks by type, error code and reason", runDLQSummary},
+	{"redrive", "put matching dead tasks back to pending", func(ctx context.Context, env *Env, args []string) int {
+		return runDLQBatch(ctx, env, "redrive", args)
+	}},
+	{"purge", "delete matching dead tasks and their history", func(ctx context.Context, env *Env, args []string) int {
+		return runDLQBatch(ctx, env, "purge", args)
+	}},
+}
+
 func runDLQ(ctx context.Context, env *Env, args []string) int {
-	return runSubcommand(ctx, env, "dlq", dlqUsage, []subcommand{
-		{"list", "list dead tasks, newest first", runDLQList},
-		{"summary", "count dead tasks by type, error code and reason", runDLQSummary},
-		{"redrive", "put matching dead tasks back to pending", func(ctx context.Context, env *Env, args []string) int {
-			return runDLQBatch(ctx, env, "redrive", args)
-		}},
-		{"purge", "delete matching dead tasks and their history", func(ctx context.Context, env *Env, args []string) int {
-			return runDLQBatch(ctx, env, "purge", args)
-		}},
-	}, args)
+	return runSubcommand(ctx, env, "dlq", dlqUsage, dlqSubcommands, args)
 }
 
 // dlqFilter is the selection of dead tasks given on the command line.

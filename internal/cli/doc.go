@@ -11,8 +11,10 @@
 //		})
 //	}
 //
-// so new commands never need to edit cli.go. Commands read and write only
-// through their *Env, return the process exit status (0 success, 2 usage
-// error), and parse flags with newFlagSet and parseFlags so that -h and bad
-// flags behave the same everywhere.
+// so new commands never need to edit cli.go. A command with verbs ("types
+// set") also lists them in subs, which its run passes to runSubcommand, so
+// that "retryq help types set" finds the verb's help. Commands read and
+// write only through their *Env, return the process exit status (0
+// success, 1 failure, 2 usage error), and parse flags with newFlagSet and
+// parseFlags so that -h and bad flags behave the same everywhere.
 package cli

@@ -68,6 +68,9 @@ func runEnqueue(ctx context.Context, env *Env, args []string) int {
 	}
 	if set["payload"] {
 		raw, err := readJSONArg(env, "--payload", payload)
+		if isUnreadable(err) {
+			return fail(env, name, err)
+		}
 		if err != nil {
 			return usageError(env, name, err.Error())
 		}

@@ -17,10 +17,11 @@ const migrateUsage = `Usage: retryq migrate [--db DSN]
 Applies the embedded schema migrations to the database, says how many it
 applied, and prints the applied and known schema versions. SQLite
 databases are migrated whenever they are opened (here too); PostgreSQL
-databases are migrated here (or by the server unless --no-migrate). Of
-several migrate commands run at once, one applies the migrations and the
-others wait for it. A database newer than this binary is refused, and so is
-a schema_migrations table another tool wrote. On PostgreSQL a migration
+databases are migrated here, or by the server unless it runs with
+"retryq server --no-migrate". Of several migrate commands run at once, one
+applies the migrations and the others wait for it. A database newer than
+this binary is refused, and so is a schema_migrations table another tool
+wrote. On PostgreSQL a migration
 waits at most 10s for a lock another session holds on a table it changes,
 then rolls back and fails (allow longer with ?lock_timeout=60s in the URL).
 `
@@ -32,8 +33,7 @@ func runMigrate(ctx context.Context, env *Env, args []string) int {
 		return st
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(env.Stderr, "retryq migrate: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+		return usageError(env, "migrate", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
 	}
 	dsn := firstNonEmpty(*db, env.Getenv("RETRYQ_DB"), defaultDB)
 	if err := checkDSN(dsn); err != nil {

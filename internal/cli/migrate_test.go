@@ -174,6 +174,17 @@ func TestMigrateSQLite(t *testing.T) {
 	}
 }
 
+// TestMigrateNamesTheDatabaseOnce: a SQLite database that cannot be opened
+// is named once in the error, not "open sqlite X: open sqlite X: ...".
+func TestMigrateNamesTheDatabaseOnce(t *testing.T) {
+	clearServerEnv(t)
+	path := filepath.Join(t.TempDir(), "no-such-dir", "q.db")
+	status, _, stderr := runMain("migrate", "--db", "sqlite:"+path)
+	if status != exitFailure || strings.Count(stderr, "open sqlite") != 1 || !strings.Contains(stderr, path) {
+		t.Errorf("migrate of %s: status %d, stderr %q", path, status, stderr)
+	}
+}
+
 // TestMigrateConcurrentReportsOneApplier: of several `retryq migrate` run
 // at once on a fresh database, only the one that applied the migrations
 // says it did; the others waited for its lock and found the schema current.

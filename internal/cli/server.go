@@ -88,9 +88,9 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	fs.BoolVar(&o.noScheduler, "no-scheduler", false, "never run the scheduler loops on this node")
 	fs.BoolVar(&o.pollOnly, "poll-only", false, "PostgreSQL only: no LISTEN/NOTIFY (for transaction-mode poolers)")
 	fs.BoolVar(&o.noMigrate, "no-migrate", false, "PostgreSQL only: do not apply migrations at start (run \"retryq migrate\" first)")
-	fs.Var(durationValue{&o.lease}, "lease", "lease of in-process workers, extended by heartbeats: 1s to 1h (default 30s)")
-	fs.Var(durationValue{&o.poll}, "poll-interval", "fallback poll interval when no wake-up arrives: 10ms to 1h (default 1s)")
-	fs.Var(durationValue{&o.leaderTTL}, "leader-ttl", "scheduler leadership lease: 1s to 1h (default 10s)")
+	fs.Var(durationValue{&o.lease}, "lease", "`duration` of the leases of in-process workers, extended by heartbeats: 1s to 1h (default 30s)")
+	fs.Var(durationValue{&o.poll}, "poll-interval", "fallback poll `interval` when no wake-up arrives: 10ms to 1h (default 1s)")
+	fs.Var(durationValue{&o.leaderTTL}, "leader-ttl", "`duration` of the scheduler leadership lease: 1s to 1h (default 10s)")
 	o.retention.register(fs)
 	fs.Int64Var(&o.maxBody, "max-body", api.DefaultMaxBodyBytes, "largest accepted request body in bytes")
 	if st, ok := parseFlags(env, fs, args); !ok {

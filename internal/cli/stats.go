@@ -60,6 +60,7 @@ func writeStats(w io.Writer, s *apiStatsAnswer) {
 	deleted := rd["succeeded"] + rd["cancelled"] + rd["dead"]
 	if s.Overall.Total == 0 && s.Overall.Attempts == 0 && deleted == 0 {
 		fmt.Fprintln(w, "no tasks yet")
+		writeRetentionDeleted(w, rd)
 		return
 	}
 	tb := newTable("TYPE", "SCHEDULED", "PENDING", "RUNNING", "RETRYING", "SUCCEEDED", "DEAD", "CANCELLED",
@@ -81,11 +82,16 @@ func writeStats(w io.Writer, s *apiStatsAnswer) {
 		window = time.Hour
 	}
 	fmt.Fprintf(w, "\nStates are current; attempts, retries and the retry rate cover the last %v.\n", window)
-	if deleted > 0 {
-		fmt.Fprintf(w, "Retention has deleted %d succeeded, %d cancelled and %d dead task(s) since the database was created.\n",
-			rd["succeeded"], rd["cancelled"], rd["dead"])
-	}
+	writeRetentionDeleted(w, rd)
 	if s.Overall.DLQSize > 0 {
 		fmt.Fprintf(w, "%d task(s) in the dead-letter queue: retryq dlq summary\n", s.Overall.DLQSize)
 	}
+}
+
+// writeRetentionDeleted says how many tasks retention has deleted, zeros
+// included: "0" tells an operator retention has not deleted anything yet,
+// which a missing line would leave to guess.
+func writeRetentionDeleted(w io.Writer, rd map[string]int) {
+	fmt.Fprintf(w, "Retention has deleted %d succeeded, %d cancelled and %d dead task(s) since the database was created.\n",
+		rd["succeeded"], rd["cancelled"], rd["dead"])
 }

@@ -11,10 +11,12 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/retryq/retryq/internal/engine"
 )
 
 func init() {
-	register(&command{name: "tasks", summary: "list, inspect, cancel and retry tasks", run: runTasks})
+	register(&command{name: "tasks", summary: "list, inspect, cancel and retry tasks", run: runTasks, subs: tasksSubcommands})
 }
 
 const tasksUsage = `Usage: retryq tasks COMMAND [flags]
@@ -156,26 +158,29 @@ func writeTaskList(w io.Writer, ts []apiTask, now time.Time) {
 	tb.write(w)
 }
 
+// tasksSubcommands are the verbs of "retryq tasks".
+var tasksSubcommands = []subcommand{
+	{"list", "list tasks, newest first, by type and state", runTasksList},
+	{"get", "show a task and its attempt history", runTasksGet},
+	{"cancel", "cancel a scheduled, pending, retrying or running task", func(ctx context.Context, env *Env, args []string) int {
+		return runTaskAction(ctx, env, "cancel", args)
+	}},
+	{"retry", "put a dead or cancelled task back to pending", func(ctx context.Context, env *Env, args []string) int {
+		return runTaskAction(ctx, env, "retry", args)
+	}},
+}
+
 func runTasks(ctx context.Context, env *Env, args []string) int {
-	return runSubcommand(ctx, env, "tasks", tasksUsage, []subcommand{
-		{"list", "list tasks, newest first, by type and state", runTasksList},
-		{"get", "show a task and its attempt history", runTasksGet},
-		{"cancel", "cancel a scheduled, pending, retrying or running task", func(ctx context.Context, env *Env, args []string) int {
-			return runTaskAction(ctx, env, "cancel", args)
-		}},
-		{"retry", "put a dead or cancelled task back to pending", func(ctx context.Context, env *Env, args []string) int {
-			return runTaskAction(ctx, env, "retry", args)
-		}},
-	}, args)
+	return runSubcommand(ctx, env, "tasks", tasksUsage, tasksSubcommands, args)
 }
 
 const tasksListUsage = `Usage: retryq tasks list [--type T] [--state S[,S...]] [--limit N] [--cursor C] [--json]
 
 Lists tasks, newest first. --state takes one or more of scheduled, pending,
-running, retry_waiting, succeeded, dead and cancelled. When more tasks
-match than the page holds (--limit tasks, or fewer when their payloads pass
-the server's 4 MiB bound per page), the command to see the next page is
-printed on stderr.
+running, retry_waiting (or retrying, as tables call it), succeeded, dead and
+cancelled. When more tasks match than the page holds (--limit tasks, or
+fewer when their payloads pass the server's 4 MiB bound per page), the
+command to see the next page is printed on stderr.
 `
 
 func runTasksList(ctx context.Context, env *Env, args []string) int {
@@ -198,6 +203,9 @@ func runTasksList(ctx context.Context, env *Env, args []string) int {
 	}
 	q := url.Values{}
 	if typ != "" {
+		if err := engine.ValidateType("--type", typ); err != nil {
+			return usageError(env, name, err.Error())
+		}
 		q.Set("type", typ)
 	}
 	if states != "" {

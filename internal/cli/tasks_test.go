@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -200,5 +202,38 @@ func TestNextPageCommandQuotesTheCursor(t *testing.T) {
 	}
 	if got := nextPageCommand("dlq list", nil, "01HXZ5K3J8T9M2Q4V6W8Y0A1B2"); got != "retryq dlq list --cursor 01HXZ5K3J8T9M2Q4V6W8Y0A1B2" {
 		t.Errorf("nextPageCommand = %q", got)
+	}
+}
+
+// TestBadTypeFlagIsAUsageError: a --type no task can have is a usage error
+// (status 2) of every command with --type, found before the server is
+// asked (the server here is a closed port), as the TYPE argument of
+// enqueue and types get is.
+func TestBadTypeFlagIsAUsageError(t *testing.T) {
+	t.Setenv("RETRYQ_SERVER", "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	tested := 0
+	for _, tp := range helpTopics() {
+		words := strings.Join(tp, " ")
+		if !slices.Contains(helpFlags(t, words), "type") {
+			continue
+		}
+		tested++
+		args := append(slices.Clone([]string(tp)), "--type", "bad type", "--yes", "--server", closed)
+		if words != "dlq redrive" && words != "dlq purge" {
+			args = slices.DeleteFunc(args, func(a string) bool { return a == "--yes" })
+		}
+		st, out, errOut := cli(t, "", args...)
+		if st != exitUsage || out != "" || !strings.Contains(errOut, "--type: may contain only") {
+			t.Errorf("retryq %s: status %d\nstdout: %q\nstderr: %s", strings.Join(args, " "), st, out, errOut)
+		}
+	}
+	if tested < 4 {
+		t.Errorf("only %d commands with --type found", tested)
 	}
 }

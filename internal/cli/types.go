@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register(&command{name: "types", summary: "show and configure task types (retry policy, timeout, push target)", run: runTypes})
+	register(&command{name: "types", summary: "show and configure task types (retry policy, timeout, push target)", run: runTypes, subs: typesSubcommands})
 }
 
 const typesUsage = `Usage: retryq types COMMAND [flags]
@@ -83,12 +83,15 @@ func targetLabel(t *apiTarget) string {
 	return m + " " + t.URL
 }
 
+// typesSubcommands are the verbs of "retryq types".
+var typesSubcommands = []subcommand{
+	{"list", "list the stored type configurations", runTypesList},
+	{"get", "show a type's effective configuration", runTypesGet},
+	{"set", "store a type's configuration from a JSON file", runTypesSet},
+}
+
 func runTypes(ctx context.Context, env *Env, args []string) int {
-	return runSubcommand(ctx, env, "types", typesUsage, []subcommand{
-		{"list", "list the stored type configurations", runTypesList},
-		{"get", "show a type's effective configuration", runTypesGet},
-		{"set", "store a type's configuration from a JSON file", runTypesSet},
-	}, args)
+	return runSubcommand(ctx, env, "types", typesUsage, typesSubcommands, args)
 }
 
 const typesListUsage = `Usage: retryq types list [--json]
@@ -267,6 +270,9 @@ func runTypesSet(ctx context.Context, env *Env, args []string) int {
 		src = "@-"
 	}
 	body, err := readJSONArg(env, "--file", src)
+	if isUnreadable(err) {
+		return fail(env, name, err)
+	}
 	if err != nil {
 		return usageError(env, name, err.Error())
 	}

@@ -89,7 +89,7 @@ func parseWorker(env *Env, args []string) (*workerOptions, int) {
 	intFlag(fs, &o.concurrency, "concurrency", o.concurrency, "`N` commands running at once, 1..1000")
 	fs.Var(exitCodesValue{&o.permanent}, "permanent-exit", "exit `codes` that are permanent failures (not retried), e.g. 2,64")
 	fs.Var(durationValue{&o.lease}, "lease", "lease `length`; heartbeated every third of it (1s..1h)")
-	fs.Var(durationValue{&o.grace}, "grace", "`time` running commands may take to finish after SIGINT/SIGTERM")
+	fs.Var(durationValue{&o.grace}, "grace", "`time` running commands may take to finish after SIGINT, SIGTERM or SIGHUP")
 	fs.Var(durationValue{&o.timeout}, "timeout", "stop a command running longer than this `duration` and fail the attempt as retryable (0 = none)")
 	fs.StringVar(&o.id, "worker-id", "", "this worker's `id` in leases and task history (default HOST-PID)")
 	pos, st, ok := parseArgs(env, fs, args)
