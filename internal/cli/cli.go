@@ -19,8 +19,8 @@ const (
 // status of every command.
 const exitStatusHelp = `
 Exit status:
-  0  success (also a server stopped by SIGINT or SIGTERM, a worker stopped
-     by SIGINT, SIGTERM or SIGHUP)
+  0  success (also a server or a worker stopped by SIGINT, SIGTERM or
+     SIGHUP)
   1  failure: the server answered with an error or could not be reached,
      a confirmation was declined, the database or a file could not be used
   2  usage error: an unknown command, a bad flag or argument

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -263,7 +264,10 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 	if o == nil {
 		return st
 	}
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	// A hangup (the terminal the server was started from closed, an SSH
+	// session dropped) stops it as cleanly as SIGTERM: killed outright, it
+	// would leave its leases to expire and its leadership to time out.
+	ctx, stop := signal.NotifyContext(ctx, slices.Concat([]os.Signal{os.Interrupt, syscall.SIGTERM}, hangupSignals)...)
 	defer stop()
 	log := newLogger(env, o.logFormat, o.logLevel)
 	srv, err := startServer(ctx, o, log)
