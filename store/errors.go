@@ -28,6 +28,12 @@ var (
 	// ErrUnavailable wraps connection-level failures (database down, network
 	// reset) so callers can back off and retry the whole operation.
 	ErrUnavailable = errors.New("database unavailable")
+	// ErrSchemaBroken is returned, always together with ErrUnavailable, when
+	// a table or column retryq's schema has is missing: dropped or renamed
+	// by someone else after the migrations ran (SQLite "no such table",
+	// PostgreSQL undefined_table or undefined_column). Ping fails with it,
+	// so the node is not ready until the schema is restored.
+	ErrSchemaBroken = errors.New("database schema broken: a table or column retryq needs is missing")
 	// ErrInvalid is returned for params that can never succeed (empty id,
 	// non-positive limit, unknown state name).
 	ErrInvalid = errors.New("invalid argument")

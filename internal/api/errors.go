@@ -104,6 +104,9 @@ func classify(err error) (ae *apiError, internal bool) {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Usually the client went away; if not, the server is overloaded.
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "request cancelled or timed out"}, false
+	case errors.Is(err, store.ErrSchemaBroken):
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+			Message: "the database schema is broken: a table or column retryq needs is missing (see the server log)"}, true
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, store.ErrClosed), errors.Is(err, engine.ErrClosed):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "the database is unavailable or the server is shutting down; retry later"}, true

@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -46,4 +47,34 @@ func TestReadyzFailsWhileTheDatabaseRefusesWrites(t *testing.T) {
 	setReadOnly("off")
 	e.must(http.StatusOK, "GET", "/readyz", nil)
 	e.must(http.StatusCreated, "POST", "/v1/tasks", `{"type":"a"}`)
+}
+
+// TestSchemaBrokenIsUnavailableAndNotReady: with a table renamed away by
+// another session (a foreign migration, an operator's mistake), requests
+// on it answer 503 unavailable naming the schema, and /readyz 503
+// not_ready; both recover once the table is back. They answered 500 and
+// 200.
+func TestSchemaBrokenIsUnavailableAndNotReady(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOpts{backend: backendtest.Postgres})
+	ps := e.st.(*postgres.Store)
+	ctx := t.Context()
+	created := e.must(http.StatusCreated, "POST", "/v1/tasks", `{"type":"a"}`)
+	id, _ := created.m["id"].(string)
+	exec := func(q string) {
+		t.Helper()
+		if _, err := ps.Pool().Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	exec("ALTER TABLE tasks RENAME TO tasks_gone")
+	r := e.mustErr(http.StatusServiceUnavailable, CodeUnavailable, "", "POST", "/v1/tasks", `{"type":"a"}`)
+	if !strings.Contains(r.errMsg(), "schema") {
+		t.Errorf("error message %q does not name the schema", r.errMsg())
+	}
+	e.mustErr(http.StatusServiceUnavailable, CodeUnavailable, "", "GET", "/v1/tasks/"+id, nil)
+	e.mustErr(http.StatusServiceUnavailable, CodeNotReady, "", "GET", "/readyz", nil)
+	exec("ALTER TABLE tasks_gone RENAME TO tasks")
+	e.must(http.StatusOK, "GET", "/readyz", nil)
+	e.must(http.StatusOK, "GET", "/v1/tasks/"+id, nil)
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -183,7 +184,7 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	if err := s.ready(ctx); err != nil {
 		s.log.Warn("not ready", "request_id", requestIDFrom(r.Context()), "err", err)
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady,
-			Message: "not ready: the database is unreachable, refuses writes, or its migrations are not current (see the server log)"}
+			Message: "not ready: the database is unreachable, refuses writes, is missing tables, or its migrations are not current (see the server log)"}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil
@@ -193,15 +194,17 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 // and its schema is current.
 func (s *server) defaultReady(ctx context.Context) error {
 	st := s.e.Store()
-	if err := st.Ping(ctx); err != nil {
-		return err
+	ping := st.Ping(ctx)
+	if ping != nil && !errors.Is(ping, store.ErrSchemaBroken) {
+		return ping
 	}
 	applied, known, err := st.SchemaVersion(ctx)
 	if err != nil {
-		return err
+		return errors.Join(ping, err)
 	}
 	if applied != known {
+		// Tables missing from an older schema are its migrations' to add.
 		return fmt.Errorf("schema version %d, this binary needs %d", applied, known)
 	}
-	return nil
+	return ping
 }

@@ -347,8 +347,24 @@ func (s *Store) Ping(ctx context.Context) error {
 		markReadOnly(c.Conn())
 		return fmt.Errorf("ping: %w: %w", store.ErrUnavailable, ErrReadOnly)
 	}
+	// A table dropped or renamed by someone else fails every statement
+	// on it. The names are resolved as the statements resolve them
+	// (search_path), without locking the tables: a migration or a
+	// VACUUM FULL holding one does not stall the check.
+	var missing string
+	if err := c.QueryRow(ctx, schemaProbe).Scan(&missing); err != nil {
+		return translate("ping", err)
+	}
+	if missing != "" {
+		return fmt.Errorf("ping: %w: %w: no table %s in the search_path", store.ErrUnavailable, store.ErrSchemaBroken, missing)
+	}
 	return nil
 }
+
+// schemaProbe returns the tables of the schema that the search_path does
+// not find, comma-separated; "" when all are there.
+const schemaProbe = `SELECT coalesce(string_agg(t, ', '), '') FROM unnest(ARRAY['tasks', 'task_types', 'attempts',
+ 'nodes', 'leader', 'retention_totals', 'schema_migrations']) AS t WHERE to_regclass(t) IS NULL`
 
 // reach checks the database answers, whether or not it accepts writes.
 func (s *Store) reach(ctx context.Context) error {
@@ -479,6 +495,9 @@ func translate(op string, err error) error {
 			// during a failover, or set read-only for maintenance.
 			pgErr.Code == "25006": // read_only_sql_transaction
 			return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
+		case pgErr.Code == "42P01", // undefined_table: dropped or renamed, or its schema dropped
+			pgErr.Code == "42703": // undefined_column: dropped or renamed
+			return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, store.ErrSchemaBroken, err)
 		case pgErr.Code == "23505": // unique_violation
 			return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
 		case strings.HasPrefix(pgErr.Code, "22"), // data exception (bad input)

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -218,17 +219,26 @@ func (s *Store) drainClosed() {
 func (s *Store) commitGroup(batch []*writeReq) {
 	bg := context.Background()
 	errs := make([]error, len(batch))
+	committed := false
 	reply := func(commitErr error) {
 		s.queuedAtReply = len(s.writeCh)
 		// Count before answering: a caller may read the counters next.
 		s.groups.Add(1)
 		s.groupWrites.Add(int64(len(batch)))
-		for i, r := range batch {
+		for i := range batch {
 			if errs[i] == nil {
 				errs[i] = commitErr
 			}
+		}
+		s.noteWrite(committed, errs) // before answering: a caller may Ping next
+		for i, r := range batch {
 			r.done <- errs[i]
 		}
+	}
+	commit := func(tx *sql.Tx) {
+		err := tx.Commit()
+		committed = err == nil
+		reply(err)
 	}
 	// Refuse to write to a file no one will find again (see sameFiles):
 	// one stat of each file per transaction.
@@ -246,7 +256,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 		if err := r.claim(); err != nil {
 			errs[0] = err
 		} else if errs[0] = r.fn(context.WithoutCancel(r.ctx), tx); errs[0] == nil {
-			reply(tx.Commit())
+			commit(tx)
 			return
 		}
 		_ = tx.Rollback() // the error is the write's own, already in errs
@@ -301,7 +311,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 		reply(nil)
 		return
 	}
-	reply(tx.Commit())
+	commit(tx)
 }
 
 // mergeInserts runs the group's pending InsertTasks writes as one, in one
@@ -337,4 +347,26 @@ func (s *Store) mergeInserts(ctx context.Context, tx *sql.Tx, batch []*writeReq,
 		done[i] = true
 	}
 	return len(jobs), nil
+}
+
+// noteWrite records how a write transaction ended, for Ping: committed
+// clears a full disk; a transaction that failed with SQLITE_FULL (in a
+// statement, a savepoint or its commit) sets it. Other failures change
+// nothing.
+func (s *Store) noteWrite(committed bool, errs []error) {
+	if committed {
+		if s.full.Load() != nil {
+			s.full.Store(nil)
+		}
+		return
+	}
+	for _, err := range errs {
+		if isFull(err) {
+			if !errors.Is(err, ErrDiskFull) { // not yet translated
+				err = fmt.Errorf("%w: %w: %w", store.ErrUnavailable, ErrDiskFull, err)
+			}
+			s.full.Store(&err)
+			return
+		}
+	}
 }

@@ -46,6 +46,13 @@ var ErrReadOnly = errors.New("database is read-only")
 // on the file now at the path.
 var ErrFileReplaced = errors.New("database file deleted or replaced while open; restart the server")
 
+// ErrDiskFull is returned (wrapped, with store.ErrUnavailable) by a write
+// that failed with SQLITE_FULL, and by Ping while the most recent write
+// transaction failed so and none has committed since: every enqueue and
+// outcome would fail until space is freed. The node registry's heartbeat
+// writes every few seconds, so Ping passes again soon after.
+var ErrDiskFull = errors.New("database or disk is full")
+
 // Store is a SQLite-backed store.Store.
 type Store struct {
 	cfg    Config
@@ -55,6 +62,9 @@ type Store struct {
 	w      *sql.DB        // exactly one connection: every write goes through it
 	r      *sql.DB        // read-only pool
 	closed atomic.Bool
+	// full holds the SQLITE_FULL error of the most recent write
+	// transaction while none has committed since (noteWrite); nil else.
+	full atomic.Pointer[error]
 
 	writeCh       chan *writeReq
 	submitting    atomic.Int64 // submits between their closed check and their send (group.go)
@@ -207,6 +217,12 @@ func (s *Store) setWAL(ctx context.Context) error {
 	}
 }
 
+// isFull reports whether err is SQLITE_FULL (any extended code).
+func isFull(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL
+}
+
 // isBusy reports whether err is SQLITE_BUSY (any extended code).
 func isBusy(err error) bool {
 	var se *sqlite.Error
@@ -222,6 +238,15 @@ func (s *Store) Ping(ctx context.Context) error {
 	if err := s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
 		return translate("ping sqlite", err)
 	}
+	// A table dropped or renamed by someone else fails every statement
+	// on it; naming each table costs the parse of one statement.
+	if err := s.r.QueryRowContext(ctx, schemaProbe).Scan(&one); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return translate("ping sqlite", err)
+	}
+	// Reads still work on a full file system; writes do not.
+	if full := s.full.Load(); full != nil {
+		return fmt.Errorf("ping sqlite: no write has committed since one failed: %w", *full)
+	}
 	// A file that answers reads may still refuse writes: its file system
 	// was remounted read-only (as Linux does after I/O errors), or its
 	// permissions changed. Every enqueue and outcome would then fail, so
@@ -236,6 +261,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// schemaProbe names every table of the schema and reads no row.
+const schemaProbe = `SELECT 1 FROM tasks, task_types, attempts, nodes, leader_leases, retention_totals, schema_migrations LIMIT 0`
 
 // sameFiles returns an error matching store.ErrUnavailable and
 // ErrFileReplaced when the database file or its WAL at their paths are no
@@ -428,12 +456,20 @@ func translate(op string, err error) error {
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_IOERR,
-			sqlite3.SQLITE_FULL, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOMEM:
+			sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_NOMEM:
 			return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
+		case sqlite3.SQLITE_FULL:
+			return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, ErrDiskFull, err)
 		case sqlite3.SQLITE_READONLY:
 			return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, ErrReadOnly, err)
 		case sqlite3.SQLITE_CONSTRAINT:
 			return fmt.Errorf("%s: %w: %w", op, store.ErrConflict, err)
+		case sqlite3.SQLITE_ERROR:
+			// SQLite has no code of its own for a missing table or
+			// column: a table dropped or renamed under the store.
+			if msg := se.Error(); strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column") {
+				return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, store.ErrSchemaBroken, err)
+			}
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
