@@ -226,6 +226,13 @@ type FetchParams struct {
 	WorkerID      string
 	LeaseDuration time.Duration
 	Now           time.Time
+	// MaxBytes bounds the payload bytes of a fetch (0 = no bound; negative
+	// is ErrInvalid): the tasks are leased in fetch order, stopping before
+	// the task whose payload would take the batch past MaxBytes, but at
+	// least one task is leased, however large, so that any task can be
+	// leased. Tasks past the cut are not leased or changed: they stay
+	// pending for the next fetch.
+	MaxBytes int
 }
 
 // Outcome is the decided result of one leased attempt.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq/internal/backendtest"
+	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/store"
 )
 
@@ -272,4 +273,49 @@ func TestFailReportTextMustBeUnicode(t *testing.T) {
 		t.Fatalf("task %s after refused reports, want running", st)
 	}
 	e.must(http.StatusOK, "POST", "/v1/tasks/"+id+"/fail", map[string]any{"lease_id": lease, "error": map[string]any{"code": "E1", "message": "é"}})
+}
+
+func TestLeaseAnswerBoundedByPayloadBytes(t *testing.T) {
+	backendtest.Run(t, testLeaseAnswerBoundedByPayloadBytes)
+}
+
+// testLeaseAnswerBoundedByPayloadBytes: a pull worker asking for many tasks
+// with large payloads gets them across several lease answers, each holding
+// at most engine.DefaultFetchBytes of payloads (save a single task), and
+// every task exactly once.
+func testLeaseAnswerBoundedByPayloadBytes(t *testing.T, backend string) {
+	e := newEnv(t, envOpts{backend: backend, maxBody: 2 << 20})
+	const n, size = 4, 1500 << 10
+	ids := map[string]bool{}
+	for i := range n {
+		id := e.enqueue(map[string]any{"type": "big", "payload": strings.Repeat(string(rune('a'+i)), size)})["id"].(string)
+		ids[id] = true
+	}
+	got := map[string]bool{}
+	for calls := 0; len(got) < n; calls++ {
+		if calls > n {
+			t.Fatalf("leased %d of %d tasks after %d calls", len(got), n, calls)
+		}
+		r := e.must(http.StatusOK, "POST", "/v1/leases", map[string]any{"worker_id": "w1", "types": []string{"big"}, "max": 100})
+		tasks := r.m["tasks"].([]any)
+		if len(tasks) == 0 {
+			t.Fatalf("call %d leased nothing, %d of %d tasks leased", calls, len(got), n)
+		}
+		bytes := 0
+		for _, x := range tasks {
+			tk := x.(map[string]any)
+			id := tk["id"].(string)
+			if !ids[id] || got[id] {
+				t.Fatalf("call %d leased %s (known %v, already leased %v)", calls, id, ids[id], got[id])
+			}
+			got[id] = true
+			bytes += len(tk["payload"].(string)) + 2 // the JSON string's quotes
+		}
+		if len(tasks) > 1 && bytes > engine.DefaultFetchBytes {
+			t.Fatalf("call %d leased %d tasks with %d payload bytes, bound %d", calls, len(tasks), bytes, engine.DefaultFetchBytes)
+		}
+	}
+	if r := e.must(http.StatusOK, "POST", "/v1/leases", map[string]any{"worker_id": "w1", "types": []string{"big"}}); len(r.m["tasks"].([]any)) != 0 {
+		t.Fatalf("lease after all = %d tasks", len(r.m["tasks"].([]any)))
+	}
 }

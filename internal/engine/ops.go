@@ -20,6 +20,32 @@ const MaxListLimit = 1000
 // MaxPayloadBytes each would be built whole in memory.
 const DefaultListBytes = 4 << 20
 
+// DefaultFetchBytes bounds the payload bytes of one fetch (a pull lease
+// answer, an in-process worker's or a pusher's batch) as DefaultListBytes
+// bounds a page: the fetch stops before the task whose payload would take
+// it past the bound, but leases at least one task; the others stay pending
+// for the next fetch. Without it a lease of MaxLeaseBatch tasks of
+// MaxPayloadBytes each would be built whole in memory.
+const DefaultFetchBytes = 4 << 20
+
+// fetchMayHaveMore tells a fetcher whether its fetch of up to limit tasks
+// may have left due tasks behind, so that it fetches again at once rather
+// than wait for a wake-up or its poll interval: when it came back full, or
+// when its payloads passed half of DefaultFetchBytes, as a fetch cut short
+// by the byte bound does unless the task it stopped before is larger than
+// half the bound (that one waits for the next fetch). A short fetch of
+// small payloads means the queue is drained, as before the bound.
+func fetchMayHaveMore(tasks []store.Task, limit int) bool {
+	if len(tasks) >= limit {
+		return true
+	}
+	bytes := 0
+	for i := range tasks {
+		bytes += len(tasks[i].Payload)
+	}
+	return bytes > DefaultFetchBytes/2
+}
+
 // ValidateID checks a task id supplied by a caller.
 func ValidateID(id string) error {
 	if id == "" {

@@ -91,7 +91,7 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		var tasks []store.Task
 		var err error
 		if e.clockReady() { // nothing leased on a clock not yet synced
-			tasks, err = e.st.FetchTasks(ctx, store.FetchParams{Types: r.Types, Limit: r.Max, WorkerID: r.WorkerID, LeaseDuration: r.LeaseDuration, Now: e.now()})
+			tasks, err = e.st.FetchTasks(ctx, store.FetchParams{Types: r.Types, Limit: r.Max, WorkerID: r.WorkerID, LeaseDuration: r.LeaseDuration, Now: e.now(), MaxBytes: DefaultFetchBytes})
 		}
 		if err != nil {
 			return nil, fmt.Errorf("lease tasks: %w", err)

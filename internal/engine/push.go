@@ -493,7 +493,7 @@ func (f *pushFetcher) run(ctx context.Context) {
 		if e.clockReady() { // nothing leased on a clock not yet synced
 			tasks, err = e.st.FetchTasks(fctx, store.FetchParams{
 				Types: []string{f.typ}, Limit: limit, WorkerID: f.p.workerID,
-				LeaseDuration: lease, Now: e.now(),
+				LeaseDuration: lease, Now: e.now(), MaxBytes: DefaultFetchBytes,
 			})
 		}
 		fcancel()
@@ -521,7 +521,7 @@ func (f *pushFetcher) run(ctx context.Context) {
 			f.p.deliveries.Add(1)
 			go f.p.deliver(f, pt, t)
 		}
-		if len(tasks) == limit {
+		if fetchMayHaveMore(tasks, limit) {
 			continue // there may be more
 		}
 		resetTimer(timer, e.cfg.PollInterval)

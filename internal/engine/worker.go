@@ -192,9 +192,9 @@ func (w *workerRun) loop(ctx context.Context) {
 	timer := time.NewTimer(e.cfg.PollInterval)
 	defer timer.Stop()
 	backoff := 10 * time.Millisecond
-	// While there is a backlog (the last fetch came back full), wait until
-	// half the capacity is free before fetching again, so fetches stay large
-	// and commits few; when the queue is drained, any free slot fetches at
+	// While there is a backlog (the last fetch came back full, or cut short
+	// by its payload bytes: fetchMayHaveMore), wait until half the capacity
+	// is free before fetching again, so fetches stay large and commits few; when the queue is drained, any free slot fetches at
 	// once, so a new task starts within milliseconds.
 	backlog := false
 	batchMin := max(1, min(w.capacity/2, int64(w.cfg.FetchBatch)))
@@ -243,7 +243,7 @@ func (w *workerRun) loop(ctx context.Context) {
 			w.queue <- t // executors drain the queue; it has room for capacity + Concurrency
 
 		}
-		backlog = len(tasks) == limit
+		backlog = fetchMayHaveMore(tasks, limit)
 		w.drained.Store(!backlog)
 		if backlog {
 			continue // there may be more
@@ -271,7 +271,7 @@ func (w *workerRun) fetch(ctx context.Context, limit int) ([]store.Task, error) 
 	defer cancel()
 	return e.st.FetchTasks(fctx, store.FetchParams{
 		Types: w.cfg.Types, Limit: limit, WorkerID: w.cfg.ID,
-		LeaseDuration: e.cfg.LeaseDuration, Now: e.now(),
+		LeaseDuration: e.cfg.LeaseDuration, Now: e.now(), MaxBytes: DefaultFetchBytes,
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -12,24 +13,34 @@ import (
 
 // fetchQuery builds the FetchTasks statement for ntypes type filters. The
 // candidate selection walks tasks_fetch (no filter) or tasks_fetch_type (one
-// range per type, each bounded by the limit), so its cost is proportional
-// to the batch, not to the number of pending tasks.
+// range per type, each bounded by the limit, merged in order), so its cost
+// is proportional to the batch, not to the number of pending tasks. The
+// candidates come from the covering index; then each one's payload size is
+// looked up by rowid (length() of a BLOB reads no overflow pages) and
+// summed in fetch order: only the candidates whose running total is within
+// the byte bound (the last parameter), and always the first, are leased;
+// the others are left untouched.
 func fetchQuery(ntypes int) string {
-	const order = ` ORDER BY effective_prio DESC, run_at, id LIMIT ?`
-	var sel string
+	const order = ` ORDER BY effective_prio DESC, run_at, id`
+	const cols = `rowid AS r, effective_prio, run_at, id`
+	var cand string
 	switch ntypes {
 	case 0:
-		sel = `SELECT rowid FROM tasks WHERE state = 'pending'` + order
+		cand = `SELECT ` + cols + ` FROM tasks WHERE state = 'pending'` + order + ` LIMIT ?`
 	case 1:
-		sel = `SELECT rowid FROM tasks WHERE state = 'pending' AND type = ?` + order
+		cand = `SELECT ` + cols + ` FROM tasks WHERE state = 'pending' AND type = ?` + order + ` LIMIT ?`
 	default:
 		parts := make([]string, ntypes)
 		for i := range parts {
-			parts[i] = `SELECT * FROM (SELECT rowid AS r, effective_prio, run_at, id FROM tasks
-				WHERE state = 'pending' AND type = ?` + order + `)`
+			parts[i] = `SELECT * FROM (SELECT ` + cols + ` FROM tasks
+				WHERE state = 'pending' AND type = ?` + order + ` LIMIT ?)`
 		}
-		sel = `SELECT r FROM (` + strings.Join(parts, ` UNION ALL `) + `)` + order
+		cand = `SELECT * FROM (` + strings.Join(parts, ` UNION ALL `) + `)` + order + ` LIMIT ?`
 	}
+	sel := `WITH cand AS MATERIALIZED (` + cand + `)
+		SELECT r FROM (SELECT r, row_number() OVER w AS n,
+			sum((SELECT coalesce(length(payload), 0) FROM tasks WHERE rowid = r)) OVER w AS total
+		FROM cand WINDOW w AS (` + order + ` ROWS UNBOUNDED PRECEDING)) WHERE n = 1 OR total <= ?`
 	return `UPDATE tasks SET state = 'running', attempt = attempt + 1,
 		lease_id = ? || printf('%x', rowid), lease_expires_at = ?, worker_id = ?, started_at = ?, updated_at = ?
 		WHERE rowid IN (` + sel + `)
@@ -42,6 +53,13 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 	types, err := store.CheckFetch(p)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if p.MaxBytes < 0 {
+		return nil, fmt.Errorf("%s: MaxBytes must not be negative (got %d): %w", op, p.MaxBytes, store.ErrInvalid)
+	}
+	bound := int64(math.MaxInt64)
+	if p.MaxBytes > 0 {
+		bound = int64(p.MaxBytes)
 	}
 	now := p.Now.UnixMicro()
 	args := []any{store.NewLeasePrefix(), p.Now.Add(p.LeaseDuration).UnixMicro(), p.WorkerID, now, now}
@@ -56,6 +74,7 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 			args = append(args, p.Limit)
 		}
 	}
+	args = append(args, bound)
 	var out []store.Task
 	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmtKey(ctx, tx, "fetch#"+strconv.Itoa(len(types)), func() string { return fetchQuery(len(types)) })
