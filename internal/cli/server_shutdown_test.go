@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -250,25 +248,8 @@ func TestServerStopsCleanlyOnHangup(t *testing.T) {
 		t.Skip("no hangup signal on this system")
 	}
 	clearServerEnv(t)
-	cmd := exec.Command(os.Args[0], "server", "--db", "sqlite:"+filepath.Join(t.TempDir(), "hup.db"), "--listen", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1")
-	var stderr lockedBuffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	proc := startCLIProcess(t, nil, nil, "server", "--db", "sqlite:"+filepath.Join(t.TempDir(), "hup.db"), "--listen", "127.0.0.1:0")
+	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
 	diag := func() string { return "server log:\n" + stderr.String() }
 	pollUntil(t, 20*time.Second, "the server to start", func() bool {
 		return strings.Contains(stderr.String(), "retryq server started")
@@ -278,8 +259,8 @@ func TestServerStopsCleanlyOnHangup(t *testing.T) {
 	}
 	select {
 	case <-exited:
-		if waitErr != nil {
-			t.Errorf("server exit after SIGHUP: %v, want status 0\n%s", waitErr, diag())
+		if proc.waitErr != nil {
+			t.Errorf("server exit after SIGHUP: %v, want status 0\n%s", proc.waitErr, diag())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the server did not exit after SIGHUP\n%s", diag())

@@ -146,27 +146,11 @@ func TestWorkerProcess(t *testing.T) {
 	dir := t.TempDir()
 	handler := filepath.Join(dir, "handler.sh")
 	writeTestFile(t, handler, workerHandler)
-	cmd := exec.Command(os.Args[0], "worker", "--server", s.url, "--types", "cli.ok,cli.flaky,cli.perm,cli.lease,cli.slow",
-		"--exec", "sh "+handler, "--lease", "3s", "--permanent-exit", "2,64", "--worker-id", "proc-worker",
-		"--concurrency", "4", "--grace", "20s")
-	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "OUT="+dir, "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
-	var stdout, stderr lockedBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.WaitDelay = 5 * time.Second // commands left running must not hold the test
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{}) // closed when the worker has exited; then waitErr is set
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
+	var stdout lockedBuffer
+	proc := startCLIProcess(t, []string{"OUT=" + dir}, &stdout, "worker", "--server", s.url,
+		"--types", "cli.ok,cli.flaky,cli.perm,cli.lease,cli.slow", "--exec", "sh "+handler, "--lease", "3s",
+		"--permanent-exit", "2,64", "--worker-id", "proc-worker", "--concurrency", "4", "--grace", "20s")
+	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
 	diag := func() string { return "worker stderr:\n" + stderr.String() }
 
 	okID := enqueue("cli.ok", `{"msg": "hello", "n": 42}`)
@@ -246,8 +230,8 @@ func TestWorkerProcess(t *testing.T) {
 	writeTestFile(t, filepath.Join(dir, "slow-release"), "")
 	select {
 	case <-exited:
-		if waitErr != nil {
-			t.Errorf("worker exit: %v\n%s", waitErr, diag())
+		if proc.waitErr != nil {
+			t.Errorf("worker exit: %v\n%s", proc.waitErr, diag())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the worker did not exit after SIGTERM\n%s", diag())
@@ -351,27 +335,10 @@ func TestWorkerSurvivesClosedStdout(t *testing.T) {
 	}
 	pr.Close() // nobody reads the worker's stdout
 	defer pw.Close()
-	cmd := exec.Command(os.Args[0], "worker", "--server", s.url, "--types", "cli.chatty", "--exec", "sh "+handler,
+	proc := startCLIProcess(t, nil, pw, "worker", "--server", s.url, "--types", "cli.chatty", "--exec", "sh "+handler,
 		"--worker-id", "chatty-worker", "--grace", "5s")
-	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
-	var stderr lockedBuffer
-	cmd.Stdout, cmd.Stderr = pw, &stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	diag := func() string { return "worker stderr:\n" + stderr.String() }
+	cmd, exited := proc.cmd, proc.exited
+	diag := func() string { return "worker stderr:\n" + proc.stderr.String() }
 
 	var task apiTask
 	s.cliJSON(t, &task, "enqueue", "cli.chatty")
@@ -386,7 +353,7 @@ func TestWorkerSurvivesClosedStdout(t *testing.T) {
 	}, diag)
 	select {
 	case <-exited:
-		t.Fatalf("the worker died writing to a closed stdout: %v\n%s", waitErr, diag())
+		t.Fatalf("the worker died writing to a closed stdout: %v\n%s", proc.waitErr, diag())
 	default:
 	}
 	if task.State != "succeeded" {
@@ -397,8 +364,8 @@ func TestWorkerSurvivesClosedStdout(t *testing.T) {
 	}
 	select {
 	case <-exited:
-		if waitErr != nil {
-			t.Errorf("worker exit after SIGTERM: %v\n%s", waitErr, diag())
+		if proc.waitErr != nil {
+			t.Errorf("worker exit after SIGTERM: %v\n%s", proc.waitErr, diag())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the worker did not exit after SIGTERM\n%s", diag())
@@ -443,6 +410,44 @@ touch "$OUT/ran-out"
 	}
 }
 
+// cliProcess is the retryq CLI run as a child process (this test binary).
+type cliProcess struct {
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	exited chan struct{} // closed when the process has exited; then waitErr is set
+	// waitErr is the process's exit (nil for status 0); read it only once
+	// exited is closed.
+	waitErr error
+}
+
+// startCLIProcess runs "retryq args..." as a child process with env added
+// to the test's environment (RETRYQ_SERVER and RETRYQ_API_TOKEN cleared)
+// and its standard output going to stdout (discarded when nil). It is
+// killed at the end of the test if it is still running.
+func startCLIProcess(t *testing.T, env []string, stdout io.Writer, args ...string) *cliProcess {
+	t.Helper()
+	p := &cliProcess{cmd: exec.Command(os.Args[0], args...), stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	p.cmd.Env = append(append(os.Environ(), "RETRYQ_TEST_CLI=1", "RETRYQ_SERVER=", "RETRYQ_API_TOKEN="), env...)
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	p.cmd.Stdout, p.cmd.Stderr = stdout, p.stderr
+	p.cmd.WaitDelay = 5 * time.Second // commands left running must not hold the test
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
 // startWorkerProcess runs `retryq worker args...` as a child process (this
 // test binary) with OUT=dir in its environment and returns its standard
 // error. It is stopped (SIGTERM, then after 20 s SIGKILL) when the test
@@ -484,27 +489,11 @@ func TestWorkerStopsGracefullyOnHangup(t *testing.T) {
 	dir := t.TempDir()
 	handler := filepath.Join(dir, "handler.sh")
 	writeTestFile(t, handler, `touch "`+dir+`/started"; i=0; while [ ! -e "`+dir+`/release" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done`)
-	cmd := exec.Command(os.Args[0], "worker", "--server", s.url, "--types", "cli.hup", "--exec", "sh "+handler,
+	proc := startCLIProcess(t, nil, nil, "worker", "--server", s.url, "--types", "cli.hup", "--exec", "sh "+handler,
 		"--worker-id", "hup-worker", "--grace", "30s")
-	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
-	var stderr lockedBuffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		writeTestFile(t, filepath.Join(dir, "release"), "")
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	// Registered after the kill, so it runs first: the command ends.
+	t.Cleanup(func() { writeTestFile(t, filepath.Join(dir, "release"), "") })
+	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
 	diag := func() string { return "worker stderr:\n" + stderr.String() }
 
 	var task apiTask
@@ -527,8 +516,8 @@ func TestWorkerStopsGracefullyOnHangup(t *testing.T) {
 	writeTestFile(t, filepath.Join(dir, "release"), "")
 	select {
 	case <-exited:
-		if waitErr != nil {
-			t.Errorf("worker exit after SIGHUP: %v\n%s", waitErr, diag())
+		if proc.waitErr != nil {
+			t.Errorf("worker exit after SIGHUP: %v\n%s", proc.waitErr, diag())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the worker did not exit after SIGHUP\n%s", diag())
