@@ -17,8 +17,29 @@ func TestOutcomesCounterSkipsRefused(t *testing.T) {
 	backendtest.Run(t, testOutcomesCounterSkipsRefused)
 }
 
+// cancelBeforeOutcome is a store that cancels a task (in the store, behind
+// the engine's back) just before the outcome of its attempt is recorded,
+// so that the outcome is refused whatever the engine learns of the
+// cancellation afterwards (on PostgreSQL its notification would otherwise
+// race the handler's return, and a handler told first records nothing).
+type cancelBeforeOutcome struct {
+	store.Store
+	id string
+}
+
+func (s *cancelBeforeOutcome) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]error, error) {
+	for _, o := range p.Outcomes {
+		if o.TaskID == s.id && o.State == store.StateSucceeded {
+			if _, err := s.Store.CancelTask(ctx, store.CancelParams{ID: s.id, Now: p.Now}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return s.Store.RecordOutcomes(ctx, p)
+}
+
 func testOutcomesCounterSkipsRefused(t *testing.T, backend string) {
-	st := openWorkerStoreOn(t, backend)
+	st := &cancelBeforeOutcome{Store: openWorkerStoreOn(t, backend), id: "t_refused"}
 	e := startWorkerEngine(t, st, Config{NoScheduler: true})
 	started := make(chan string, 1)
 	release := make(chan struct{})
@@ -27,14 +48,14 @@ func testOutcomesCounterSkipsRefused(t *testing.T, backend string) {
 		<-release
 		return nil
 	}})
-	id := mustEnqueue(t, e, "a", `{}`)
-	recvWithin(t, started, 10*time.Second, "the handler to start")
-	before := e.Counters()
-	// Cancelled in the store directly: the engine's lease tracker does not
-	// know, so the handler's success is submitted and refused.
-	if _, err := st.CancelTask(context.Background(), store.CancelParams{ID: id, Now: time.Now()}); err != nil {
+	if _, err := st.InsertTasks(context.Background(), store.InsertParams{Now: time.Now(),
+		Tasks: []store.NewTask{{ID: st.id, Type: "a", Payload: []byte(`{}`), MaxAttempts: 3}}}); err != nil {
 		t.Fatal(err)
 	}
+	if id := recvWithin(t, started, 10*time.Second, "the handler to start"); id != st.id {
+		t.Fatalf("handler started %s, want %s", id, st.id)
+	}
+	before := e.Counters()
 	close(release)
 	waitFor(t, "the refused outcome to be counted", func() bool { return e.Counters().LeaseLost > before.LeaseLost })
 	after := e.Counters()
