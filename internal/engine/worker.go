@@ -271,7 +271,11 @@ func (w *workerRun) fetch(ctx context.Context, limit int) ([]store.Task, error) 
 	defer cancel()
 	return e.st.FetchTasks(fctx, store.FetchParams{
 		Types: w.cfg.Types, Limit: limit, WorkerID: w.cfg.ID,
-		LeaseDuration: e.cfg.LeaseDuration, Now: e.now(), MaxBytes: DefaultFetchBytes,
+		// No byte bound: an in-process worker holds its tasks' payloads
+		// for its handlers anyway, and its fetches are bounded in count
+		// (FetchBatch, the free capacity); the bounded statement costs
+		// SQLite a window over the batch on the path of bulk throughput.
+		LeaseDuration: e.cfg.LeaseDuration, Now: e.now(),
 	})
 }
 

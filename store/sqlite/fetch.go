@@ -19,8 +19,10 @@ import (
 // looked up by rowid (length() of a BLOB reads no overflow pages) and
 // summed in fetch order: only the candidates whose running total is within
 // the byte bound (the last parameter), and always the first, are leased;
-// the others are left untouched.
-func fetchQuery(ntypes int) string {
+// the others are left untouched. Unbounded (MaxBytes 0), the statement
+// leases the candidates as they come, with no sizes and no window: the
+// in-process workers' fetches, which bulk and retry throughput rest on.
+func fetchQuery(ntypes int, bounded bool) string {
 	const order = ` ORDER BY effective_prio DESC, run_at, id`
 	const cols = `rowid AS r, effective_prio, run_at, id`
 	var cand string
@@ -37,10 +39,13 @@ func fetchQuery(ntypes int) string {
 		}
 		cand = `SELECT * FROM (` + strings.Join(parts, ` UNION ALL `) + `)` + order + ` LIMIT ?`
 	}
-	sel := `WITH cand AS MATERIALIZED (` + cand + `)
+	sel := `SELECT r FROM (` + cand + `)`
+	if bounded {
+		sel = `WITH cand AS MATERIALIZED (` + cand + `)
 		SELECT r FROM (SELECT r, row_number() OVER w AS n,
 			sum((SELECT coalesce(length(payload), 0) FROM tasks WHERE rowid = r)) OVER w AS total
 		FROM cand WINDOW w AS (` + order + ` ROWS UNBOUNDED PRECEDING)) WHERE n = 1 OR total <= ?`
+	}
 	return `UPDATE tasks SET state = 'running', attempt = attempt + 1,
 		lease_id = ? || printf('%x', rowid), lease_expires_at = ?, worker_id = ?, started_at = ?, updated_at = ?
 		WHERE rowid IN (` + sel + `)
@@ -74,10 +79,15 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 			args = append(args, p.Limit)
 		}
 	}
-	args = append(args, bound)
+	bounded := p.MaxBytes > 0
+	key := "fetch#" + strconv.Itoa(len(types))
+	if bounded {
+		args = append(args, bound)
+		key += "b"
+	}
 	var out []store.Task
 	err = s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		st, err := s.txStmtKey(ctx, tx, "fetch#"+strconv.Itoa(len(types)), func() string { return fetchQuery(len(types)) })
+		st, err := s.txStmtKey(ctx, tx, key, func() string { return fetchQuery(len(types), bounded) })
 		if err != nil {
 			return err
 		}

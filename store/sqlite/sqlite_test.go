@@ -241,9 +241,11 @@ func TestQueryPlans(t *testing.T) {
 		args []any
 		want string // index that must appear in the plan
 	}{
-		"fetch":          {fetchQuery(0), []any{"p", 1, "w", 1, 1, 10, 100}, "tasks_fetch"},
-		"fetch one type": {fetchQuery(1), []any{"p", 1, "w", 1, 1, "a", 10, 100}, "tasks_fetch_type"},
-		"fetch types":    {fetchQuery(3), []any{"p", 1, "w", 1, 1, "a", 10, "b", 10, "c", 10, 10, 100}, "tasks_fetch_type"},
+		"fetch":                  {fetchQuery(0, true), []any{"p", 1, "w", 1, 1, 10, 100}, "tasks_fetch"},
+		"fetch one type":         {fetchQuery(1, true), []any{"p", 1, "w", 1, 1, "a", 10, 100}, "tasks_fetch_type"},
+		"fetch types":            {fetchQuery(3, true), []any{"p", 1, "w", 1, 1, "a", 10, "b", 10, "c", 10, 10, 100}, "tasks_fetch_type"},
+		"fetch unbounded":        {fetchQuery(0, false), []any{"p", 1, "w", 1, 1, 10}, "tasks_fetch"},
+		"fetch one type unbound": {fetchQuery(1, false), []any{"p", 1, "w", 1, 1, "a", 10}, "tasks_fetch_type"},
 		"promote": {`UPDATE tasks SET state = 'pending', updated_at = ?1 WHERE rowid IN (SELECT rowid FROM tasks
 			WHERE state IN ('scheduled', 'retry_waiting') AND run_at <= ?1 ORDER BY run_at, id LIMIT ?2)`, []any{1, 10}, "tasks_due"},
 		"expired": {`SELECT ` + taskCols + ` FROM tasks WHERE state = 'running' AND lease_expires_at < ?
