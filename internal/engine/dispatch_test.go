@@ -106,6 +106,9 @@ func TestDirectDispatchDoesNotOvertakeWorkAFullWorkerCouldNotFetch(t *testing.T)
 		defer e.locals.mu.Unlock()
 		return e.locals.byType["q"][0]
 	}()
+	// The fetch is counted before the worker marks itself drained (open
+	// to direct dispatch): wait for the mark too.
+	waitFor(t, "the worker to be drained", w.drained.Load)
 	low, high := 0, 10
 	first, err := e.Enqueue(context.Background(), EnqueueRequest{Type: "q", Payload: json.RawMessage(`"first"`), Priority: &low})
 	if err != nil || first.Task.State != store.StateRunning {
