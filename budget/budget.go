@@ -16,9 +16,10 @@ type Budget struct {
 	perNano float64 // rate rule refill, tokens per nanosecond
 	reserve float64 // ratio rule floor: MinRetriesPerSecond × Window
 
-	mu     sync.Mutex
-	tokens float64   // rate rule bucket
-	last   time.Time // when tokens were last refilled
+	mu      sync.Mutex
+	tokens  float64   // rate rule bucket
+	last    time.Time // when tokens were last refilled
+	started bool      // last is set (the zero Time is a valid time)
 	// win holds the ratio rule's deposits (A) and withdrawals (B) in
 	// Buckets+1 buckets of Window/Buckets: a deposit counts for the newest
 	// Buckets of them, a withdrawal for all of them. A withdrawal thus
@@ -96,10 +97,11 @@ func (b *Budget) refill(now time.Time) {
 	if b.cfg.RetriesPerMinute == 0 {
 		return
 	}
-	if b.last.IsZero() || now.Before(b.last) {
-		if b.last.IsZero() {
-			b.last = now
-		}
+	if !b.started {
+		b.last, b.started = now, true
+		return
+	}
+	if now.Before(b.last) {
 		return
 	}
 	b.tokens = min(b.tokens+float64(now.Sub(b.last))*b.perNano, float64(b.cfg.RetriesPerMinute))

@@ -300,3 +300,66 @@ func TestRatioRuleHoldsOverAnyWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestInjectedClockFromZeroTime: a fake clock starting at the zero Time
+// works like any other. The rate rule took a zero last refill time for
+// "never refilled" and dropped the first interval's tokens, and the ratio
+// rule's window never slid before 1970 and promised a next time in 1970.
+func TestInjectedClockFromZeroTime(t *testing.T) {
+	var zero time.Time
+	t.Run("rate", func(t *testing.T) {
+		b := mustNew(t, Config{RetriesPerMinute: 6})
+		for i := 0; i < 6; i++ {
+			if ok, _ := b.AllowRetry(zero); !ok {
+				t.Fatalf("retry %d refused", i)
+			}
+		}
+		ok, next := b.AllowRetry(zero)
+		if ok || !next.Equal(zero.Add(10*time.Second)) {
+			t.Fatalf("7th retry: %v, next %v", ok, next)
+		}
+		if ok, _ := b.AllowRetry(next); !ok {
+			t.Fatal("rate rule: refused at next")
+		}
+	})
+	t.Run("ratio", func(t *testing.T) {
+		b := mustNew(t, Config{RetryRatio: 0.5, MinRetriesPerSecond: 0.1, Window: 10 * time.Second, Buckets: 10})
+		b.RecordAttempt(zero)
+		b.RecordAttempt(zero)
+		for i := 0; i < 2; i++ {
+			if ok, _ := b.AllowRetry(zero); !ok {
+				t.Fatalf("retry %d refused", i)
+			}
+		}
+		ok, next := b.AllowRetry(zero)
+		if ok || !next.Equal(zero.Add(11*time.Second)) {
+			t.Fatalf("ratio rule: %v, next %v", ok, next)
+		}
+		if ok, _ := b.AllowRetry(next.Add(-time.Nanosecond)); ok {
+			t.Fatal("ratio rule: allowed before next")
+		}
+		if ok, _ := b.AllowRetry(next); !ok {
+			t.Fatal("ratio rule: refused at next")
+		}
+	})
+}
+
+// TestHugeWindow: a window of centuries (valid, if odd) still gives a next
+// time after now; the expiry of its buckets overflowed an int64 of
+// nanoseconds and came out in the past, so next was now itself.
+func TestHugeWindow(t *testing.T) {
+	window := 200 * 365 * 24 * time.Hour
+	b := mustNew(t, Config{MinRetriesPerSecond: 1e-9, Window: window, Buckets: 1}) // reserve 6.3
+	for i := 0; i < 6; i++ {
+		if ok, _ := b.AllowRetry(t0); !ok {
+			t.Fatalf("retry %d refused", i)
+		}
+	}
+	ok, next := b.AllowRetry(t0)
+	if ok || !next.After(t0.AddDate(200, 0, 0)) {
+		t.Fatalf("exhausted: %v, next %v, want after %v", ok, next, t0.AddDate(200, 0, 0))
+	}
+	if ok, _ := b.AllowRetry(next); !ok {
+		t.Fatal("refused at next")
+	}
+}
