@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
@@ -63,14 +65,19 @@ func secondsNumber(d time.Duration) json.RawMessage {
 }
 
 // UnmarshalJSON reads the JSON form described at [Policy.MarshalJSON]. All
-// fields are optional; unknown fields, values of the wrong type, unknown
-// backoff or jitter names and out-of-range durations are errors that name
-// the field and wrap [ErrInvalidPolicy]. Other checks (such as max delay >=
+// fields are optional; unknown fields (field names are matched exactly,
+// case included), values of the wrong type, unknown backoff or jitter names
+// and out-of-range durations (including non-zero ones below a nanosecond,
+// which would otherwise read as 0, the default) are errors that name the
+// field and wrap [ErrInvalidPolicy]. Other checks (such as max delay >=
 // initial delay) are left to [Policy.Validate]. The JSON literal null leaves
 // p unchanged.
 func (p *Policy) UnmarshalJSON(data []byte) error {
 	if string(bytes.TrimSpace(data)) == "null" {
 		return nil
+	}
+	if err := inexactFieldError(data); err != nil {
+		return err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -132,7 +139,55 @@ func decodeSeconds(field string, raw json.RawMessage) (time.Duration, error) {
 	if err != nil {
 		return 0, fieldErr(field, "%v (got %.40s)", err, string(n))
 	}
+	if d == 0 && !zeroNumber(string(n)) {
+		// 0 means the default (or no limit): a tiny value must not.
+		return 0, fieldErr(field, "non-zero but below a nanosecond (got %.40s)", string(n))
+	}
 	return d, nil
+}
+
+// zeroNumber reports whether the JSON number s is zero ("0", "-0.00e5").
+func zeroNumber(s string) bool {
+	mant, _, _ := strings.Cut(strings.ToLower(s), "e")
+	return strings.Trim(mant, "-0.") == ""
+}
+
+// policyFields are the JSON field names of policyJSON.
+var policyFields = func() []string {
+	t := reflect.TypeFor[policyJSON]()
+	names := make([]string, t.NumField())
+	for i := range names {
+		names[i], _, _ = strings.Cut(t.Field(i).Tag.Get("json"), ",")
+	}
+	return names
+}()
+
+// inexactFieldError returns a FieldError for the first member of the JSON
+// object in data whose name is not exactly a field name of the policy, or
+// nil. encoding/json matches names regardless of case, so without this
+// check "MAX_ATTEMPTS" would set max_attempts, and {"max_attempts": 3,
+// "Max_Attempts": 7} would mean 7 here and 3 to other JSON readers. Data
+// that is not a well-formed object is left to the full decode to report.
+func inexactFieldError(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		name, _ := t.(string)
+		if !slices.Contains(policyFields, name) {
+			return &FieldError{Field: name, Reason: "unknown field"}
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return nil
+		}
+	}
+	return nil
 }
 
 // decodeError turns encoding/json errors into FieldErrors naming the JSON

@@ -174,3 +174,57 @@ func TestSeconds(t *testing.T) {
 		}
 	}
 }
+
+// A non-zero duration too small to hold a nanosecond used to round to 0,
+// which means "default" (1s delay, 300s cap) or, for the retry window, "no
+// limit": a tiny window became an unlimited one and a tiny negative delay
+// slipped past Validate. Such values are refused, naming the field.
+func TestPolicyJSONRefusesDurationsBelowOneNanosecond(t *testing.T) {
+	for _, doc := range []string{
+		`{"retry_window_seconds": 1e-10}`,
+		`{"retry_window_seconds": 0.0000000004}`,
+		`{"initial_delay_seconds": -1e-10}`,
+		`{"max_delay_seconds": 1e-1000000000000}`,
+	} {
+		var p Policy
+		err := json.Unmarshal([]byte(doc), &p)
+		field := doc[2 : strings.Index(doc[2:], `"`)+2]
+		if err == nil || !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "retry policy: "+field+": ") {
+			t.Errorf("Unmarshal(%s) = %v (%+v), want an error naming %s", doc, err, p, field)
+		}
+	}
+	// Zero in any spelling still means the default, and half a nanosecond
+	// still rounds up to one.
+	for doc, want := range map[string]Policy{
+		`{"retry_window_seconds": 0}`:              {},
+		`{"retry_window_seconds": -0.0e-3}`:        {},
+		`{"initial_delay_seconds": 0.000}`:         {},
+		`{"retry_window_seconds": 0.0000000005}`:   {RetryWindow: 1},
+		`{"initial_delay_seconds": -0.0000000005}`: {InitialDelay: -1},
+	} {
+		var p Policy
+		if err := json.Unmarshal([]byte(doc), &p); err != nil || !reflect.DeepEqual(p, want) {
+			t.Errorf("Unmarshal(%s) = %+v, %v; want %+v", doc, p, err, want)
+		}
+	}
+}
+
+// encoding/json matches field names without regard to case, so
+// "MAX_ATTEMPTS" used to set max_attempts and {"max_attempts": 3,
+// "Max_Attempts": 7} to mean 7 to retryq and 3 to any other reader of the
+// same document. The documented names are the only ones accepted.
+func TestPolicyJSONFieldNamesAreExact(t *testing.T) {
+	for doc, field := range map[string]string{
+		`{"MAX_ATTEMPTS": 3}`:                       "MAX_ATTEMPTS",
+		`{"max_attempts": 3, "Max_Attempts": 7}`:    "Max_Attempts",
+		`{"Backoff": "fixed"}`:                      "Backoff",
+		`{"jitter": "none", "retry_ON": ["503"]}`:   "retry_ON",
+		`{"Retry_Window_Seconds": 5, "backoff": 1}`: "Retry_Window_Seconds",
+	} {
+		var p Policy
+		err := json.Unmarshal([]byte(doc), &p)
+		if err == nil || !errors.Is(err, ErrInvalidPolicy) || err.Error() != "retry policy: "+field+": unknown field" {
+			t.Errorf("Unmarshal(%s) = %v (%+v), want %s refused as an unknown field", doc, err, p, field)
+		}
+	}
+}
