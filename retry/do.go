@@ -27,10 +27,16 @@ type doConfig struct {
 }
 
 // WithClock makes Do read the time and wait through c instead of the
-// system clock. The clock must not read the zero time.Time (year 1), which
-// Do and [Policy.Decide] take for "no failure yet": start a fake clock at
-// any other instant.
-func WithClock(c Clock) Option { return func(o *doConfig) { o.clock = c } }
+// system clock (a nil c means the system clock). The clock must not read
+// the zero time.Time (year 1), which Do and [Policy.Decide] take for "no
+// failure yet": start a fake clock at any other instant.
+func WithClock(c Clock) Option {
+	return func(o *doConfig) {
+		if c != nil {
+			o.clock = c
+		}
+	}
+}
 
 // WithRand makes Do draw jitter from r (which must be safe for use by the
 // calling goroutine) instead of math/rand/v2's global source.
@@ -38,25 +44,37 @@ func WithRand(r Rand) Option { return func(o *doConfig) { o.rand = r } }
 
 // WithHook adds a function called after every failed attempt, once the
 // decision about the next one is made. Hooks run on Do's goroutine; Do
-// waits for them. Several hooks run in the order given.
+// waits for them. Several hooks run in the order given; a nil h is ignored.
 func WithHook(h func(AttemptInfo)) Option {
-	return func(o *doConfig) { o.hooks = append(o.hooks, h) }
+	return func(o *doConfig) {
+		if h != nil {
+			o.hooks = append(o.hooks, h)
+		}
+	}
 }
+
+// MaxHistory is the most failed attempts an [ExhaustedError] keeps: the
+// first one and the latest MaxHistory-1, so that a long retry loop does not
+// grow without bound. Hooks see every attempt.
+const MaxHistory = 1000
 
 // ExhaustedError is returned by [Do] when it gives up: on a permanent
 // error, when attempts or the retry window run out, or when the context
 // ends. It wraps the last attempt's error (and the context's error when
 // Stop is StopCanceled), so errors.Is and errors.As see both.
 type ExhaustedError struct {
-	Attempts []AttemptInfo // every failed attempt, in order
-	Stop     StopReason    // why Do stopped
-	Err      error         // the last attempt's error
-	Ctx      error         // ctx.Err() when Stop is StopCanceled, else nil
+	// Attempts are the failed attempts, in order: every one when there
+	// were at most MaxHistory, else the first and the latest MaxHistory-1.
+	Attempts []AttemptInfo
+	Omitted  int        // failed attempts left out of Attempts (after the first)
+	Stop     StopReason // why Do stopped
+	Err      error      // the last attempt's error
+	Ctx      error      // ctx.Err() when Stop is StopCanceled, else nil
 }
 
 // Error describes the stop and the last error.
 func (e *ExhaustedError) Error() string {
-	n := len(e.Attempts)
+	n := len(e.Attempts) + e.Omitted
 	noun := "attempts"
 	if n == 1 {
 		noun = "attempt"
@@ -96,7 +114,7 @@ func Do(ctx context.Context, op func(ctx context.Context) error, p Policy, opts 
 		return err
 	}
 	var (
-		history []AttemptInfo
+		history history
 		first   time.Time
 		prev    time.Duration
 	)
@@ -116,22 +134,56 @@ func Do(ctx context.Context, op func(ctx context.Context) error, p Policy, opts 
 			d = Decision{Stop: StopCanceled}
 		}
 		info := AttemptInfo{Number: n, Err: err, Class: class, Code: code, Delay: d.Delay, Stop: d.Stop}
-		history = append(history, info)
+		history.add(info)
 		for _, h := range cfg.hooks {
 			h(info)
 		}
 		if !d.Retry {
-			return &ExhaustedError{Attempts: history, Stop: d.Stop, Err: err, Ctx: ctxErr}
+			return history.exhausted(d.Stop, err, ctxErr)
 		}
 		if err := wait(ctx, cfg.clock, d.Delay); err != nil {
 			// The hooks saw the attempt as going on; the history records
 			// how it ended.
-			last := &history[len(history)-1]
+			last := &history.kept[len(history.kept)-1]
 			last.Stop, last.Delay = StopCanceled, 0
-			return &ExhaustedError{Attempts: history, Stop: StopCanceled, Err: info.Err, Ctx: err}
+			return history.exhausted(StopCanceled, info.Err, err)
 		}
 		prev = d.Delay
 	}
+}
+
+// history collects Do's failed attempts in at most 2*MaxHistory entries:
+// the first attempt and the latest ones, counting those dropped between.
+type history struct {
+	kept    []AttemptInfo
+	omitted int
+}
+
+// add appends a, first dropping all but the first and the latest
+// MaxHistory-1 attempts once 2*MaxHistory are kept (amortized O(1)).
+func (h *history) add(a AttemptInfo) {
+	if len(h.kept) == 2*MaxHistory {
+		h.trim()
+	}
+	h.kept = append(h.kept, a)
+}
+
+// trim keeps the first attempt and the latest MaxHistory-1.
+func (h *history) trim() {
+	if len(h.kept) <= MaxHistory {
+		return
+	}
+	drop := len(h.kept) - MaxHistory
+	n := 1 + copy(h.kept[1:], h.kept[1+drop:])
+	clear(h.kept[n:]) // let the dropped errors be collected
+	h.kept = h.kept[:n]
+	h.omitted += drop
+}
+
+// exhausted returns the final error with the trimmed history.
+func (h *history) exhausted(stop StopReason, err, ctxErr error) *ExhaustedError {
+	h.trim()
+	return &ExhaustedError{Attempts: h.kept, Omitted: h.omitted, Stop: stop, Err: err, Ctx: ctxErr}
 }
 
 // wait sleeps d on clock, returning ctx.Err() if ctx ends first or has
