@@ -16,10 +16,14 @@ type Budget struct {
 	perNano float64 // rate rule refill, tokens per nanosecond
 	reserve float64 // ratio rule floor: MinRetriesPerSecond × Window
 
-	mu      sync.Mutex
-	tokens  float64   // rate rule bucket
-	last    time.Time // when tokens were last refilled
-	started bool      // last is set (the zero Time is a valid time)
+	mu sync.Mutex
+	// The rate rule's bucket held tokens at last, the latest time a retry
+	// was allowed; it fills from there (see rateTokens). Only allowed
+	// retries change them, so asking while waiting does not move the time
+	// at which a retry is allowed by a rounding of the steps.
+	tokens  float64
+	last    time.Time
+	started bool // a retry was allowed (the zero Time is a valid time)
 	// win holds the ratio rule's deposits (A) and withdrawals (B) in
 	// Buckets+1 buckets of Window/Buckets: a deposit counts for the newest
 	// Buckets of them, a withdrawal for all of them. A withdrawal thus
@@ -70,21 +74,22 @@ func (b *Budget) RecordAttempt(now time.Time) {
 func (b *Budget) AllowRetry(now time.Time) (ok bool, next time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.refill(now)
-	rateOK := b.cfg.RetriesPerMinute == 0 || b.tokens >= 1
+	rateOK := b.cfg.RetriesPerMinute == 0 || b.rateTokens(now) >= 1
 	ratioOK := !b.cfg.ratioOn() || b.ratioBalance(now) >= 1
 	if rateOK && ratioOK {
 		if b.cfg.RetriesPerMinute > 0 {
-			b.tokens--
+			b.tokens = b.rateTokens(now) - 1
+			if !b.started || now.After(b.last) {
+				b.last = now
+			}
+			b.started = true
 		}
 		b.win.Add(now, 0, 1)
 		return true, time.Time{}
 	}
 	next = now
 	if !rateOK {
-		// Tokens accrue from the latest time seen: after the clock stepped
-		// back, none accrue until it is passed again.
-		next = later(now, b.last).Add(b.rateWait())
+		next = b.rateNext()
 	}
 	if b.cfg.ratioOn() {
 		next = b.ratioNext(now, next)
@@ -92,26 +97,22 @@ func (b *Budget) AllowRetry(now time.Time) (ok bool, next time.Time) {
 	return false, next
 }
 
-// refill adds the rate rule's tokens earned since the last call.
-func (b *Budget) refill(now time.Time) {
-	if b.cfg.RetriesPerMinute == 0 {
-		return
+// rateTokens returns the rate rule's tokens at now: those at the latest
+// allowed retry plus those earned since, up to a minute's worth. After the
+// clock stepped back, none are earned until that retry's time is passed
+// again.
+func (b *Budget) rateTokens(now time.Time) float64 {
+	if !b.started || !now.After(b.last) {
+		return b.tokens
 	}
-	if !b.started {
-		b.last, b.started = now, true
-		return
-	}
-	if now.Before(b.last) {
-		return
-	}
-	b.tokens = min(b.tokens+float64(now.Sub(b.last))*b.perNano, float64(b.cfg.RetriesPerMinute))
-	b.last = now
+	return min(b.tokens+float64(now.Sub(b.last))*b.perNano, float64(b.cfg.RetriesPerMinute))
 }
 
-// rateWait returns how long until the rate rule has a whole token. The
-// estimate is corrected by a few nanoseconds so that it agrees exactly with
-// the arithmetic of refill.
-func (b *Budget) rateWait() time.Duration {
+// rateNext returns the earliest time at which the rate rule has a whole
+// token (for a started rule short of one). The estimate is corrected by a
+// few nanoseconds so that it agrees exactly with the arithmetic of
+// rateTokens.
+func (b *Budget) rateNext() time.Time {
 	wait := time.Duration(math.Ceil((1 - b.tokens) / b.perNano))
 	has := func(d time.Duration) bool { return b.tokens+float64(d)*b.perNano >= 1 }
 	for i := 0; i < 16 && !has(wait); i++ {
@@ -120,7 +121,7 @@ func (b *Budget) rateWait() time.Duration {
 	for i := 0; i < 16 && wait > 1 && has(wait-1); i++ {
 		wait--
 	}
-	return wait
+	return b.last.Add(wait)
 }
 
 // ratioSums returns the deposits' first attempts and the withdrawn
@@ -139,7 +140,13 @@ func (b *Budget) ratioSums(now time.Time) (firsts, retries int64) {
 
 // ratioBalance is the ratio rule's balance at now.
 func (b *Budget) ratioBalance(now time.Time) float64 {
-	firsts, retries := b.ratioSums(now)
+	return b.balance(b.ratioSums(now))
+}
+
+// balance is the ratio rule's balance for the given counts. Balances are
+// always computed from counts by this one expression, never by adding up
+// changes, so that equal counts give exactly equal balances.
+func (b *Budget) balance(firsts, retries int64) float64 {
 	return b.reserve + b.cfg.RetryRatio*float64(firsts) - float64(retries)
 }
 
@@ -150,30 +157,32 @@ func (b *Budget) ratioBalance(now time.Time) float64 {
 // and the deposits are not enough).
 func (b *Budget) ratioNext(now, from time.Time) time.Time {
 	type change struct {
-		at    time.Time
-		delta float64
+		at              time.Time
+		firsts, retries int64 // leaving the counts
 	}
 	var changes []change
 	oldest, width := b.win.Epoch(now)-int64(b.cfg.Buckets), b.win.Width()
 	b.win.Each(now, func(expires time.Time, x window.Bucket) bool {
 		if x.Epoch > oldest && x.A != 0 {
-			changes = append(changes, change{expires.Add(-width), -b.cfg.RetryRatio * float64(x.A)})
+			changes = append(changes, change{at: expires.Add(-width), firsts: x.A})
 		}
 		if x.B != 0 {
-			changes = append(changes, change{expires, float64(x.B)})
+			changes = append(changes, change{at: expires, retries: x.B})
 		}
 		return true
 	})
 	sort.SliceStable(changes, func(i, j int) bool { return changes[i].at.Before(changes[j].at) })
-	bal, start := b.ratioBalance(now), now
+	firsts, retries := b.ratioSums(now)
+	start := now
 	for i := 0; i < len(changes); {
-		// The balance is bal during [start, changes[i].at).
+		// The counts are firsts and retries during [start, changes[i].at).
 		at := changes[i].at
-		if bal >= 1 && from.Before(at) {
+		if b.balance(firsts, retries) >= 1 && from.Before(at) {
 			return later(start, from)
 		}
 		for ; i < len(changes) && changes[i].at.Equal(at); i++ {
-			bal += changes[i].delta
+			firsts -= changes[i].firsts
+			retries -= changes[i].retries
 		}
 		start = at
 	}
@@ -194,10 +203,9 @@ func later(a, b time.Time) time.Time {
 func (b *Budget) Stats(now time.Time) Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.refill(now)
 	var s Stats
 	if b.cfg.RetriesPerMinute > 0 {
-		s.RateTokens = b.tokens
+		s.RateTokens = b.rateTokens(now)
 	}
 	if b.cfg.ratioOn() {
 		s.FirstAttempts, s.Retries = b.ratioSums(now)

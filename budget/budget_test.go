@@ -3,6 +3,7 @@ package budget
 import (
 	"errors"
 	"math/rand/v2"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -241,8 +242,8 @@ func BenchmarkBudget(b *testing.B) {
 }
 
 // After the clock steps back, a refused retry's next is still a time at
-// which the retry is allowed: the rate rule refills from the latest time
-// it saw, not from the earlier now.
+// which the retry is allowed: the rate rule refills from the latest retry
+// it allowed, not from the earlier now.
 func TestNextAfterClockStepsBack(t *testing.T) {
 	b := mustNew(t, Config{RetriesPerMinute: 6})
 	late := t0.Add(time.Minute)
@@ -361,5 +362,86 @@ func TestHugeWindow(t *testing.T) {
 	}
 	if ok, _ := b.AllowRetry(next); !ok {
 		t.Fatal("refused at next")
+	}
+}
+
+// TestNextHoldsWhilePolling: asking (or reading Stats) while waiting for
+// next does not move next. The rate rule added the tokens earned to its
+// bucket at every call, and the rounding of the steps could leave it a
+// hair short of a whole token at next (0.9999999999999999).
+func TestNextHoldsWhilePolling(t *testing.T) {
+	for rpm := 1; rpm <= 100; rpm++ {
+		b := mustNew(t, Config{RetriesPerMinute: rpm})
+		for i := 0; i < rpm; i++ {
+			b.AllowRetry(t0)
+		}
+		ok, next := b.AllowRetry(t0)
+		if ok {
+			t.Fatalf("%d per minute: retry %d allowed", rpm, rpm+1)
+		}
+		wait := next.Sub(t0)
+		for _, p := range []time.Duration{wait / 7, wait / 3, wait / 2, wait - time.Millisecond} {
+			if ok, n := b.AllowRetry(t0.Add(p)); ok || !n.Equal(next) {
+				t.Fatalf("%d per minute: at +%v: %v, next %v, want refused until %v", rpm, p, ok, n.Sub(t0), wait)
+			}
+			b.Stats(t0.Add(p + time.Microsecond))
+		}
+		if ok, _ := b.AllowRetry(next); !ok {
+			t.Fatalf("%d per minute: refused at next (+%v) after polling, tokens %v", rpm, wait, b.Stats(next).RateTokens)
+		}
+	}
+}
+
+// TestNextIsEarliest replays random traffic with decimal ratios and, at
+// every refusal, checks that no instant between now and next (bucket edges
+// and random ones) would allow a retry, and that next does. The ratio rule
+// summed the balance's changes one by one in floating point, which could
+// differ in the last bit from the balance computed at that time, so next
+// could skip an instant where a retry was allowed, or name one where it
+// was not.
+func TestNextIsEarliest(t *testing.T) {
+	ratios := []float64{0.1, 0.3, 0.7, 1.0 / 3, 0.15, 2.3}
+	floors := []float64{0, 0.1, 0.3, 0.7, 1.0 / 3}
+	for seed := uint64(0); seed < 300; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		cfg := Config{
+			RetriesPerMinute:    rng.IntN(2) * (1 + rng.IntN(500)),
+			RetryRatio:          ratios[rng.IntN(len(ratios))],
+			MinRetriesPerSecond: floors[rng.IntN(len(floors))],
+			Window:              time.Duration(1+rng.IntN(20)) * time.Second,
+			Buckets:             1 + rng.IntN(20),
+		}
+		width := cfg.Window / time.Duration(cfg.Buckets)
+		b := mustNew(t, cfg)
+		allowed := func(at time.Time) bool {
+			s := b.Stats(at)
+			return s.RatioBalance >= 1 && (cfg.RetriesPerMinute == 0 || s.RateTokens >= 1)
+		}
+		now := t0.Add(time.Duration(rng.Int64N(int64(time.Second))))
+		for i := 0; i < 200; i++ {
+			now = now.Add(time.Duration(rng.Int64N(int64(200 * time.Millisecond))))
+			if rng.IntN(2) == 0 {
+				b.RecordAttempt(now)
+				continue
+			}
+			ok, next := b.AllowRetry(now)
+			if ok || next.IsZero() {
+				continue
+			}
+			probes := []time.Time{}
+			for p := now.Truncate(width).Add(width); p.Before(next); p = p.Add(width) {
+				probes = append(probes, p, p.Add(time.Duration(rng.Int64N(int64(width)))))
+			}
+			sort.Slice(probes, func(i, j int) bool { return probes[i].Before(probes[j]) })
+			for _, p := range probes {
+				if p.Before(next) && allowed(p) {
+					t.Fatalf("seed %d %+v: refused at +%v until +%v, but allowed at +%v", seed, cfg, now.Sub(t0), next.Sub(t0), p.Sub(t0))
+				}
+			}
+			if ok, _ := b.AllowRetry(next); !ok {
+				t.Fatalf("seed %d %+v: refused at +%v until +%v, and refused then", seed, cfg, now.Sub(t0), next.Sub(t0))
+			}
+			now = next
+		}
 	}
 }
