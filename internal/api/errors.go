@@ -29,6 +29,7 @@ const (
 	CodeInternal             = "internal"               // 500
 	CodeUnavailable          = "unavailable"            // 503: database unavailable or server shutting down
 	CodeNotReady             = "not_ready"              // 503 from /readyz
+	CodeOverloaded           = "overloaded"             // 503: too many long polls wait on this node; ask again later
 )
 
 // apiError is an error with its HTTP status and code.
@@ -101,6 +102,8 @@ func classify(err error) (ae *apiError, internal bool) {
 		return &apiError{Status: http.StatusNotFound, Code: CodeNotFound, Message: err.Error()}, false
 	case errors.Is(err, store.ErrInvalid):
 		return &apiError{Status: http.StatusBadRequest, Code: CodeInvalidField, Message: err.Error()}, false
+	case errors.Is(err, engine.ErrTooManyLongPolls):
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeOverloaded, Message: err.Error() + "; ask again later"}, false
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Usually the client went away; if not, the server is overloaded.
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "request cancelled or timed out"}, false

@@ -50,6 +50,8 @@ type envOpts struct {
 	// whose name a fuzz input's test name ("seed#0") makes unusable: a
 	// SQLite path must not contain '#'.
 	sqliteDir string
+	// maxLongPolls is the engine's MaxLongPolls (0: the default).
+	maxLongPolls int
 }
 
 // env is an API server over a real store (SQLite unless envOpts.backend
@@ -92,7 +94,8 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.wrap != nil {
 		engStore = o.wrap(st)
 	}
-	eng, err := engine.New(engine.Config{Store: engStore, Clock: clk, PollInterval: o.poll, NodeID: "test-node", Version: "test"})
+	eng, err := engine.New(engine.Config{Store: engStore, Clock: clk, PollInterval: o.poll, NodeID: "test-node", Version: "test",
+		MaxLongPolls: o.maxLongPolls})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
 	}

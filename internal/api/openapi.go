@@ -121,7 +121,7 @@ var errorDescriptions = map[int]string{
 	413: "Body larger than the configured limit.",
 	415: "Body present but not application/json.",
 	500: "Internal error; error.request_id identifies it in the server log.",
-	503: "Database unavailable, shutting down, or not ready.",
+	503: "Database unavailable, shutting down, not ready, or (POST /v1/leases) too many long polls waiting.",
 }
 
 func openAPIDocument() map[string]any {

@@ -74,6 +74,7 @@ type serverOptions struct {
 	lease, poll, leaderTTL                  time.Duration
 	retention                               retentionOptions
 	maxBody                                 int64
+	maxLongPolls                            int
 }
 
 func parseServer(env *Env, args []string) (*serverOptions, int) {
@@ -94,6 +95,7 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	fs.Var(durationValue{&o.leaderTTL}, "leader-ttl", "`duration` of the scheduler leadership lease: 1s to 1h (default 10s)")
 	o.retention.register(fs)
 	fs.Int64Var(&o.maxBody, "max-body", api.DefaultMaxBodyBytes, "largest accepted request body in bytes")
+	fs.IntVar(&o.maxLongPolls, "max-long-polls", engine.DefaultMaxLongPolls, "most pull lease requests waiting for work at once; one more is answered at once (503 when nothing is due)")
 	if st, ok := parseFlags(env, fs, args); !ok {
 		return nil, st
 	}
@@ -156,6 +158,9 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	}
 	if o.maxBody <= 0 {
 		return nil, usageError(env, "server", "--max-body: must be positive")
+	}
+	if o.maxLongPolls <= 0 {
+		return nil, usageError(env, "server", fmt.Sprintf("--max-long-polls: must be at least 1 (got %d)", o.maxLongPolls))
 	}
 	if err := api.CheckListen(o.listen, len(o.apiTokens)+len(o.readTokens) > 0); err != nil {
 		return nil, usageError(env, "server", "--listen: "+err.Error())
@@ -361,6 +366,7 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 		SucceededRetention: o.retention.succeeded, CancelledRetention: o.retention.cancelled, DeadRetention: o.retention.dead,
 		NodeRetention: o.retention.nodes,
 		NoScheduler:   o.noScheduler,
+		MaxLongPolls:  o.maxLongPolls,
 	})
 	if err != nil {
 		st.Close()

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -247,4 +248,20 @@ func TestServerRefusesPostgresOnlyFlagsOnSQLite(t *testing.T) {
 		t.Errorf("--no-migrate with RETRYQ_DB on SQLite: status %d, want %d; log:\n%s", status, exitUsage, log)
 	}
 	noFile(t, path, "--no-migrate with RETRYQ_DB")
+}
+
+// TestServerRefusesMaxLongPollsBelowOne: --max-long-polls 0 or negative is
+// a usage error naming the flag, before the database is opened (a cap of 0
+// would refuse every waiting lease request).
+func TestServerRefusesMaxLongPollsBelowOne(t *testing.T) {
+	clearServerEnv(t)
+	dir := t.TempDir()
+	for i, v := range []string{"0", "-3"} {
+		path := filepath.Join(dir, "polls"+strconv.Itoa(i)+".db")
+		status, log := runServerBriefly(t, "--db", "sqlite:"+path, "--listen", "127.0.0.1:0", "--max-long-polls", v)
+		if status != exitUsage || !strings.Contains(log, "--max-long-polls: must be at least 1") {
+			t.Errorf("--max-long-polls %s: status %d, want %d and an error naming the flag; log:\n%s", v, status, exitUsage, log)
+		}
+		noFile(t, path, "--max-long-polls "+v)
+	}
 }

@@ -94,7 +94,17 @@ type Config struct {
 	MaxEnqueueBatch int
 	// MaxOutcomeBatch caps how many outcomes share one commit. Default 1000.
 	MaxOutcomeBatch int
+
+	// MaxLongPolls caps the pull lease requests waiting for work at once
+	// on this node (long polls). Each holds a goroutine and a connection,
+	// and queries the store at every wake-up. A request over the cap is
+	// answered at once: with the tasks due now, or, when there are none,
+	// with ErrTooManyLongPolls. Default DefaultMaxLongPolls.
+	MaxLongPolls int
 }
+
+// DefaultMaxLongPolls is the default of Config.MaxLongPolls.
+const DefaultMaxLongPolls = 512
 
 // DefaultNodeRetention is how long the node registry keeps the row of a
 // node no longer seen, unless Config.NodeRetention says otherwise.
@@ -186,6 +196,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.MaxOutcomeBatch <= 0 {
 		out.MaxOutcomeBatch = 1000
+	}
+	if out.MaxLongPolls < 0 {
+		return out, configErr("MaxLongPolls", "must be at least 1, or 0 for the default %d (got %d)", DefaultMaxLongPolls, out.MaxLongPolls)
+	}
+	if out.MaxLongPolls == 0 {
+		out.MaxLongPolls = DefaultMaxLongPolls
 	}
 	return out, nil
 }

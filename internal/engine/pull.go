@@ -18,6 +18,12 @@ const (
 	defaultPullLease = 30 * time.Second
 )
 
+// ErrTooManyLongPolls answers a pull lease request that asked to wait for
+// work while Config.MaxLongPolls requests already wait on this node, and
+// no task was due: the worker should ask again a little later (the HTTP
+// API answers 503 with Retry-After).
+var ErrTooManyLongPolls = errors.New("too many pull lease requests are waiting on this node")
+
 // LeaseRequest asks for tasks on behalf of a remote (pull) worker.
 type LeaseRequest struct {
 	WorkerID      string
@@ -80,13 +86,19 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 	if e.shuttingDown() {
 		return nil, nil
 	}
+	overCap := false
+	if r.Wait > 0 {
+		if e.longPolls.Add(1) > int64(e.cfg.MaxLongPolls) {
+			// Over the cap: answer at once, with what is due now.
+			e.longPolls.Add(-1)
+			overCap, r.Wait = true, 0
+		} else {
+			defer e.longPolls.Add(-1)
+		}
+	}
 	deadline := time.Now().Add(r.Wait)
 	sub := e.wake.subscribe()
 	defer e.wake.unsubscribe(sub)
-	if r.Wait > 0 {
-		e.longPolls.Add(1)
-		defer e.longPolls.Add(-1)
-	}
 	for {
 		var tasks []store.Task
 		var err error
@@ -117,6 +129,9 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 				if e.debugging() {
 					e.log.Debug("task leased", "task_id", tasks[i].ID, "type", tasks[i].Type, "attempt", tasks[i].Attempt, "worker", r.WorkerID)
 				}
+			}
+			if len(tasks) == 0 && overCap {
+				return nil, fmt.Errorf("lease tasks: %w (at most %d)", ErrTooManyLongPolls, e.cfg.MaxLongPolls)
 			}
 			return tasks, nil
 		}
