@@ -61,6 +61,29 @@ type leaderState struct {
 	since   time.Time
 	term    uint64        // counts the times the loops started
 	changed chan struct{} // capacity 1: the role changed since nodeLoop last wrote it
+	// afterFunc starts the watchdog; nil is time.AfterFunc. A test delays
+	// it, as a process stopped past its lease's safe end (SIGSTOP, a frozen
+	// VM) runs its overdue timers in no set order with its goroutines.
+	afterFunc func(time.Duration, func()) *time.Timer
+	// safeEnd is the safe end of the last successful renewal (its
+	// S+TTL-margin, with a monotonic reading): schedCallCtx sends no
+	// scheduler statement after it, whether the watchdog has run or not.
+	safeEnd time.Time
+}
+
+// setSafeEnd records the safe end of a successful renewal (leaderState.safeEnd).
+func (e *Engine) setSafeEnd(t time.Time) {
+	e.leading.mu.Lock()
+	e.leading.safeEnd = t
+	e.leading.mu.Unlock()
+}
+
+// leaseSafeEnd returns the safe end of the last successful renewal (zero
+// before the first).
+func (e *Engine) leaseSafeEnd() time.Time {
+	e.leading.mu.Lock()
+	defer e.leading.mu.Unlock()
+	return e.leading.safeEnd
 }
 
 // IsLeader reports whether this node currently runs the scheduler loops.
@@ -113,7 +136,8 @@ func (e *Engine) setLeadingIf(v bool, term uint64) uint64 {
 // once its Now is after the expiry, so no one else can take it before
 // database time T+TTL. The holder treats itself as leader only until
 // S+TTL-margin on its monotonic clock: a watchdog cancels the loops then,
-// even if the next renewal is stuck. So the loops stop at least about
+// even if the next renewal is stuck, and no loop call is sent after it
+// even if the watchdog runs late (schedCallCtx). So the loops stop at least about
 // margin before anyone else may start them, whatever the nodes' wall
 // clocks say, as long as the database's clock and the holder's monotonic
 // clock run at about the same rate (a 25% rate difference over one TTL
@@ -144,7 +168,11 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		// The watchdog cancels the loops at the lease's safe end even if this
 		// goroutine is blocked in a slow renewal, and the node stops calling
 		// itself leader (IsLeader, the registry) at once. Only halt stops it.
-		watchdog = time.AfterFunc(time.Until(validUntil), func() {
+		after := e.leading.afterFunc
+		if after == nil {
+			after = time.AfterFunc
+		}
+		watchdog = after(time.Until(validUntil), func() {
 			lcancel()
 			e.setLeadingIf(false, term)
 		})
@@ -215,6 +243,7 @@ func (e *Engine) electionLoop(ctx context.Context) {
 			}
 		case lease.NodeID == e.holder:
 			validUntil = started.Add(ttl - margin)
+			e.setSafeEnd(validUntil)
 			if !time.Now().Before(validUntil) {
 				// Only a store that ignores the call's deadline gets here.
 				stop("renewal came back after its own safe end")

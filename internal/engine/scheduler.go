@@ -373,9 +373,18 @@ const retentionBatch = 1000
 // schedCallCtx bounds one store call of the scheduler loops by the leader
 // lease's TTL: a call stuck on a dead connection must not keep the loops
 // (and so the lease, which other connections keep renewing) from doing
-// anything, as a leader that promotes and reaps nothing would.
+// anything, as a leader that promotes and reaps nothing would. It also
+// ends the call at the safe end of the last renewal, on this process's
+// monotonic clock: a call made after it gets a context already done, so
+// nothing reaches the store even if the watchdog that cancels the loops
+// has not run yet (a process stopped past the safe end runs its overdue
+// timers and its goroutines in no set order when it resumes).
 func (e *Engine) schedCallCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, max(e.cfg.LeaderTTL, time.Second))
+	end := time.Now().Add(max(e.cfg.LeaderTTL, time.Second))
+	if safe := e.leaseSafeEnd(); !safe.IsZero() && safe.Before(end) {
+		end = safe
+	}
+	return context.WithDeadline(ctx, end)
 }
 
 // schedLoopKey is the context key under which runScheduler stores its own

@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/store"
+)
+
+// clockedLeaderStore is a leaderStore over PostgreSQL that keeps the
+// store's clock (store.DatabaseClock), as the engine sees a PostgreSQL
+// store.
+type clockedLeaderStore struct {
+	*leaderStore
+	dc store.DatabaseClock
+}
+
+func (s clockedLeaderStore) DatabaseNow(ctx context.Context) (time.Time, error) {
+	return s.dc.DatabaseNow(ctx)
+}
+
+// TestLateWatchdogDoesNotLetTwoLeadersPromote: node-a leads, then stops
+// renewing (its renewal hangs) and its watchdog runs late, as in a process
+// that was stopped past its lease's safe end (SIGSTOP, a frozen VM): on
+// resume its timers and goroutines run in no set order, so its scheduler
+// may get to its next statement before the watchdog cancels it. node-b
+// takes the expired lease. node-a's scheduler must send nothing once its
+// lease's safe end (on its monotonic clock) has passed, whatever its
+// timers: before, it went on promoting every poll interval, beside node-b.
+func TestLateWatchdogDoesNotLetTwoLeadersPromote(t *testing.T) {
+	const ttl = time.Second // renewals every 250 ms, safe end 750 ms after a renewal starts
+	url := pgtest.URL(t)
+	pgA, pgB := openPG(t, url), openPG(t, url)
+	stA := &leaderStore{Store: pgA}
+	release := make(chan struct{})
+	defer close(release)
+	var (
+		mu        sync.Mutex
+		firstCall time.Time   // when node-a's first lease call began (after its S)
+		sent      []time.Time // node-a's promotions sent with a live context
+	)
+	stA.acquire = func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
+		if call == 1 {
+			mu.Lock()
+			firstCall = time.Now()
+			mu.Unlock()
+			return stA.Store.AcquireLeader(ctx, p)
+		}
+		<-release // the renewals hang, whatever their context
+		return store.Lease{}, context.DeadlineExceeded
+	}
+	stA.promote = func(ctx context.Context, _ int) {
+		if ctx.Err() == nil {
+			mu.Lock()
+			sent = append(sent, time.Now())
+			mu.Unlock()
+		}
+	}
+	a, err := New(Config{Store: clockedLeaderStore{stA, pgA}, NodeID: "node-a", Version: "test", LeaderTTL: ttl, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.leading.afterFunc = func(d time.Duration, f func()) *time.Timer { return time.AfterFunc(d+time.Hour, f) }
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	waitFor(t, "node-a to lead", a.IsLeader)
+
+	// node-b counts its promotions once it leads.
+	passes := make(chan struct{}, 100)
+	stB := &leaderStore{Store: pgB}
+	stB.promote = func(context.Context, int) {
+		select {
+		case passes <- struct{}{}:
+		default:
+		}
+	}
+	b := startLeaderEngine(t, clockedLeaderStore{stB, pgB}, "node-b", ttl, nil)
+	waitFor(t, "node-b to take the expired lease", b.IsLeader)
+	// node-b's loops run a few passes (one per poll interval), and node-a's
+	// would promote beside them.
+	for range 4 {
+		recvWithin(t, passes, 5*time.Second, "a promotion on node-b")
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	// The safe end is 750 ms after node-a's S, which came before its first
+	// lease call; 50 ms more for the timer of a call's deadline.
+	safeEnd := firstCall.Add(ttl - ttl/4 + 50*time.Millisecond)
+	late := 0
+	for _, at := range sent {
+		if at.After(safeEnd) {
+			late++
+		}
+	}
+	if late > 0 {
+		t.Fatalf("node-a sent %d promotions after its lease's safe end (%d in all), while node-b leads; want none", late, len(sent))
+	}
+}
