@@ -308,3 +308,20 @@ func TestLateResultWithNoProbeOutIsIgnored(t *testing.T) {
 		t.Fatalf("the probe's success left the breaker %v", s)
 	}
 }
+
+// TestFailureRateWindowSlidesAtAnyDate: old failures leave the rate rule's
+// window whatever the clock says. Before 1970 (a fake clock starting at the
+// zero Time, say) every call landed in one bucket that never slid, so
+// failures an hour apart added up and opened the breaker.
+func TestFailureRateWindowSlidesAtAnyDate(t *testing.T) {
+	for _, start := range []time.Time{{}, time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC), t0} {
+		b := mustNew(t, Config{ConsecutiveFailures: -1, RateMinFailures: 3, Window: time.Minute, Buckets: 6})
+		for i := 0; i < 3; i++ {
+			b.Failure(start.Add(time.Duration(i) * time.Hour))
+			b.Success(start.Add(time.Duration(i) * time.Hour))
+		}
+		if s := b.Snapshot(start.Add(2 * time.Hour)); s.State != Closed || s.Failures != 1 || s.Calls != 2 {
+			t.Errorf("from %v: %+v, want closed with 1 failure of 2 calls", start, s)
+		}
+	}
+}
