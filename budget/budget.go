@@ -70,7 +70,7 @@ func (b *Budget) RecordAttempt(now time.Time) {
 // one retry from the budget. When it may not, next is the earliest time at
 // which a retry would be allowed if nothing else happened meanwhile; next
 // is the zero Time when only new first attempts can make room (a ratio rule
-// without a floor).
+// whose floor is less than one retry per Window, or none).
 func (b *Budget) AllowRetry(now time.Time) (ok bool, next time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

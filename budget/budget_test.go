@@ -445,3 +445,16 @@ func TestNextIsEarliest(t *testing.T) {
 		}
 	}
 }
+
+// TestFloorBelowOnePerWindow: a floor of less than one retry per Window
+// cannot make room by itself, so a refusal's next is the zero Time.
+func TestFloorBelowOnePerWindow(t *testing.T) {
+	b := mustNew(t, Config{RetryRatio: 0.5, MinRetriesPerSecond: 0.05, Window: 10 * time.Second}) // reserve 0.5
+	if ok, next := b.AllowRetry(t0); ok || !next.IsZero() {
+		t.Fatalf("no first attempts: %v, next %v", ok, next)
+	}
+	b.RecordAttempt(t0)
+	if ok, _ := b.AllowRetry(t0); !ok {
+		t.Fatal("reserve 0.5 and a deposit of 0.5: refused")
+	}
+}

@@ -8,8 +8,9 @@ import (
 )
 
 func Example() {
-	// At most 20% of first attempts may be retried, with a floor of one
-	// retry per second over a 10s window, and never more than 100 a minute.
+	// At most 20% of first attempts may be retried, with a floor of 0.1
+	// retries per second (one per 10s window), and never more than 100 a
+	// minute.
 	b, err := budget.New(budget.Config{RetriesPerMinute: 100, RetryRatio: 0.2, MinRetriesPerSecond: 0.1, Window: 10 * time.Second})
 	if err != nil {
 		panic(err)
