@@ -451,3 +451,36 @@ func TestStandbyLogsAttemptNotRenewal(t *testing.T) {
 		t.Fatalf("a renewal failure was logged after the leadership was lost (by a standby):\n%s", s)
 	}
 }
+
+// TestSQLiteProcessesShareOneLeader: two processes on one SQLite file (two
+// stores opened on it, each with its engine) elect one leader through the
+// file's lease row, as nodes on PostgreSQL do: the scheduler loops do not
+// run in both. When the leader closes, the other takes over.
+func TestSQLiteProcessesShareOneLeader(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shared.db")
+	open := func() store.Store {
+		st, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Synchronous: "NORMAL"})
+		if err != nil {
+			t.Fatalf("open store: %v", err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	const ttl = time.Second
+	a := startLeaderEngine(t, open(), "proc-a", ttl, nil)
+	b := startLeaderEngine(t, open(), "proc-b", ttl, nil)
+	waitFor(t, "one of them to lead", func() bool { return a.IsLeader() || b.IsLeader() })
+	for deadline := time.Now().Add(3 * ttl / 2); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if a.IsLeader() && b.IsLeader() {
+			t.Fatal("two processes on one SQLite file lead at once")
+		}
+	}
+	leader, other := a, b
+	if b.IsLeader() {
+		leader, other = b, a
+	}
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the other process to take over", other.IsLeader)
+}
