@@ -223,7 +223,12 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		case <-timer.C:
 		}
 		started := time.Now() // S, before the lease's Now is read
-		actx, cancel := context.WithTimeout(ctx, renew)
+		// Closing does not cut the attempt short: its statement may have
+		// reached the database, which commits it whatever becomes of the
+		// reply, and committed after the release below it would hold the
+		// lease for a whole TTL after this node is gone. Close waits for it
+		// instead (at most TTL/4).
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), renew)
 		lease, err := e.acquireLeader(actx, ttl)
 		cancel()
 		if ctx.Err() != nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -100,5 +101,57 @@ func TestLateWatchdogDoesNotLetTwoLeadersPromote(t *testing.T) {
 	}
 	if late > 0 {
 		t.Fatalf("node-a sent %d promotions after its lease's safe end (%d in all), while node-b leads; want none", late, len(sent))
+	}
+}
+
+// TestCloseDuringRenewalLeavesTheLeaseFree: Close while a renewal is in
+// flight. The renewal's statement has reached the database and commits
+// whatever becomes of its reply; cut short by the close, it committed after
+// the release, and the lease stayed the closed node's for a whole TTL, so
+// no standby could take over for TTL + TTL/4 instead of one renewal
+// interval. Close now lets the attempt finish (it is bounded by TTL/4)
+// before it releases the lease.
+func TestCloseDuringRenewalLeavesTheLeaseFree(t *testing.T) {
+	const ttl = 4 * time.Second // renewals every 1 s, each bounded by 1 s
+	st := &leaderStore{Store: openPG(t, pgtest.URL(t))}
+	inFlight := make(chan struct{})
+	committed := make(chan struct{})
+	st.acquire = func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
+		if call != 2 {
+			return st.Store.AcquireLeader(ctx, p)
+		}
+		close(inFlight)
+		// The database takes 200 ms to run the statement; a caller that
+		// gives up first gets no reply, and the statement commits anyway.
+		done := make(chan struct {
+			l   store.Lease
+			err error
+		}, 1)
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			l, err := st.commit(ctx, p)
+			close(committed)
+			done <- struct {
+				l   store.Lease
+				err error
+			}{l, err}
+		}()
+		select {
+		case r := <-done:
+			return r.l, r.err
+		case <-ctx.Done():
+			return store.Lease{}, ctx.Err()
+		}
+	}
+	e := startLeaderEngine(t, st, "closing-leader", ttl, nil)
+	waitFor(t, "the node to lead", e.IsLeader)
+	recvWithin(t, inFlight, 5*time.Second, "the first renewal")
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	recvWithin(t, committed, 5*time.Second, "the renewal's commit")
+	l, err := st.GetLeader(context.Background(), leaderName)
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("after Close the lease is %+v (err %v); want it released", l, err)
 	}
 }
