@@ -176,3 +176,38 @@ func abs64(v int64) int64 {
 	}
 	return v
 }
+
+// FuzzParseClass checks the class names' parser against String and the
+// text encoding: exactly the three names parse, each to the class that
+// prints as it, and every class value either prints and reads back as
+// itself or (out of range) refuses to encode.
+func FuzzParseClass(f *testing.F) {
+	for _, s := range []string{"unknown", "transient", "permanent", "", "Permanent", " transient", "Class(3)", "lease_expired"} {
+		f.Add(s, uint8(0))
+	}
+	f.Add("x", uint8(3))
+	f.Add("x", uint8(255))
+	f.Fuzz(func(t *testing.T, s string, v uint8) {
+		c, err := ParseClass(s)
+		valid := s == "unknown" || s == "transient" || s == "permanent"
+		if (err == nil) != valid || (err == nil && c.String() != s) || (err != nil && c != ClassUnknown) {
+			t.Fatalf("ParseClass(%q) = %v, %v", s, c, err)
+		}
+		var u Class
+		if uerr := u.UnmarshalText([]byte(s)); (uerr == nil) != valid || u != c {
+			t.Fatalf("UnmarshalText(%q) = %v, %v; ParseClass gave %v, %v", s, u, uerr, c, err)
+		}
+		class := Class(v)
+		text, merr := class.MarshalText()
+		if v > uint8(ClassPermanent) {
+			if merr == nil || class.String() != "Class("+strconv.Itoa(int(v))+")" {
+				t.Fatalf("Class(%d): MarshalText = %q, %v; String %q", v, text, merr, class.String())
+			}
+			return
+		}
+		back, perr := ParseClass(string(text))
+		if merr != nil || perr != nil || back != class || string(text) != class.String() {
+			t.Fatalf("Class(%d): text %q (%v) reads back as %v (%v)", v, text, merr, back, perr)
+		}
+	})
+}
