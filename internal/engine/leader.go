@@ -338,8 +338,9 @@ const nodeHeartbeat = 5 * time.Second
 
 // nodeLoop keeps this node's registry row fresh: every 5 seconds, and at
 // once when the node gains or loses the leadership. When the engine closes
-// it writes the row one last time with role "stopped", so that the registry
-// does not show a node that is gone as alive (or as a second leader).
+// it lets a write in flight finish, then writes the row one last time with
+// role "stopped", so that the registry does not show a node that is gone as
+// alive (or as a second leader).
 //
 // Each write (with its read of the database's time) gives up after the
 // heartbeat interval: one stuck on a dead connection would otherwise hold
@@ -366,7 +367,11 @@ func (e *Engine) nodeLoop(ctx context.Context) {
 		if e.cfg.NoScheduler {
 			role = RoleWorker
 		}
-		if err := write(ctx, role); err != nil && ctx.Err() == nil {
+		// Closing does not cut the write short: its statement may have
+		// reached the database, and committed after the last write below
+		// it would show the node alive again (for 30 s). It has its own
+		// bound.
+		if err := write(context.WithoutCancel(ctx), role); err != nil && ctx.Err() == nil {
 			e.log.Warn("node heartbeat failed", "err", err)
 		}
 		select {

@@ -155,3 +155,58 @@ func TestCloseDuringRenewalLeavesTheLeaseFree(t *testing.T) {
 		t.Fatalf("after Close the lease is %+v (err %v); want it released", l, err)
 	}
 }
+
+// lateHeartbeatStore is a leaderStore whose first registry write of role
+// leader takes the database 200 ms, and commits even when its caller gives
+// up first (the statement was sent).
+type lateHeartbeatStore struct {
+	*leaderStore
+	inFlight, committed chan struct{}
+	once                sync.Once
+}
+
+func (s *lateHeartbeatStore) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) error {
+	first := false
+	if n.Role == RoleLeader {
+		s.once.Do(func() { first = true })
+	}
+	if !first {
+		return s.leaderStore.HeartbeatNode(ctx, n, now)
+	}
+	close(s.inFlight)
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		err := s.leaderStore.HeartbeatNode(context.WithoutCancel(ctx), n, now)
+		close(s.committed)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestCloseDuringRegistryWriteRecordsStopped: Close while a registry write
+// is in flight. Cut short by the close, that write committed after the
+// last one (role stopped), and the registry showed the closed node alive
+// for 30 s. Close now lets it finish (it is bounded by 5 s) first.
+func TestCloseDuringRegistryWriteRecordsStopped(t *testing.T) {
+	st := &lateHeartbeatStore{leaderStore: &leaderStore{Store: openPG(t, pgtest.URL(t))},
+		inFlight: make(chan struct{}), committed: make(chan struct{})}
+	e := startLeaderEngine(t, st, "closing-node", time.Second, nil)
+	recvWithin(t, st.inFlight, 10*time.Second, "the registry write of role leader")
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	recvWithin(t, st.committed, 5*time.Second, "the registry write's commit")
+	ns, err := st.ListNodes(context.Background(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ns) != 1 || ns[0].Role != RoleStopped {
+		t.Fatalf("registry after Close: %+v; want closing-node with role %q", ns, RoleStopped)
+	}
+}
