@@ -134,18 +134,34 @@ func signal(ch chan struct{}) {
 // are lost. A connection that drops before it has lasted ReconnectMax
 // counts as a failed attempt: the next one waits out the backoff, so a
 // server that accepts connections and then drops them is not hammered.
+//
+// An outage is logged once: a warning when it starts (the first failure
+// after a connection that lasted ReconnectMax, or at the start), one Info
+// line at the first reconnect, and the attempts in between at Debug. A
+// warning per attempt made every node log a line per ReconnectMax for as
+// long as the database stayed away.
 func (s *Store) listen(ctx context.Context, ch chan struct{}) {
 	log := s.cfg.Logger
 	backoff := s.cfg.ReconnectMin
+	var (
+		down     time.Time // when the current outage started; zero: none
+		attempts int       // failed attempts in the current outage
+		back     bool      // the outage's first reconnect was logged
+	)
 	// retry waits out the backoff (with jitter) and doubles it; false when
 	// ctx ended meanwhile.
 	retry := func(msg string, err error) bool {
 		wait := backoff/2 + rand.N(backoff/2+1)
-		log.Warn(msg, "err", err, "retry_in", wait)
+		attempts++
+		if down.IsZero() {
+			down = time.Now()
+			log.Warn(msg, "err", err, "retry_in", wait)
+		} else {
+			log.Debug(msg, "err", err, "retry_in", wait, "attempts", attempts)
+		}
 		backoff = min(backoff*2, s.cfg.ReconnectMax)
 		return sleep(ctx, wait)
 	}
-	first := true
 	for ctx.Err() == nil {
 		conn, err := s.listenConn(ctx)
 		if err != nil {
@@ -154,10 +170,11 @@ func (s *Store) listen(ctx context.Context, ch chan struct{}) {
 			}
 			continue
 		}
-		if !first {
-			log.Info("retryq postgres: wakeup listener reconnected")
+		if !down.IsZero() && !back {
+			back = true
+			log.Info("retryq postgres: wakeup listener reconnected",
+				"outage", time.Since(down).Round(time.Millisecond), "attempts", attempts)
 		}
-		first = false
 		signal(ch)
 		up := time.Now()
 		err = s.waitLoop(ctx, conn, ch)
@@ -166,7 +183,9 @@ func (s *Store) listen(ctx context.Context, ch chan struct{}) {
 			return
 		}
 		if time.Since(up) >= s.cfg.ReconnectMax {
-			backoff = s.cfg.ReconnectMin
+			// The connection lasted: the outage, if any, is over, and
+			// this drop starts a new one.
+			backoff, down, attempts, back = s.cfg.ReconnectMin, time.Now(), 1, false
 			log.Warn("retryq postgres: wakeup listener connection lost", "err", err)
 			continue
 		}
