@@ -64,7 +64,7 @@ func NewMux() *Mux { return &Mux{m: make(map[string]Handler), wrapped: make(map[
 // panics on a duplicate or nil registration, like net/http, and on a type
 // no task can have (see Client.Enqueue).
 func (m *Mux) Handle(typ string, h Handler) {
-	if h == nil {
+	if nilHandler(h) {
 		panic("retryq: nil handler for type " + typ)
 	}
 	if err := engine.ValidateType("type", typ); err != nil {
@@ -88,11 +88,25 @@ func (m *Mux) Handle(typ string, h Handler) {
 // returns a nil Handler.
 func wrap(typ string, h Handler, mw []Middleware) (Handler, string) {
 	for i := len(mw) - 1; i >= 0; i-- {
-		if h = mw[i](h); h == nil {
+		if h = mw[i](h); nilHandler(h) {
 			return nil, fmt.Sprintf("retryq: middleware %d returned a nil handler for type %s", i, typ)
 		}
 	}
 	return h, ""
+}
+
+// nilHandler reports whether h is nil, or holds a nil *Mux or
+// HandlerFunc: any task it ran would fail with a panic.
+func nilHandler(h Handler) bool {
+	switch h := h.(type) {
+	case nil:
+		return true
+	case *Mux:
+		return h == nil
+	case HandlerFunc:
+		return h == nil
+	}
+	return false
 }
 
 // HandleFunc registers f for tasks of type typ. It panics on a duplicate or

@@ -53,13 +53,16 @@ func TestMuxMiddlewareAndRouting(t *testing.T) {
 	mux.HandleFunc("a", func(ctx context.Context, task *retryq.Task) error { return nil })
 }
 
-// TestMuxRefusesNilHandlersAtRegistration: a nil handler, as a Handler or
-// a function, panics when it is registered (like net/http), not at the
-// first task of its type, where it would count as a failed attempt.
+// TestMuxRefusesNilHandlersAtRegistration: a nil handler, as a Handler, a
+// function, or a Handler holding a nil HandlerFunc or *Mux, panics when it
+// is registered (like net/http), not at the first task of its type, where
+// it would count as a failed attempt.
 func TestMuxRefusesNilHandlersAtRegistration(t *testing.T) {
 	for name, register := range map[string]func(*retryq.Mux){
 		"Handle":     func(m *retryq.Mux) { m.Handle("a", nil) },
 		"HandleFunc": func(m *retryq.Mux) { m.HandleFunc("a", nil) },
+		"Handle of a nil HandlerFunc": func(m *retryq.Mux) { m.Handle("a", retryq.HandlerFunc(nil)) },
+		"Handle of a nil *Mux":        func(m *retryq.Mux) { m.Handle("a", (*retryq.Mux)(nil)) },
 	} {
 		func() {
 			mux := retryq.NewMux()
@@ -107,6 +110,9 @@ func TestMuxRefusesNilMiddlewareAtRegistration(t *testing.T) {
 	mux.HandleFunc("a", ok)
 	mustPanic("Use(nil)", func() { mux.Use(nil) })
 	mustPanic("Use of a middleware returning nil", func() { mux.Use(nilWrapper) })
+	mustPanic("Use of a middleware returning a nil HandlerFunc", func() {
+		mux.Use(func(retryq.Handler) retryq.Handler { return retryq.HandlerFunc(nil) })
+	})
 	// The mux is not left locked by the panic, nor changed.
 	done := make(chan error, 1)
 	go func() { done <- mux.ProcessTask(context.Background(), &retryq.Task{Type: "a"}) }()

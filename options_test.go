@@ -3,6 +3,7 @@ package retryq_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +95,57 @@ func TestNewClientRefusesAPollIntervalUnderTheMinimum(t *testing.T) {
 		t.Fatalf("NewClient with PollInterval MinPollInterval: %v", err)
 	}
 	_ = c.Close()
+}
+
+// TestNewWorkerRefusesConfigItCannotRun: NewWorker refuses, naming the
+// field, what Run could not run: a Concurrency or Prefetch past its bound
+// (math.MaxInt made Run panic sizing its buffer; a huge Concurrency
+// starts that many goroutines), an ID no store takes (Run then fetched
+// nothing, for ever, without an error), and a Handler that is a nil
+// *Mux or HandlerFunc (NewWorker panicked, or every task failed with a
+// panic).
+func TestNewWorkerRefusesConfigItCannotRun(t *testing.T) {
+	st := openStore(t, "")
+	defer st.Close()
+	c, err := retryq.NewClient(st, retryq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h := retryq.HandlerFunc(func(context.Context, *retryq.Task) error { return nil })
+	a := []string{"a"}
+	for _, tc := range []struct {
+		field string
+		cfg   retryq.WorkerConfig
+	}{
+		{"Concurrency", retryq.WorkerConfig{Handler: h, Types: a, Concurrency: retryq.MaxConcurrency + 1}},
+		{"Concurrency", retryq.WorkerConfig{Handler: h, Types: a, Concurrency: math.MaxInt}},
+		{"Prefetch", retryq.WorkerConfig{Handler: h, Types: a, Prefetch: retryq.MaxPrefetch + 1}},
+		{"Prefetch", retryq.WorkerConfig{Handler: h, Types: a, Prefetch: math.MaxInt}},
+		{"ID", retryq.WorkerConfig{Handler: h, Types: a, ID: "w\xff"}},
+		{"ID", retryq.WorkerConfig{Handler: h, Types: a, ID: "w\x00"}},
+		{"ID", retryq.WorkerConfig{Handler: h, Types: a, ID: strings.Repeat("w", 201)}},
+		{"Handler", retryq.WorkerConfig{Handler: (*retryq.Mux)(nil)}},
+		{"Handler", retryq.WorkerConfig{Handler: retryq.HandlerFunc(nil), Types: a}},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("NewWorker with a bad %s panicked: %v", tc.field, r)
+				}
+			}()
+			_, err := retryq.NewWorker(c, tc.cfg)
+			if !errors.Is(err, retryq.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("NewWorker with a bad %s = %v, want ErrInvalid naming it", tc.field, err)
+			}
+		}()
+	}
+	for _, cfg := range []retryq.WorkerConfig{
+		{Handler: h, Types: a, Concurrency: retryq.MaxConcurrency, Prefetch: retryq.MaxPrefetch, ID: strings.Repeat("w", 200)},
+		{Handler: h, Types: a, Prefetch: -1, ID: "wörker/1"},
+	} {
+		if _, err := retryq.NewWorker(c, cfg); err != nil {
+			t.Errorf("NewWorker with Concurrency %d, Prefetch %d, ID %q: %v", cfg.Concurrency, cfg.Prefetch, cfg.ID, err)
+		}
+	}
 }

@@ -17,21 +17,37 @@ type WorkerConfig struct {
 	// Types to fetch; default: the types registered on the Mux when
 	// NewWorker is called (a type registered later is not fetched).
 	Types []string
-	// Concurrency is the number of handlers running at once (default 10).
+	// Concurrency is the number of handlers running at once (default 10;
+	// at most MaxConcurrency).
 	Concurrency int
 	// Prefetch is how many tasks beyond Concurrency the worker may lease
 	// ahead, waiting in its buffer for a free handler so that fetches stay
-	// large under load (default 3 x Concurrency; negative: none). A
-	// prefetched task is held by this worker (it shows as running) until
-	// one of its handlers is free, even while another worker or process
-	// is idle: for long tasks shared by several workers, set -1.
+	// large under load (default 3 x Concurrency; negative: none; at most
+	// MaxPrefetch). A prefetched task is held by this worker (it shows as
+	// running) until one of its handlers is free, even while another
+	// worker or process is idle: for long tasks shared by several
+	// workers, set -1.
 	Prefetch int
 	// ShutdownGrace is how long running handlers may finish at shutdown
 	// before their leases are released to other workers (default 10s).
 	ShutdownGrace time.Duration
-	// ID names the worker in leases and history (default: node id based).
+	// ID names the worker in leases and history (default: node id based):
+	// UTF-8 text without NUL bytes, at most MaxWorkerIDBytes.
 	ID string
 }
+
+// Bounds of WorkerConfig's fields.
+const (
+	// MaxConcurrency is the largest WorkerConfig.Concurrency: each handler
+	// slot is a goroutine started by Run.
+	MaxConcurrency = 10_000
+	// MaxPrefetch is the largest WorkerConfig.Prefetch (the default for
+	// MaxConcurrency): Run sizes its buffer by Concurrency + Prefetch.
+	MaxPrefetch = 3 * MaxConcurrency
+	// MaxWorkerIDBytes bounds WorkerConfig.ID, as the HTTP API bounds a
+	// pull worker's id.
+	MaxWorkerIDBytes = 200
+)
 
 // Worker runs tasks in this process.
 type Worker struct {
@@ -48,7 +64,7 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 	if c == nil {
 		return nil, invalid("Client", "is required")
 	}
-	if cfg.Handler == nil {
+	if nilHandler(cfg.Handler) {
 		return nil, invalid("Handler", "is required")
 	}
 	if len(cfg.Types) == 0 {
@@ -68,8 +84,14 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 		}
 	}
 	cfg.Types = slices.Clone(cfg.Types)
-	if cfg.Concurrency < 0 {
-		return nil, invalid("Concurrency", "must not be negative")
+	if cfg.Concurrency < 0 || cfg.Concurrency > MaxConcurrency {
+		return nil, invalid("Concurrency", fmt.Sprintf("must be between 0 and %d (got %d)", MaxConcurrency, cfg.Concurrency))
+	}
+	if cfg.Prefetch > MaxPrefetch {
+		return nil, invalid("Prefetch", fmt.Sprintf("must be at most %d (got %d)", MaxPrefetch, cfg.Prefetch))
+	}
+	if len(cfg.ID) > MaxWorkerIDBytes || !store.ValidText(cfg.ID) {
+		return nil, invalid("ID", fmt.Sprintf("must be UTF-8 text without NUL bytes, at most %d bytes", MaxWorkerIDBytes))
 	}
 	if cfg.ShutdownGrace < 0 {
 		return nil, invalid("ShutdownGrace", "must not be negative")
