@@ -59,8 +59,8 @@ func TestMuxMiddlewareAndRouting(t *testing.T) {
 // it would count as a failed attempt.
 func TestMuxRefusesNilHandlersAtRegistration(t *testing.T) {
 	for name, register := range map[string]func(*retryq.Mux){
-		"Handle":     func(m *retryq.Mux) { m.Handle("a", nil) },
-		"HandleFunc": func(m *retryq.Mux) { m.HandleFunc("a", nil) },
+		"Handle":                      func(m *retryq.Mux) { m.Handle("a", nil) },
+		"HandleFunc":                  func(m *retryq.Mux) { m.HandleFunc("a", nil) },
 		"Handle of a nil HandlerFunc": func(m *retryq.Mux) { m.Handle("a", retryq.HandlerFunc(nil)) },
 		"Handle of a nil *Mux":        func(m *retryq.Mux) { m.Handle("a", (*retryq.Mux)(nil)) },
 	} {
