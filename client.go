@@ -307,7 +307,11 @@ func (c *Client) Get(ctx context.Context, id string) (TaskInfo, error) {
 	if err := c.check(false); err != nil {
 		return TaskInfo{}, fmt.Errorf("get task: %w", err)
 	}
-	return c.e.Get(ctx, id)
+	t, err := c.e.Get(ctx, id)
+	if err != nil {
+		return TaskInfo{}, callErr("get task", nil, err)
+	}
+	return t, nil
 }
 
 // Attempts returns a task's attempt history.
@@ -315,7 +319,11 @@ func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
 	if err := c.check(false); err != nil {
 		return nil, fmt.Errorf("list attempts: %w", err)
 	}
-	return c.e.Attempts(ctx, id)
+	as, err := c.e.Attempts(ctx, id)
+	if err != nil {
+		return nil, callErr("list attempts", nil, err)
+	}
+	return as, nil
 }
 
 // ListParams filters List. Its MaxBytes bounds the payload bytes of a page;
@@ -335,7 +343,11 @@ func (c *Client) List(ctx context.Context, p ListParams) ([]TaskInfo, string, er
 	if err := c.check(false); err != nil {
 		return nil, "", fmt.Errorf("list tasks: %w", err)
 	}
-	return c.e.List(ctx, p)
+	ts, next, err := c.e.List(ctx, p)
+	if err != nil {
+		return nil, "", callErr("list tasks", listFields, err)
+	}
+	return ts, next, nil
 }
 
 // Cancel cancels a task that has not finished.
@@ -343,7 +355,11 @@ func (c *Client) Cancel(ctx context.Context, id string) (TaskInfo, error) {
 	if err := c.check(false); err != nil {
 		return TaskInfo{}, fmt.Errorf("cancel task: %w", err)
 	}
-	return c.e.Cancel(ctx, id)
+	t, err := c.e.Cancel(ctx, id)
+	if err != nil {
+		return TaskInfo{}, callErr("cancel task", nil, err)
+	}
+	return t, nil
 }
 
 // Retry puts a dead or cancelled task back to pending with fresh attempts.
@@ -351,7 +367,11 @@ func (c *Client) Retry(ctx context.Context, id string) (TaskInfo, error) {
 	if err := c.check(false); err != nil {
 		return TaskInfo{}, fmt.Errorf("retry task: %w", err)
 	}
-	return c.e.Retry(ctx, id)
+	t, err := c.e.Retry(ctx, id)
+	if err != nil {
+		return TaskInfo{}, callErr("retry task", nil, err)
+	}
+	return t, nil
 }
 
 // TypeConfig is a task type's stored configuration.
@@ -391,6 +411,29 @@ func goField(fields map[string]string, err error) error {
 	}
 	return &engine.FieldError{Field: prefix + name, Message: fe.Message, Err: fe.Err}
 }
+
+// callErr returns the engine's error err from the call op with an invalid
+// field named as in Go (fields maps the HTTP API's JSON names: IDs[2], not
+// ids[2]) and op said first, and its other errors as they are: they name
+// the call already.
+func callErr(op string, fields map[string]string, err error) error {
+	fe, ok := errors.AsType[*engine.FieldError](err)
+	if !ok {
+		return err
+	}
+	name, index := fe.Field, ""
+	if i := strings.IndexByte(name, '['); i >= 0 {
+		name, index = name[:i], name[i:]
+	}
+	if g, ok := fields[name]; ok {
+		name = g
+	}
+	return fmt.Errorf("%s: %w", op, &engine.FieldError{Field: name + index, Message: fe.Message, Err: fe.Err})
+}
+
+// listFields are the Go names of the ListParams fields the engine's errors
+// name as the HTTP API's JSON does.
+var listFields = map[string]string{"type": "Type", "state": "States", "limit": "Limit", "max_bytes": "MaxBytes"}
 
 // SetType stores a type's retry policy, timeout and default priority. A
 // zero Policy leaves the type on Options.DefaultPolicy. A push target the

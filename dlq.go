@@ -2,9 +2,7 @@ package retryq
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
@@ -64,24 +62,6 @@ func deadFilter(f DeadFilter) store.DeadFilter {
 	}
 }
 
-// deadErr returns the engine's error err from the DLQ call op with an
-// invalid field named as in DeadFilter (IDs[2], not ids[2]), and its other
-// errors as they are: they name the call already.
-func deadErr(op string, err error) error {
-	fe, ok := errors.AsType[*engine.FieldError](err)
-	if !ok {
-		return err
-	}
-	name, index := fe.Field, ""
-	if i := strings.IndexByte(name, '['); i >= 0 {
-		name, index = name[:i], name[i:]
-	}
-	if g, ok := deadFields[name]; ok {
-		name = g
-	}
-	return fmt.Errorf("%s: %w", op, &engine.FieldError{Field: name + index, Message: fe.Message, Err: fe.Err})
-}
-
 // ListDead returns a page of dead-lettered tasks matching f, newest first,
 // and the next page's cursor ("" after the last page).
 func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]TaskInfo, string, error) {
@@ -90,7 +70,7 @@ func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]TaskInfo, string
 	}
 	ts, next, err := c.e.ListDead(ctx, deadFilter(f))
 	if err != nil {
-		return nil, "", deadErr("list dead tasks", err)
+		return nil, "", callErr("list dead tasks", deadFields, err)
 	}
 	return ts, next, nil
 }
@@ -117,7 +97,7 @@ func (c *Client) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 	}
 	n, err := c.e.Redrive(ctx, deadFilter(f))
 	if err != nil {
-		return 0, deadErr("redrive dead tasks", err)
+		return 0, callErr("redrive dead tasks", deadFields, err)
 	}
 	return n, nil
 }
@@ -134,7 +114,7 @@ func (c *Client) Purge(ctx context.Context, f DeadFilter) (int, error) {
 	}
 	n, err := c.e.Purge(ctx, deadFilter(f))
 	if err != nil {
-		return 0, deadErr("purge dead tasks", err)
+		return 0, callErr("purge dead tasks", deadFields, err)
 	}
 	return n, nil
 }

@@ -3,6 +3,7 @@ package retryq_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -88,6 +89,35 @@ func TestErrorsNameTheirOperationOnce(t *testing.T) {
 		}
 		if d, ok := doubledContext(err.Error()); ok {
 			t.Errorf("%s on a closed store = %q: says what failed twice (%q)", what, err, d)
+		}
+	}
+}
+
+// TestInvalidArgumentsNameTheCallAndTheGoField: an invalid argument of
+// List, Get, Attempts, Cancel or Retry is an ErrInvalid error that says
+// which call failed and names the field as Go spells it (ListParams'
+// Limit, States, MaxBytes and Type), as Enqueue's and ListDead's do, not
+// as the HTTP API's JSON does ("limit: ...", "state: ...", "id: ...").
+func TestInvalidArgumentsNameTheCallAndTheGoField(t *testing.T) {
+	c := newIdleClient(t)
+	ctx := boundedCtx(t)
+	list := func(p retryq.ListParams) error { _, _, err := c.List(ctx, p); return err }
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{list(retryq.ListParams{Limit: -1}), "list tasks: Limit: "},
+		{list(retryq.ListParams{Limit: 1001}), "list tasks: Limit: "},
+		{list(retryq.ListParams{MaxBytes: -1}), "list tasks: MaxBytes: "},
+		{list(retryq.ListParams{States: []retryq.State{retryq.StateDead, "gone"}}), "list tasks: States: "},
+		{list(retryq.ListParams{Type: "a b"}), "list tasks: Type: "},
+		{func() error { _, err := c.Get(ctx, ""); return err }(), "get task: id: "},
+		{func() error { _, err := c.Attempts(ctx, ""); return err }(), "list attempts: id: "},
+		{func() error { _, err := c.Cancel(ctx, strings.Repeat("x", 65)); return err }(), "cancel task: id: "},
+		{func() error { _, err := c.Retry(ctx, "\xff"); return err }(), "retry task: id: "},
+	} {
+		if !errors.Is(tc.err, retryq.ErrInvalid) || !strings.HasPrefix(fmt.Sprint(tc.err), tc.want) {
+			t.Errorf("got %v, want ErrInvalid starting %q", tc.err, tc.want)
 		}
 	}
 }
