@@ -48,7 +48,8 @@ func (f HandlerFunc) ProcessTask(ctx context.Context, t *Task) error { return f(
 // Middleware wraps a Handler.
 type Middleware func(Handler) Handler
 
-// Mux routes tasks to handlers by type.
+// Mux routes tasks to handlers by type. The zero Mux is empty and ready to
+// use, as NewMux's is.
 type Mux struct {
 	mu      sync.RWMutex
 	m       map[string]Handler
@@ -78,6 +79,9 @@ func (m *Mux) Handle(typ string, h Handler) {
 	w, err := wrap(typ, h, m.mw)
 	if err != "" {
 		panic(err)
+	}
+	if m.m == nil { // a zero Mux
+		m.m, m.wrapped = make(map[string]Handler), make(map[string]Handler)
 	}
 	m.m[typ] = h
 	m.wrapped[typ] = w

@@ -191,3 +191,35 @@ func TestMuxWrapsAHandlerOnceAtRegistration(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroMuxIsReadyToUse: a Mux declared without NewMux registers
+// handlers and middleware and routes tasks as NewMux's does, like a zero
+// http.ServeMux; it panicked writing to a nil map at the first Handle.
+func TestZeroMuxIsReadyToUse(t *testing.T) {
+	var mux retryq.Mux
+	if types := mux.Types(); len(types) != 0 {
+		t.Fatalf("zero Mux has types %v", types)
+	}
+	var trail []string
+	mux.Use(func(next retryq.Handler) retryq.Handler {
+		return retryq.HandlerFunc(func(ctx context.Context, task *retryq.Task) error {
+			trail = append(trail, "mw")
+			return next.ProcessTask(ctx, task)
+		})
+	})
+	mux.HandleFunc("a", func(context.Context, *retryq.Task) error { trail = append(trail, "a"); return nil })
+	if err := mux.ProcessTask(context.Background(), &retryq.Task{Type: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(trail, " "); got != "mw a" {
+		t.Fatalf("zero Mux ran %q, want \"mw a\"", got)
+	}
+	if got := strings.Join(mux.Types(), ","); got != "a" {
+		t.Fatalf("zero Mux Types() = %s, want a", got)
+	}
+	var empty retryq.Mux
+	err := empty.ProcessTask(context.Background(), &retryq.Task{Type: "b"})
+	if class, code, _ := retry.Classify(err); class != retry.ClassPermanent || code != "no_handler" {
+		t.Fatalf("zero Mux without handlers: class %s code %q (%v)", class, code, err)
+	}
+}
