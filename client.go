@@ -343,6 +343,9 @@ func (c *Client) List(ctx context.Context, p ListParams) ([]TaskInfo, string, er
 	if err := c.check(false); err != nil {
 		return nil, "", fmt.Errorf("list tasks: %w", err)
 	}
+	if err := checkCursor(p.Cursor); err != nil {
+		return nil, "", fmt.Errorf("list tasks: %w", err)
+	}
 	ts, next, err := c.e.List(ctx, p)
 	if err != nil {
 		return nil, "", callErr("list tasks", listFields, err)
@@ -429,6 +432,15 @@ func callErr(op string, fields map[string]string, err error) error {
 		name = g
 	}
 	return fmt.Errorf("%s: %w", op, &engine.FieldError{Field: name + index, Message: fe.Message, Err: fe.Err})
+}
+
+// checkCursor refuses, naming the Cursor field, a cursor no page can have
+// returned; the store's own refusal would not match ErrInvalid.
+func checkCursor(cursor string) error {
+	if err := store.CheckCursor(cursor); err != nil {
+		return &engine.FieldError{Field: "Cursor", Message: "must be UTF-8 text without NUL bytes (a next cursor of a page)", Err: err}
+	}
+	return nil
 }
 
 // listFields are the Go names of the ListParams fields the engine's errors

@@ -68,6 +68,9 @@ func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]TaskInfo, string
 	if err := c.check(false); err != nil {
 		return nil, "", fmt.Errorf("list dead tasks: %w", err)
 	}
+	if err := checkCursor(f.Cursor); err != nil {
+		return nil, "", fmt.Errorf("list dead tasks: %w", err)
+	}
 	ts, next, err := c.e.ListDead(ctx, deadFilter(f))
 	if err != nil {
 		return nil, "", callErr("list dead tasks", deadFields, err)

@@ -98,6 +98,8 @@ func TestErrorsNameTheirOperationOnce(t *testing.T) {
 // which call failed and names the field as Go spells it (ListParams'
 // Limit, States, MaxBytes and Type), as Enqueue's and ListDead's do, not
 // as the HTTP API's JSON does ("limit: ...", "state: ...", "id: ...").
+// A cursor that is not text is one too (it was the store's own invalid
+// argument error, which errors.Is did not match with ErrInvalid).
 func TestInvalidArgumentsNameTheCallAndTheGoField(t *testing.T) {
 	c := newIdleClient(t)
 	ctx := boundedCtx(t)
@@ -111,6 +113,8 @@ func TestInvalidArgumentsNameTheCallAndTheGoField(t *testing.T) {
 		{list(retryq.ListParams{MaxBytes: -1}), "list tasks: MaxBytes: "},
 		{list(retryq.ListParams{States: []retryq.State{retryq.StateDead, "gone"}}), "list tasks: States: "},
 		{list(retryq.ListParams{Type: "a b"}), "list tasks: Type: "},
+		{list(retryq.ListParams{Cursor: "\xff"}), "list tasks: Cursor: "},
+		{func() error { _, _, err := c.ListDead(ctx, retryq.DeadFilter{Cursor: "a\x00"}); return err }(), "list dead tasks: Cursor: "},
 		{func() error { _, err := c.Get(ctx, ""); return err }(), "get task: id: "},
 		{func() error { _, err := c.Attempts(ctx, ""); return err }(), "list attempts: id: "},
 		{func() error { _, err := c.Cancel(ctx, strings.Repeat("x", 65)); return err }(), "cancel task: id: "},
