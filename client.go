@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/retry"
@@ -19,9 +21,12 @@ import (
 
 // Options configures a Client. Zero fields take the documented defaults.
 type Options struct {
-	Logger  *slog.Logger // default: discard
-	NodeID  string       // default: host-pid-random
-	Version string       // the application's version, shown in the node registry
+	Logger *slog.Logger // default: discard
+	// NodeID names this process in the node registry and the scheduler's
+	// leadership (default: host-pid-random); Version is the application's
+	// version, shown in the registry. Both are UTF-8 text without control
+	// characters, at most MaxNodeTextBytes.
+	NodeID, Version string
 
 	// DefaultPolicy applies to task types with no stored policy, or a zero
 	// one (default retry.DefaultPolicy()).
@@ -62,6 +67,22 @@ const (
 	MinPollInterval = engine.MinPollInterval
 )
 
+// MaxNodeTextBytes bounds Options.NodeID and Options.Version, as the
+// server's --node-id is bounded.
+const MaxNodeTextBytes = 200
+
+// checkNodeText refuses, naming field, a NodeID or Version the node
+// registry could not store or show.
+func checkNodeText(field, v string) error {
+	switch {
+	case len(v) > MaxNodeTextBytes:
+		return &engine.FieldError{Field: field, Message: fmt.Sprintf("is longer than %d bytes (got %d)", MaxNodeTextBytes, len(v))}
+	case !utf8.ValidString(v) || strings.IndexFunc(v, unicode.IsControl) >= 0:
+		return &engine.FieldError{Field: field, Message: fmt.Sprintf("must be UTF-8 text without control characters (got %q)", v)}
+	}
+	return nil
+}
+
 // MaxPayloadBytes bounds a task's payload as JSON (8 MiB), as in the HTTP
 // API: a larger one is refused with ErrInvalid naming the payload.
 const MaxPayloadBytes = engine.MaxPayloadBytes
@@ -101,6 +122,12 @@ func (c *Client) check(needStart bool) error {
 // NewClient returns a Client over st. Invalid options are ErrInvalid
 // errors naming the field.
 func NewClient(st store.Store, o Options) (*Client, error) {
+	if err := checkNodeText("NodeID", o.NodeID); err != nil {
+		return nil, fmt.Errorf("new client: %w", err)
+	}
+	if err := checkNodeText("Version", o.Version); err != nil {
+		return nil, fmt.Errorf("new client: %w", err)
+	}
 	e, err := engine.New(engine.Config{
 		Store: st, Logger: o.Logger, NodeID: o.NodeID, Version: o.Version,
 		DefaultPolicy: o.DefaultPolicy, DefaultTimeout: o.DefaultTimeout,

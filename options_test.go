@@ -149,3 +149,39 @@ func TestNewWorkerRefusesConfigItCannotRun(t *testing.T) {
 		}
 	}
 }
+
+// TestNewClientRefusesNodeFieldsTheRegistryCannotStore: a NodeID or
+// Version no store takes (not UTF-8, a NUL or other control character,
+// more than 200 bytes) is refused naming the field, as the server's
+// --node-id is. With a NodeID that is not UTF-8 the client started, no
+// process could take the scheduler's leadership, and delayed tasks and
+// retries never ran, without an error.
+func TestNewClientRefusesNodeFieldsTheRegistryCannotStore(t *testing.T) {
+	st := openStore(t, "")
+	defer st.Close()
+	for _, tc := range []struct {
+		field string
+		o     retryq.Options
+	}{
+		{"NodeID", retryq.Options{NodeID: "n\xff"}},
+		{"NodeID", retryq.Options{NodeID: "n\x00"}},
+		{"NodeID", retryq.Options{NodeID: "n\n1"}},
+		{"NodeID", retryq.Options{NodeID: strings.Repeat("n", 201)}},
+		{"Version", retryq.Options{Version: "v\xff"}},
+		{"Version", retryq.Options{Version: "v\x00"}},
+		{"Version", retryq.Options{Version: strings.Repeat("v", 201)}},
+	} {
+		c, err := retryq.NewClient(st, tc.o)
+		if !errors.Is(err, retryq.ErrInvalid) || !strings.Contains(err.Error(), tc.field) {
+			if c != nil {
+				_ = c.Close()
+			}
+			t.Errorf("NewClient with NodeID %q, Version %q = %v, want ErrInvalid naming %s", tc.o.NodeID, tc.o.Version, err, tc.field)
+		}
+	}
+	c, err := retryq.NewClient(st, retryq.Options{NodeID: strings.Repeat("ñ", 100), Version: "v1.2.3 (é)"})
+	if err != nil {
+		t.Fatalf("NewClient with a 200-byte UTF-8 NodeID: %v", err)
+	}
+	_ = c.Close()
+}
