@@ -192,6 +192,7 @@ func (w *workerRun) loop(ctx context.Context) {
 	timer := time.NewTimer(e.cfg.PollInterval)
 	defer timer.Stop()
 	backoff := 10 * time.Millisecond
+	failures, failingSince := 0, time.Time{} // the fetch failures in a row, and when they began
 	// While there is a backlog (the last fetch came back full, or cut short
 	// by its payload bytes: fetchMayHaveMore), wait until half the capacity
 	// is free before fetching again, so fetches stay large and commits few; when the queue is drained, any free slot fetches at
@@ -225,10 +226,23 @@ func (w *workerRun) loop(ctx context.Context) {
 			if ctx.Err() != nil {
 				break
 			}
-			e.log.Warn("fetch failed; backing off", "worker", w.cfg.ID, "err", err, "backoff", backoff)
+			// One warning per outage, not one per attempt: a database
+			// away for a minute would otherwise log a line per worker
+			// every few seconds. The attempts in between are at Debug.
+			failures++
+			if failures == 1 {
+				failingSince = time.Now()
+				e.log.Warn("fetch failed; backing off", "worker", w.cfg.ID, "err", err, "backoff", backoff)
+			} else {
+				e.log.Debug("fetch failed again; backing off", "worker", w.cfg.ID, "err", err, "backoff", backoff, "failures", failures)
+			}
 			sleepCtx(ctx, backoff)
 			backoff = min(backoff*2, 5*time.Second)
 			continue
+		}
+		if failures > 0 {
+			e.log.Info("fetches work again", "worker", w.cfg.ID, "failures", failures, "after", time.Since(failingSince).Round(time.Millisecond))
+			failures = 0
 		}
 		backoff = 10 * time.Millisecond
 		e.ctr.fetches.Add(1)
