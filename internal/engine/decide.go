@@ -78,9 +78,10 @@ func (e *Engine) Decide(t *store.Task, spec *TypeSpec, f Failure, now time.Time)
 		var pe *PanicError
 		var text string
 		if class, code, retryAfter, text, pe = classifyError(pol, f.Err); pe != nil {
-			// The error's own methods panicked: the handler's panic.
+			// The error's own methods panicked: the handler's panic,
+			// under the type's code lists as a panic in the handler is.
 			f = panicFailure(pe)
-			class, code, retryAfter, msg = f.Class, f.Code, 0, f.Message
+			class, code, retryAfter, msg = pol.ClassifyCode(f.Code, f.Class), f.Code, 0, f.Message
 		} else if msg == "" {
 			msg = text
 		}

@@ -151,3 +151,30 @@ func decideSetup(t *testing.T) (*Engine, TypeSpec, time.Time, *store.Task) {
 	}
 	return e, e.defaultSpec("t"), time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), &store.Task{ID: "a", Type: "t", Attempt: 1, LeaseID: "l"}
 }
+
+// TestDecideAppliesCodeListsToAPanickingError: an error whose methods
+// panic is decided as the handler's panic it is, code "panic", under the
+// type's code lists like a panic in the handler itself: no_retry_on
+// ["panic"] sends both to the DLQ, and a retry_on list without "panic"
+// makes both permanent. Before, only the handler's own panic went
+// through the lists; the panicking error was always retried.
+func TestDecideAppliesCodeListsToAPanickingError(t *testing.T) {
+	e, spec, now, task := decideSetup(t)
+	var bad *nilDerefError
+	handlerPanic := panicFailure(&PanicError{Value: "boom", Stack: "goroutine 1"})
+	for _, lists := range []struct {
+		name          string
+		retryOn, deny []string
+	}{{"no_retry_on panic", nil, []string{"panic"}}, {"retry_on 503", []string{"503"}, nil}} {
+		spec.Policy.RetryOn, spec.Policy.NoRetryOn = lists.retryOn, lists.deny
+		want := e.Decide(task, &spec, handlerPanic, now)
+		if want.State != store.StateDead || want.DeadReason != store.DeadNonRetryable {
+			t.Fatalf("%s: handler panic: state %s reason %q, want dead non_retryable", lists.name, want.State, want.DeadReason)
+		}
+		out := e.Decide(task, &spec, Failure{Err: bad}, now)
+		if out.State != want.State || out.DeadReason != want.DeadReason || out.Error.Code != "panic" || out.Error.Class != want.Error.Class {
+			t.Errorf("%s: panicking error: state %s reason %q error %+v; a handler panic: state %s reason %q class %s",
+				lists.name, out.State, out.DeadReason, out.Error, want.State, want.DeadReason, want.Error.Class)
+		}
+	}
+}
