@@ -46,12 +46,27 @@ type globalRand struct{}
 
 func (globalRand) Float64() float64 { return rand.Float64() }
 
+// lockedRand serializes the calls to an injected Rand: Decide runs on
+// every worker, pull request and the reaper at once, and a seeded
+// *rand.Rand (a deterministic source for tests) is not safe for
+// concurrent use.
+type lockedRand struct {
+	mu sync.Mutex
+	r  retry.Rand
+}
+
+func (l *lockedRand) Float64() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Float64()
+}
+
 // Config configures an Engine. Zero fields take the documented defaults.
 type Config struct {
 	Store  store.Store
 	Logger *slog.Logger // default: discard
 	Clock  Clock        // default: system clock
-	Rand   retry.Rand   // default: math/rand/v2 global source
+	Rand   retry.Rand   // default: math/rand/v2 global source; an injected one is called by one goroutine at a time
 	// ClockSync chooses whether Clock is corrected by the database
 	// server's clock (PostgreSQL). Default ClockSyncAuto: the system clock
 	// is, an injected one is not.
@@ -145,6 +160,8 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Rand == nil {
 		out.Rand = globalRand{}
+	} else if _, ok := out.Rand.(*lockedRand); !ok {
+		out.Rand = &lockedRand{r: out.Rand}
 	}
 	if out.ClockSync < ClockSyncAuto || out.ClockSync > ClockSyncOn {
 		return out, configErr("ClockSync", "must be ClockSyncAuto, ClockSyncOff or ClockSyncOn (got %d)", out.ClockSync)
