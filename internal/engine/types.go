@@ -31,6 +31,14 @@ const typeCacheTTL = 5 * time.Second
 // run and decided under a configuration that changed long ago.
 const typeCacheMaxStale = 2 * typeCacheTTL
 
+// typeCacheMaxEntries is the size from which the cache drops the entries
+// of types not used for longer than typeCacheMaxStale (which would be read
+// again before use anyway), so that the names of types that come and go,
+// or are only looked up, are not kept for as long as the process runs.
+// The next sweep waits until the cache has doubled, or reached this size
+// again: the cache holds at most about twice the types used recently.
+const typeCacheMaxEntries = 1024
+
 // typeStaleWait bounds a caller's wait for the read of an entry past
 // typeCacheMaxStale: when the database does not answer by then, the last
 // known configuration is served, as when the read fails.
@@ -153,12 +161,15 @@ type typeEntry struct {
 // query per type however many callers ask at that moment. Only the first
 // use of a type, and the first after it went unused past
 // typeCacheMaxStale, waits (the latter at most typeStaleWait), and
-// concurrent uses share one load.
+// concurrent uses share one load. Once the cache is large
+// (typeCacheMaxEntries), the entries of types unused for
+// typeCacheMaxStale are dropped.
 type typeCache struct {
 	e       *Engine
 	mu      sync.RWMutex
 	m       map[string]*typeEntry
 	loading map[string]*typeLoad
+	sweepAt int // the size of m at which the next sweep runs
 }
 
 // typeLoad is one load of a type in flight; done closes when ent or err is set.
@@ -173,7 +184,18 @@ type typeLoad struct {
 const typeLoadTimeout = 10 * time.Second
 
 func newTypeCache(e *Engine) *typeCache {
-	return &typeCache{e: e, m: make(map[string]*typeEntry), loading: make(map[string]*typeLoad)}
+	return &typeCache{e: e, m: make(map[string]*typeEntry), loading: make(map[string]*typeLoad), sweepAt: typeCacheMaxEntries}
+}
+
+// sweep drops the entries not read again for typeCacheMaxStale: their
+// types have not been used for a while. c.mu is held.
+func (c *typeCache) sweep(now time.Time) {
+	for typ, ent := range c.m {
+		if now.Sub(ent.loaded) >= typeCacheMaxStale {
+			delete(c.m, typ)
+		}
+	}
+	c.sweepAt = max(typeCacheMaxEntries, 2*len(c.m))
 }
 
 func (c *typeCache) get(ctx context.Context, typ string) (*typeEntry, error) {
@@ -246,6 +268,9 @@ func (c *typeCache) load(ctx context.Context, typ string, ld *typeLoad) {
 		ld.ent = &typeEntry{spec: spec, loaded: started}
 		if current {
 			c.m[typ] = ld.ent
+			if len(c.m) >= c.sweepAt {
+				c.sweep(time.Now())
+			}
 		}
 	}
 	close(ld.done)
