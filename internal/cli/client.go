@@ -182,6 +182,9 @@ type apiCallError struct {
 	Message   string
 	Field     string
 	RequestID string
+	// RetryAfter is the answer's Retry-After in seconds (a 503's or a
+	// 429's), 0 when it has none.
+	RetryAfter time.Duration
 }
 
 func (e *apiCallError) Error() string {
@@ -212,7 +215,8 @@ func decodeAPIError(resp *http.Response, data []byte) error {
 			RequestID string `json:"request_id"`
 		} `json:"error"`
 	}
-	e := &apiCallError{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
+	e := &apiCallError{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"),
+		RetryAfter: retryAfterSeconds(resp.Header.Get("Retry-After"))}
 	if json.Unmarshal(data, &body) == nil && body.Error.Message != "" {
 		e.Code, e.Message, e.Field = body.Error.Code, body.Error.Message, body.Error.Field
 		if body.Error.RequestID != "" {
@@ -248,6 +252,20 @@ func decodeAPIError(resp *http.Response, data []byte) error {
 		e.RequestID = ""
 	}
 	return e
+}
+
+// maxRetryAfter bounds the pause a Retry-After header can ask for.
+const maxRetryAfter = time.Minute
+
+// retryAfterSeconds reads a Retry-After header of whole seconds (the form
+// the API sends), at most maxRetryAfter; 0 when there is none or it is
+// not a number of seconds.
+func retryAfterSeconds(v string) time.Duration {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(min(n, int(maxRetryAfter/time.Second))) * time.Second
 }
 
 // htmlTitle reports whether data is an HTML page and returns its title

@@ -312,7 +312,12 @@ func (w *pullWorker) leaseLoop(ctx context.Context) int {
 				w.logf("lease request failed, retrying with backoff: %v", err)
 			}
 			failing = true
-			t := time.NewTimer(backoff)
+			// At least as long as the server asked (a 503's Retry-After).
+			pause := backoff
+			if errors.As(err, &ae) {
+				pause = max(pause, ae.RetryAfter)
+			}
+			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
 			case <-ctx.Done():
