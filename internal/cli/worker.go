@@ -13,8 +13,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/store"
 )
 
 func init() {
@@ -123,8 +125,13 @@ func parseWorker(env *Env, args []string) (*workerOptions, int) {
 		return nil, usageError(env, name, fmt.Sprintf("--grace: must not be negative (got %v)", o.grace))
 	case o.timeout < 0:
 		return nil, usageError(env, name, fmt.Sprintf("--timeout: must not be negative (got %v)", o.timeout))
+	case len(o.types) > store.MaxFetchTypes:
+		return nil, usageError(env, name, fmt.Sprintf("--types: at most %d types (got %d)", store.MaxFetchTypes, len(o.types)))
 	case len(o.id) > 200:
 		return nil, usageError(env, name, "--worker-id: at most 200 bytes")
+	case !utf8.ValidString(o.id):
+		// Sent as JSON it would become another id (U+FFFD for each bad byte).
+		return nil, usageError(env, name, "--worker-id: must be UTF-8 text")
 	}
 	if o.id == "" {
 		host, _ := os.Hostname()
