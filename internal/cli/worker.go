@@ -200,14 +200,13 @@ type leasedTask struct {
 	Attempt int             `json:"attempt"`
 	LeaseID string          `json:"lease_id"`
 
-	// holdsUntil is when the lease expires at the earliest: the time the
-	// lease (or its last successful heartbeat) was asked for plus --lease,
-	// on this machine's clock. Only handle's goroutines touch it.
-	holdsUntil time.Time
-	// endsBy is when the lease has expired at the latest: the time the
-	// lease's answer arrived plus --lease. Past it, with no heartbeat
-	// accepted since, the task may run elsewhere and no outcome of this
-	// run can count.
+	// endsBy is when the lease has expired at the latest, on this
+	// machine's clock: the time the lease's answer (or the last accepted
+	// heartbeat's) arrived plus --lease. Past it the task may run
+	// elsewhere and no outcome of this run can count; before it the
+	// server may still take one. (The earliest expiry is not known: a
+	// long poll's task was leased at some time during the poll.) Only
+	// handle's goroutines touch it.
 	endsBy time.Time
 }
 
@@ -300,7 +299,6 @@ func (w *pullWorker) leaseLoop(ctx context.Context) int {
 			}
 			break
 		}
-		asked := time.Now()
 		tasks, err := w.lease(ctx, free)
 		answered := time.Now()
 		for range free - len(tasks) {
@@ -339,7 +337,7 @@ func (w *pullWorker) leaseLoop(ctx context.Context) int {
 		}
 		for i := range tasks {
 			t := tasks[i]
-			t.holdsUntil, t.endsBy = asked.Add(w.o.lease), answered.Add(w.o.lease)
+			t.endsBy = answered.Add(w.o.lease)
 			w.running.Add(1)
 			go func() {
 				defer w.running.Done()
@@ -376,7 +374,7 @@ func (w *pullWorker) handle(t leasedTask) {
 	go func() { hbDone <- w.heartbeat(hbCtx, t, lost) }()
 	res := w.execute(t, lost)
 	stopHB()
-	t.holdsUntil = <-hbDone
+	t.endsBy = <-hbDone
 	took := time.Since(start).Round(time.Millisecond)
 	select {
 	case <-lost:
@@ -424,7 +422,7 @@ func (w *pullWorker) logReport(t leasedTask, err error, what string) {
 // when the server says the lease is gone, or when the lease has run out
 // with no heartbeat accepted (the server unreachable or hanging), as the
 // engine's watchdog stops an in-process handler. It returns when the lease
-// holds until at the earliest, after its last successful extension.
+// has expired at the latest, after its last successful extension.
 func (w *pullWorker) heartbeat(ctx context.Context, t leasedTask, lost chan<- struct{}) time.Time {
 	// Every third of the lease, counted from the previous try; a failed
 	// try is repeated after a tenth of that, so that a server back within
@@ -434,19 +432,19 @@ func (w *pullWorker) heartbeat(ctx context.Context, t leasedTask, lost chan<- st
 	defer next.Stop()
 	path := "/v1/leases/" + url.PathEscape(t.LeaseID) + "/heartbeat"
 	body := map[string]any{"lease_seconds": w.o.lease.Seconds()}
-	holdsUntil, endsBy := t.holdsUntil, t.endsBy
+	endsBy := t.endsBy
 	watchdog := time.NewTimer(time.Until(endsBy))
 	defer watchdog.Stop()
 	failing := false
 	for {
 		select {
 		case <-ctx.Done():
-			return holdsUntil
+			return endsBy
 		case <-watchdog.C:
 			w.logf("task %s: its lease ran out with no heartbeat accepted since %s; stopping the command (the task may run elsewhere)",
 				t.ID, endsBy.Add(-w.o.lease).Format("15:04:05.000"))
 			close(lost)
-			return holdsUntil
+			return endsBy
 		case <-next.C:
 		}
 		asked := time.Now()
@@ -462,7 +460,7 @@ func (w *pullWorker) heartbeat(ctx context.Context, t leasedTask, lost chan<- st
 		}
 		switch {
 		case err == nil:
-			holdsUntil, endsBy = asked.Add(w.o.lease), time.Now().Add(w.o.lease)
+			endsBy = time.Now().Add(w.o.lease)
 			watchdog.Reset(time.Until(endsBy))
 			if failing {
 				w.logf("task %s: heartbeats work again", t.ID)
@@ -471,7 +469,7 @@ func (w *pullWorker) heartbeat(ctx context.Context, t leasedTask, lost chan<- st
 		case ctx.Err() != nil:
 		case isAPIError(err, 409, ""), isAPIError(err, 404, ""):
 			close(lost)
-			return holdsUntil
+			return endsBy
 		case !time.Now().Before(endsBy): // the watchdog fires next
 		case !failing:
 			w.logf("task %s: heartbeat failed (will retry until the lease runs out at %s): %v", t.ID, endsBy.Format("15:04:05.000"), err)
@@ -488,8 +486,8 @@ func (w *pullWorker) report(t leasedTask, action string, body any) error {
 // reportInto posts an outcome and decodes the answer into out. Network
 // errors and 5xx answers (a server restarting, a database failing over)
 // are retried, with pauses doubling from reportRetryPause up to
-// maxReportPause, until the lease would expire (the server refuses the
-// outcome after that) but at least reportAttempts times; a forced stop
+// maxReportPause, until the lease has surely expired (the server refuses
+// the outcome after that) but at least reportAttempts times; a forced stop
 // (the grace period over, a second signal) ends the retries early.
 func (w *pullWorker) reportInto(t leasedTask, action string, body, out any) error {
 	path := "/v1/tasks/" + url.PathEscape(t.ID) + "/" + action
@@ -505,12 +503,12 @@ func (w *pullWorker) reportInto(t leasedTask, action string, body, out any) erro
 		if errors.As(err, &ae) && ae.Status < 500 {
 			return err
 		}
-		if i+1 >= reportAttempts && (w.killCtx.Err() != nil || time.Now().Add(pause).After(t.holdsUntil)) {
+		if i+1 >= reportAttempts && (w.killCtx.Err() != nil || time.Now().Add(pause).After(t.endsBy)) {
 			return err
 		}
 		if i == 0 {
 			w.logf("task %s: reporting its outcome failed, retrying until its lease would expire (%s): %v",
-				t.ID, t.holdsUntil.Format("15:04:05"), err)
+				t.ID, t.endsBy.Format("15:04:05"), err)
 		}
 		tm := time.NewTimer(pause)
 		select {
