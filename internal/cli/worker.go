@@ -255,14 +255,21 @@ func (w *pullWorker) run(ctx context.Context) int {
 		w.o.concurrency, w.o.lease)
 	status := w.leaseLoop(leaseCtx)
 
-	// Drain: wait for running commands, up to the grace period.
-	if n := len(w.sem); n > 0 {
+	// Drain: wait for running commands, up to the grace period. A task
+	// goroutine gives its token back once its command has ended and its
+	// outcome is reported: with none held, there is nothing to wait for
+	// (a zero grace timer would race noticing that).
+	n := len(w.sem)
+	if n > 0 {
 		w.logf("waiting for %d running command(s)", n)
 	}
 	done := make(chan struct{})
 	go func() { w.running.Wait(); close(done) }()
 	grace := time.NewTimer(w.o.grace)
 	defer grace.Stop()
+	if n == 0 {
+		grace.Stop()
+	}
 	select {
 	case <-done:
 	case <-grace.C:

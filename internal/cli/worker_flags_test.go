@@ -1,9 +1,12 @@
+//go:build linux
+
 package cli
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -39,5 +42,31 @@ func TestWorkerFlagsTheServerWouldRefuseOrAlter(t *testing.T) {
 				t.Errorf("status %d, want %d with a message naming %s\nstderr: %s", st, exitUsage, tc.flag, stderr.String())
 			}
 		})
+	}
+}
+
+// TestWorkerStopsWithNothingRunningWithoutGraceWarning: a worker stopped
+// with --grace 0 while no command runs says it stopped, not that the grace
+// period is over and it is stopping commands. It used to race the zero
+// grace timer against noticing that nothing ran.
+func TestWorkerStopsWithNothingRunningWithoutGraceWarning(t *testing.T) {
+	s := startAPIServer(t, nil)
+	for i := range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		var stderr lockedBuffer
+		status := make(chan int, 1)
+		go func() {
+			args := []string{"worker", "--server", s.url, "--exec", "true", "--types", "cli.idle", "--grace", "0"}
+			status <- Main(ctx, args, strings.NewReader(""), io.Discard, &stderr)
+		}()
+		pollUntil(t, 10*time.Second, "the worker to start", func() bool { return strings.Contains(stderr.String(), "leasing") },
+			func() string { return stderr.String() })
+		cancel()
+		if st := <-status; st != exitOK {
+			t.Fatalf("run %d: status %d\n%s", i, st, stderr.String())
+		}
+		if out := stderr.String(); strings.Contains(out, "grace period") || !strings.Contains(out, "stopped") {
+			t.Fatalf("run %d: with no command running, the worker's log says:\n%s", i, out)
+		}
 	}
 }
