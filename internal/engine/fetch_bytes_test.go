@@ -13,18 +13,44 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-func TestWorkerFetchCutByBytesFetchesAgainAtOnce(t *testing.T) {
-	backendtest.Run(t, testWorkerFetchCutByBytesFetchesAgainAtOnce)
+// TestFetchMayHaveMore: a fetch may have left due tasks behind when it came
+// back full, or when its payloads passed half of DefaultFetchBytes (a fetch
+// the byte bound cut short: pull leases and push deliveries); a short fetch
+// of small payloads means the queue is drained.
+func TestFetchMayHaveMore(t *testing.T) {
+	task := func(size int) store.Task { return store.Task{Payload: json.RawMessage(strings.Repeat("1", size))} }
+	for _, tc := range []struct {
+		name  string
+		tasks []store.Task
+		limit int
+		want  bool
+	}{
+		{"empty", nil, 10, false},
+		{"short and small", []store.Task{task(10), task(10)}, 10, false},
+		{"full", []store.Task{task(10), task(10)}, 2, true},
+		{"short, at half the bound", []store.Task{task(DefaultFetchBytes / 4), task(DefaultFetchBytes / 4)}, 10, false},
+		{"short, past half the bound", []store.Task{task(DefaultFetchBytes / 4), task(DefaultFetchBytes/4 + 1)}, 10, true},
+	} {
+		if got := fetchMayHaveMore(tc.tasks, tc.limit); got != tc.want {
+			t.Errorf("%s: fetchMayHaveMore = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
 
-// testWorkerFetchCutByBytesFetchesAgainAtOnce: a fetch that comes back
-// short because its payloads reached DefaultFetchBytes is not taken for a
-// drained queue: the worker fetches again at once, not at its next poll,
-// so a backlog of large tasks is run without waiting PollInterval per
-// batch.
-func testWorkerFetchCutByBytesFetchesAgainAtOnce(t *testing.T, backend string) {
+func TestWorkerFetchOfLargePayloadsFetchesAgainAtOnce(t *testing.T) {
+	backendtest.Run(t, testWorkerFetchOfLargePayloadsFetchesAgainAtOnce)
+}
+
+// testWorkerFetchOfLargePayloadsFetchesAgainAtOnce: an in-process worker
+// whose fetch comes back short but with payloads past half of
+// DefaultFetchBytes takes it for a possible backlog (fetchMayHaveMore) and
+// fetches again at once, not at its next poll (an hour here); the tasks it
+// got all run. (In-process fetches have no byte bound, so the first fetch
+// takes them all; the payloads are kept just past the threshold, since
+// larger ones made the test slow on a loaded machine under -race.)
+func testWorkerFetchOfLargePayloadsFetchesAgainAtOnce(t *testing.T, backend string) {
 	st := openWorkerStoreOn(t, backend)
-	const n, size = 6, 1500 << 10 // two tasks per fetch
+	const n, size = 3, DefaultFetchBytes/6 + 1024 // together just past half the bound
 	var news []store.NewTask
 	now := time.Now()
 	for i := range n {
@@ -45,6 +71,7 @@ func testWorkerFetchCutByBytesFetchesAgainAtOnce(t *testing.T, backend string) {
 	for _, nt := range news {
 		waitTask(t, e, nt.ID, nt.ID+" to succeed", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
 	}
+	waitFor(t, "the worker's second fetch", func() bool { return e.Counters().Fetches >= 2 })
 	if got := ran.Load(); got != n {
 		t.Fatalf("handler ran %d times, want %d", got, n)
 	}
