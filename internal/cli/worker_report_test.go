@@ -4,12 +4,9 @@ package cli
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,27 +22,8 @@ import (
 // from the start of the long poll, gave up reporting ten seconds early,
 // and the task went to the reaper (its attempt counted as expired).
 func TestWorkerReportsUntilALongPolledLeaseEnds(t *testing.T) {
-	for _, k := range []string{"RETRYQ_SERVER", "RETRYQ_API_TOKEN", "RETRYQ_READ_TOKEN", "RETRYQ_DB", "RETRYQ_LISTEN"} {
-		t.Setenv(k, "")
-	}
 	dir := t.TempDir()
-	o := &serverOptions{
-		db: "sqlite:" + filepath.Join(dir, "q.db"), listen: "127.0.0.1:0", nodeID: "test-node",
-		logFormat: "text", logLevel: "warn", maxBody: 1 << 20, poll: 100 * time.Millisecond,
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	start := func() *runningServer {
-		rs, err := startServer(context.Background(), o, log)
-		if err != nil {
-			t.Fatalf("start server on %s: %v", o.listen, err)
-		}
-		var once sync.Once
-		t.Cleanup(func() { once.Do(rs.shutdown) })
-		return rs
-	}
-	rs := start()
-	o.listen = rs.addr // the restarted server takes the same address
-	s := &apiServer{rs: rs, url: "http://" + rs.addr}
+	rs, s, start := restartableServer(t, dir)
 	p := retry.Policy{Backoff: retry.BackoffFixed, InitialDelay: time.Second, MaxDelay: time.Second, Jitter: retry.JitterNone, MaxAttempts: 3}
 	if _, err := rs.eng.PutType(context.Background(), engine.TypeSpec{Type: "cli.longpoll", Policy: p}); err != nil {
 		t.Fatal(err)

@@ -254,27 +254,8 @@ func TestWorkerProcess(t *testing.T) {
 // the outcome was dropped, the task stayed running until its lease
 // expired, and a task on its last attempt went dead although it succeeded.
 func TestWorkerReportsThroughServerRestart(t *testing.T) {
-	for _, k := range []string{"RETRYQ_SERVER", "RETRYQ_API_TOKEN", "RETRYQ_READ_TOKEN", "RETRYQ_DB", "RETRYQ_LISTEN"} {
-		t.Setenv(k, "")
-	}
 	dir := t.TempDir()
-	o := &serverOptions{
-		db: "sqlite:" + filepath.Join(dir, "q.db"), listen: "127.0.0.1:0", nodeID: "test-node",
-		logFormat: "text", logLevel: "warn", maxBody: 1 << 20, poll: 100 * time.Millisecond,
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	start := func() *runningServer {
-		rs, err := startServer(context.Background(), o, log)
-		if err != nil {
-			t.Fatalf("start server on %s: %v", o.listen, err)
-		}
-		var once sync.Once
-		t.Cleanup(func() { once.Do(rs.shutdown) })
-		return rs
-	}
-	rs := start()
-	o.listen = rs.addr // the restarted server takes the same address
-	s := &apiServer{rs: rs, url: "http://" + rs.addr}
+	rs, s, start := restartableServer(t, dir)
 	p := retry.Policy{Backoff: retry.BackoffFixed, InitialDelay: time.Second, MaxDelay: time.Second, Jitter: retry.JitterNone, MaxAttempts: 1}
 	if _, err := rs.eng.PutType(context.Background(), engine.TypeSpec{Type: "cli.restart", Policy: p}); err != nil {
 		t.Fatal(err)
@@ -526,4 +507,32 @@ func TestWorkerStopsGracefullyOnHangup(t *testing.T) {
 	if task.State != "succeeded" {
 		t.Errorf("task after a hangup: %s, want succeeded (the command finished and was reported)\n%s", task.State, diag())
 	}
+}
+
+// restartableServer starts an in-process server on a SQLite file in dir,
+// with the RETRYQ_* variables cleared. start starts it again on the same
+// address and database once the first one is shut down. Every server it
+// starts is shut down when the test ends.
+func restartableServer(t *testing.T, dir string) (rs *runningServer, s *apiServer, start func() *runningServer) {
+	t.Helper()
+	for _, k := range []string{"RETRYQ_SERVER", "RETRYQ_API_TOKEN", "RETRYQ_READ_TOKEN", "RETRYQ_DB", "RETRYQ_LISTEN"} {
+		t.Setenv(k, "")
+	}
+	o := &serverOptions{
+		db: "sqlite:" + filepath.Join(dir, "q.db"), listen: "127.0.0.1:0", nodeID: "test-node",
+		logFormat: "text", logLevel: "warn", maxBody: 1 << 20, poll: 100 * time.Millisecond,
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start = func() *runningServer {
+		rs, err := startServer(context.Background(), o, log)
+		if err != nil {
+			t.Fatalf("start server on %s: %v", o.listen, err)
+		}
+		var once sync.Once
+		t.Cleanup(func() { once.Do(rs.shutdown) })
+		return rs
+	}
+	rs = start()
+	o.listen = rs.addr // the restarted server takes the same address
+	return rs, &apiServer{rs: rs, url: "http://" + rs.addr}, start
 }
