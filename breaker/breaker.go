@@ -22,6 +22,8 @@ type Breaker struct {
 	inFlight    int            // probes let through and not yet answered
 	probeOK     int            // probe successes since half-open
 	gen         uint64         // bumped at every state change and probe round
+	pending     []Transition   // state changes not yet passed to OnStateChange
+	reporting   bool           // a goroutine is passing pending to OnStateChange
 }
 
 // Snapshot is a consistent view of a breaker's counters.
@@ -46,17 +48,10 @@ func New(name string, cfg Config) (*Breaker, error) {
 // Name returns the breaker's name.
 func (b *Breaker) Name() string { return b.name }
 
-// transitions collects the (at most two) state changes of one call, to be
-// reported after the lock is released; a fixed array keeps calls free of
-// allocations.
-type transitions struct {
-	list [2]Transition
-	n    int
-}
-
-func (b *Breaker) moveTo(to State, now time.Time, reason string, ts *transitions) {
-	ts.list[ts.n] = Transition{Name: b.name, From: b.state, To: to, At: now, Reason: reason}
-	ts.n++
+func (b *Breaker) moveTo(to State, now time.Time, reason string) {
+	if b.cfg.OnStateChange != nil {
+		b.pending = append(b.pending, Transition{Name: b.name, From: b.state, To: to, At: now, Reason: reason})
+	}
 	b.state = to
 	b.gen++
 	switch to {
@@ -72,19 +67,52 @@ func (b *Breaker) moveTo(to State, now time.Time, reason string, ts *transitions
 	}
 }
 
-func (b *Breaker) report(ts *transitions) {
-	if b.cfg.OnStateChange == nil {
+// unlock releases b.mu and then passes the pending state changes to
+// OnStateChange, in the order they happened and one at a time, without the
+// lock held. A goroutine already doing so (in a hook that calls back into
+// the breaker, or concurrently) is left to report changes made meanwhile,
+// after its own: hooks never run concurrently or out of order, and a hook
+// that changes the breaker's state does not deadlock.
+func (b *Breaker) unlock() {
+	if b.reporting || len(b.pending) == 0 {
+		b.mu.Unlock()
 		return
 	}
-	for _, t := range ts.list[:ts.n] {
+	b.reporting = true
+	for len(b.pending) > 0 {
+		batch := b.pending
+		b.pending = nil
+		b.mu.Unlock()
+		b.deliver(batch)
+		b.mu.Lock()
+	}
+	b.reporting = false
+	b.mu.Unlock()
+}
+
+// deliver calls OnStateChange for each of ts. If a call panics, reporting
+// is handed over (the changes after it are reported by the next call to
+// change the state) and the panic goes on.
+func (b *Breaker) deliver(ts []Transition) {
+	done := 0
+	defer func() {
+		if done < len(ts) {
+			b.mu.Lock()
+			b.pending = append(ts[done+1:len(ts):len(ts)], b.pending...)
+			b.reporting = false
+			b.mu.Unlock()
+		}
+	}()
+	for _, t := range ts {
 		b.cfg.OnStateChange(t)
+		done++
 	}
 }
 
 // advance moves an open breaker whose cool-down has passed to half-open.
-func (b *Breaker) advance(now time.Time, ts *transitions) {
+func (b *Breaker) advance(now time.Time) {
 	if b.state == Open && !now.Before(b.openedAt.Add(b.cfg.CoolDown)) {
-		b.moveTo(HalfOpen, now, "cool_down", ts)
+		b.moveTo(HalfOpen, now, "cool_down")
 	}
 }
 
@@ -98,18 +126,16 @@ func (b *Breaker) advance(now time.Time, ts *transitions) {
 // a call let through before the breaker opened. [Breaker.Acquire] returns
 // a [Permit] that can, and that can also be released without an outcome.
 func (b *Breaker) Allow(now time.Time) (ok bool, retryAt time.Time) {
-	var ts transitions
 	b.mu.Lock()
-	ok, retryAt, _ = b.admit(now, &ts)
-	b.mu.Unlock()
-	b.report(&ts)
+	ok, retryAt, _ = b.admit(now)
+	b.unlock()
 	return ok, retryAt
 }
 
 // admit is Allow under the lock; probe reports a call let through as a
 // half-open probe.
-func (b *Breaker) admit(now time.Time, ts *transitions) (ok bool, retryAt time.Time, probe bool) {
-	b.advance(now, ts)
+func (b *Breaker) admit(now time.Time) (ok bool, retryAt time.Time, probe bool) {
+	b.advance(now)
 	switch b.state {
 	case Closed:
 		ok = true
@@ -153,7 +179,6 @@ func (b *Breaker) Failure(now time.Time) { b.result(now, true, nil) }
 // a permit counts in the current state, and while half-open only when a
 // probe is out.
 func (b *Breaker) result(now time.Time, failed bool, p *Permit) {
-	var ts transitions
 	b.mu.Lock()
 	switch {
 	case p != nil && p.gen != b.gen:
@@ -162,22 +187,21 @@ func (b *Breaker) result(now time.Time, failed bool, p *Permit) {
 		b.consecutive++
 		b.win.Add(now, 1, 1)
 		if reason := b.tripReason(now); reason != "" {
-			b.moveTo(Open, now, reason, &ts)
+			b.moveTo(Open, now, reason)
 		}
 	case b.state == Closed:
 		b.consecutive = 0
 		b.win.Add(now, 1, 0)
 	case b.state == HalfOpen && b.inFlight > 0 && failed:
-		b.moveTo(Open, now, "probe_failed", &ts)
+		b.moveTo(Open, now, "probe_failed")
 	case b.state == HalfOpen && b.inFlight > 0:
 		b.inFlight--
 		b.probeOK++
 		if b.probeOK >= b.cfg.SuccessesToClose {
-			b.moveTo(Closed, now, "probes_succeeded", &ts)
+			b.moveTo(Closed, now, "probes_succeeded")
 		}
 	}
-	b.mu.Unlock()
-	b.report(&ts)
+	b.unlock()
 }
 
 func (b *Breaker) tripReason(now time.Time) string {
@@ -196,24 +220,20 @@ func (b *Breaker) tripReason(now time.Time) string {
 // State returns the state at now, moving an open breaker whose cool-down
 // has passed to half-open.
 func (b *Breaker) State(now time.Time) State {
-	var ts transitions
 	b.mu.Lock()
-	b.advance(now, &ts)
+	b.advance(now)
 	s := b.state
-	b.mu.Unlock()
-	b.report(&ts)
+	b.unlock()
 	return s
 }
 
 // Snapshot returns the breaker's state and counters at now (moving it to
 // half-open if its cool-down has passed).
 func (b *Breaker) Snapshot(now time.Time) Snapshot {
-	var ts transitions
 	b.mu.Lock()
-	b.advance(now, &ts)
+	b.advance(now)
 	calls, failures := b.win.Sums(now)
 	s := Snapshot{State: b.state, Calls: calls, Failures: failures, ConsecutiveFailures: b.consecutive, OpenedAt: b.openedAt}
-	b.mu.Unlock()
-	b.report(&ts)
+	b.unlock()
 	return s
 }

@@ -39,8 +39,11 @@ type Config struct {
 	// breaker; default 2.
 	SuccessesToClose int
 	// OnStateChange, if set, is called after every state change, without
-	// the breaker's lock held. Changes caused by concurrent calls may be
-	// reported out of order; Transition.At orders them.
+	// the breaker's lock held, so it may call back into the breaker. Calls
+	// are made one at a time, in the order of the changes: a change made
+	// while the hook runs (by the hook itself, or by another goroutine) is
+	// reported by the goroutine running the hook, after the change it is
+	// reporting, so the call that made it may return first.
 	OnStateChange func(Transition)
 }
 

@@ -29,6 +29,6 @@
 //
 // Every method takes the current time, so the breaker is deterministic
 // under test and never reads a clock itself. A Breaker is safe for
-// concurrent use. State changes are reported to Config.OnStateChange, called
-// without the breaker's lock held.
+// concurrent use. State changes are reported to Config.OnStateChange in
+// the order they happened, one at a time, without the breaker's lock held.
 package breaker

@@ -48,12 +48,10 @@ type Permit struct {
 // may go ahead, and otherwise an [*OpenError] (wrapping [ErrOpen]) saying
 // when to ask again.
 func (b *Breaker) Acquire(now time.Time) (Permit, error) {
-	var ts transitions
 	b.mu.Lock()
-	ok, retryAt, probe := b.admit(now, &ts)
+	ok, retryAt, probe := b.admit(now)
 	p, state := Permit{b: b, gen: b.gen, probe: probe}, b.state
-	b.mu.Unlock()
-	b.report(&ts)
+	b.unlock()
 	if !ok {
 		return Permit{}, &OpenError{Name: b.name, State: state, RetryAt: retryAt, RetryAfter: retryAt.Sub(now)}
 	}
@@ -91,5 +89,5 @@ func (p Permit) Release() {
 	if p.probe && p.gen == b.gen && b.state == HalfOpen && b.inFlight > 0 {
 		b.inFlight--
 	}
-	b.mu.Unlock()
+	b.unlock()
 }
