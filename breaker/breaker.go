@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -19,7 +20,8 @@ type Breaker struct {
 	win         window.Counter // A = calls, B = failures
 	openedAt    time.Time      // when the breaker last opened
 	lastProbe   time.Time      // when the newest probe of the current round was let through
-	inFlight    int            // probes let through and not yet answered
+	out         []uint64       // the ids of the round's probes let through and not yet answered
+	lastID      uint64         // the id of the newest probe (ids start at 1)
 	probeOK     int            // probe successes since half-open
 	gen         uint64         // bumped at every state change and probe round
 	pending     []Transition   // state changes not yet passed to OnStateChange
@@ -57,13 +59,14 @@ func (b *Breaker) moveTo(to State, now time.Time, reason string) {
 	switch to {
 	case Open:
 		b.openedAt = now
-		b.inFlight, b.probeOK = 0, 0
+		b.out, b.probeOK = b.out[:0], 0
 	case HalfOpen:
 		b.lastProbe = now
-		b.inFlight, b.probeOK = 0, 0
+		b.out, b.probeOK = b.out[:0], 0
 	case Closed:
 		b.consecutive = 0
 		b.win.Reset()
+		b.out = b.out[:0]
 	}
 }
 
@@ -132,9 +135,9 @@ func (b *Breaker) Allow(now time.Time) (ok bool, retryAt time.Time) {
 	return ok, retryAt
 }
 
-// admit is Allow under the lock; probe reports a call let through as a
-// half-open probe.
-func (b *Breaker) admit(now time.Time) (ok bool, retryAt time.Time, probe bool) {
+// admit is Allow under the lock; probe is the id of a call let through as
+// a half-open probe, and 0 for any other call.
+func (b *Breaker) admit(now time.Time) (ok bool, retryAt time.Time, probe uint64) {
 	b.advance(now)
 	switch b.state {
 	case Closed:
@@ -142,22 +145,23 @@ func (b *Breaker) admit(now time.Time) (ok bool, retryAt time.Time, probe bool) 
 	case Open:
 		retryAt = b.openedAt.Add(b.cfg.CoolDown)
 	case HalfOpen:
-		if b.inFlight >= b.cfg.HalfOpenProbes && !now.Before(b.lastProbe.Add(b.cfg.CoolDown)) {
+		if len(b.out) >= b.cfg.HalfOpenProbes && !now.Before(b.lastProbe.Add(b.cfg.CoolDown)) {
 			// Probes never answered, the newest of them for a whole
 			// cool-down: start a new round; their answers, if they ever
 			// come, belong to the old one. Timing the round from its
 			// newest probe, not its start, gives a probe let through late
 			// in the round (after another was answered) a whole cool-down
 			// too.
-			b.inFlight = 0
+			b.out = b.out[:0]
 			b.gen++
 		}
-		if b.inFlight < b.cfg.HalfOpenProbes {
-			b.inFlight++
+		if len(b.out) < b.cfg.HalfOpenProbes {
+			b.lastID++
+			b.out = append(b.out, b.lastID)
 			if now.After(b.lastProbe) { // a clock stepped back shortens no wait
 				b.lastProbe = now
 			}
-			ok, probe = true, true
+			ok, probe = true, b.lastID
 		} else {
 			retryAt = b.lastProbe.Add(b.cfg.CoolDown)
 		}
@@ -192,16 +196,33 @@ func (b *Breaker) result(now time.Time, failed bool, p *Permit) {
 	case b.state == Closed:
 		b.consecutive = 0
 		b.win.Add(now, 1, 0)
-	case b.state == HalfOpen && b.inFlight > 0 && failed:
+	case b.state != HalfOpen || !b.answered(p):
+		// Open, or no answer of a probe that is out.
+	case failed:
 		b.moveTo(Open, now, "probe_failed")
-	case b.state == HalfOpen && b.inFlight > 0:
-		b.inFlight--
+	default:
 		b.probeOK++
 		if b.probeOK >= b.cfg.SuccessesToClose {
 			b.moveTo(Closed, now, "probes_succeeded")
 		}
 	}
 	b.unlock()
+}
+
+// answered takes an answered probe off the list of probes out: p's, or,
+// without a permit, the oldest. It reports false, taking nothing, when
+// that probe is not out (p is not a probe of the round, or was answered
+// already; or no probe is out).
+func (b *Breaker) answered(p *Permit) bool {
+	i := 0
+	if p != nil {
+		i = slices.Index(b.out, p.probe)
+	}
+	if i < 0 || i >= len(b.out) {
+		return false
+	}
+	b.out = slices.Delete(b.out, i, i+1)
+	return true
 }
 
 func (b *Breaker) tripReason(now time.Time) string {

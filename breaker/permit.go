@@ -37,11 +37,13 @@ func (e *OpenError) Unwrap() error { return ErrOpen }
 // [Permit.Release]. A permit's outcome counts only in the state (and, while
 // half-open, the round of probes) it was let through in: the late answer of
 // a call let through before the breaker opened is not taken for a probe's.
-// The zero Permit belongs to no breaker; its methods do nothing.
+// A probe's answers after its first are ignored (a closed breaker's calls
+// cannot tell: answered twice, they count twice). The zero Permit belongs
+// to no breaker; its methods do nothing.
 type Permit struct {
 	b     *Breaker
 	gen   uint64
-	probe bool
+	probe uint64 // the probe's id; 0 if the call is no probe
 }
 
 // Acquire asks to make a call at now. It returns a [Permit] when the call
@@ -59,7 +61,7 @@ func (b *Breaker) Acquire(now time.Time) (Permit, error) {
 }
 
 // Probe reports whether the permit is a half-open breaker's probe.
-func (p Permit) Probe() bool { return p.probe }
+func (p Permit) Probe() bool { return p.probe != 0 }
 
 // Success records that the call succeeded at now.
 func (p Permit) Success(now time.Time) {
@@ -86,8 +88,8 @@ func (p Permit) Release() {
 	}
 	b := p.b
 	b.mu.Lock()
-	if p.probe && p.gen == b.gen && b.state == HalfOpen && b.inFlight > 0 {
-		b.inFlight--
+	if p.probe != 0 && p.gen == b.gen && b.state == HalfOpen {
+		b.answered(&p)
 	}
 	b.unlock()
 }

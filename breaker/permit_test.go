@@ -248,3 +248,25 @@ func TestProbeLetThroughLateInRoundIsWaitedForAWholeCoolDown(t *testing.T) {
 		t.Fatalf("Allow while the late probe is out: %v, +%v", ok, at.Sub(t0))
 	}
 }
+
+// A probe permit answered twice counts once: a second Release or Success
+// of the same permit frees no other probe's slot (which let more than
+// HalfOpenProbes probes out) and a second Success does not count toward
+// closing (which closed the breaker on one probe's word).
+func TestProbeAnsweredTwiceCountsOnce(t *testing.T) {
+	b := mustNew(t, Config{ConsecutiveFailures: 1, CoolDown: 10 * time.Second, HalfOpenProbes: 2, SuccessesToClose: 2})
+	mustAcquire(t, b, t0).Failure(t0)
+	half := t0.Add(10 * time.Second)
+	p, q := mustAcquire(t, b, half), mustAcquire(t, b, half)
+	p.Release()
+	p.Release()
+	mustAcquire(t, b, half)
+	if _, err := b.Acquire(half); err == nil {
+		t.Fatal("a permit released twice freed q's slot: 3 probes out with HalfOpenProbes 2")
+	}
+	q.Success(half)
+	q.Success(half)
+	if s := b.State(half); s != HalfOpen {
+		t.Fatalf("one probe's success reported twice left the breaker %v", s)
+	}
+}
