@@ -186,6 +186,8 @@ func TestConfigValidate(t *testing.T) {
 		{Config{Window: 3, Buckets: 4}, "Window"},
 		{Config{CoolDown: -1}, "CoolDown"},
 		{Config{HalfOpenProbes: -1}, "HalfOpenProbes"},
+		{Config{HalfOpenProbes: MaxHalfOpenProbes + 1}, "HalfOpenProbes"},
+		{Config{HalfOpenProbes: MaxHalfOpenProbes}, ""},
 		{Config{SuccessesToClose: -1}, "SuccessesToClose"},
 	}
 	for _, tt := range tests {

@@ -33,7 +33,7 @@ type Config struct {
 	// after its newest probe was let through; default 30s.
 	CoolDown time.Duration
 	// HalfOpenProbes is how many calls a half-open breaker lets through
-	// before it hears back; default 1.
+	// before it hears back; default 1, at most [MaxHalfOpenProbes].
 	HalfOpenProbes int
 	// SuccessesToClose is how many probe successes close a half-open
 	// breaker; default 2.
@@ -46,6 +46,10 @@ type Config struct {
 	// reporting, so the call that made it may return first.
 	OnStateChange func(Transition)
 }
+
+// MaxHalfOpenProbes bounds Config.HalfOpenProbes: a half-open breaker
+// keeps a word for each probe out until it is answered or given up on.
+const MaxHalfOpenProbes = 1 << 16
 
 // ErrInvalidConfig is wrapped by every error from [Config.Validate].
 var ErrInvalidConfig = errors.New("invalid breaker config")
@@ -116,8 +120,8 @@ func (c Config) Validate() error {
 		return bad(wf, "%s", wr)
 	case c.CoolDown < 0:
 		return bad("CoolDown", "must be > 0 (got %v)", c.CoolDown)
-	case c.HalfOpenProbes < 0:
-		return bad("HalfOpenProbes", "must be >= 1 (got %d)", c.HalfOpenProbes)
+	case c.HalfOpenProbes < 0 || c.HalfOpenProbes > MaxHalfOpenProbes:
+		return bad("HalfOpenProbes", "must be between 1 and %d (got %d)", MaxHalfOpenProbes, c.HalfOpenProbes)
 	case c.SuccessesToClose < 0:
 		return bad("SuccessesToClose", "must be >= 1 (got %d)", c.SuccessesToClose)
 	}
