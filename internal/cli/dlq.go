@@ -170,6 +170,28 @@ func sinceOnServer(ctx context.Context, c *apiClient, v string) (time.Time, erro
 	return t, nil
 }
 
+// pinSince returns args with a --since given as a duration ago replaced
+// by the time it was resolved to, for the next-page command: run later,
+// "1h" would name a later start than the first page's, and the tasks that
+// died between the two would be missing from the next pages.
+func (f *dlqFilter) pinSince(args []string) []string {
+	if f.since == "" || !isDurationAgo(f.since) {
+		return args
+	}
+	v := f.sinceRFC3339()
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		switch a := out[i]; {
+		case (a == "--since" || a == "-since") && i+1 < len(out):
+			i++
+			out[i] = v
+		case strings.HasPrefix(a, "--since=") || strings.HasPrefix(a, "-since="):
+			out[i] = a[:strings.IndexByte(a, '=')+1] + v
+		}
+	}
+	return out
+}
+
 // sinceRFC3339 is the since filter for the API, or "".
 func (f *dlqFilter) sinceRFC3339() string {
 	if f.since == "" {
@@ -272,7 +294,7 @@ func runDLQList(ctx context.Context, env *Env, args []string) int {
 	}
 	tb.write(env.Stdout)
 	if page.NextCursor != nil && *page.NextCursor != "" {
-		fmt.Fprintf(env.Stderr, "more dead tasks: %s\n", nextPageCommand(name, args, *page.NextCursor))
+		fmt.Fprintf(env.Stderr, "more dead tasks: %s\n", nextPageCommand(name, f.pinSince(args), *page.NextCursor))
 	}
 	return exitOK
 }

@@ -226,3 +226,39 @@ func TestDLQSummarySinceWithNothingNewIsNotCalledEmpty(t *testing.T) {
 		t.Errorf("dlq summary --since 1h:\n%s", out)
 	}
 }
+
+// TestDLQListNextPageKeepsTheSinceWindow: the next-page command that "dlq
+// list --since 1h" prints carries the time the first page resolved 1h to,
+// not "1h" again: run later, "1h" would name a later start, and tasks that
+// died between the two starts would be missing from the next pages.
+func TestDLQListNextPageKeepsTheSinceWindow(t *testing.T) {
+	s := startAPIServer(t, nil)
+	killTasks(t, s, "pay.charge", "402", 2)
+	before := time.Now().Add(-time.Hour - time.Minute)
+	for _, since := range [][]string{{"--since", "1h"}, {"--since=1h"}, {"-since", "1h"}} {
+		args := append([]string{"dlq", "list", "--limit", "1", "--server", s.url}, since...)
+		st, out, errOut := cli(t, "", args...)
+		line, ok := strings.CutPrefix(strings.TrimSpace(errOut), "more dead tasks: ")
+		if st != 0 || !ok || !strings.Contains(out, "pay.charge") {
+			t.Fatalf("%q: status %d\nstdout: %s\nstderr: %s", args, st, out, errOut)
+		}
+		next := strings.Fields(line)
+		var got string
+		for i, a := range next {
+			if v, ok := strings.CutPrefix(a, "--since="); ok {
+				got = v
+			} else if (a == "--since" || a == "-since") && i+1 < len(next) {
+				got = next[i+1]
+			}
+		}
+		at, err := time.Parse(time.RFC3339Nano, got)
+		if err != nil || at.Before(before) || at.After(time.Now().Add(-time.Hour+time.Minute)) {
+			t.Errorf("%q: next page command %q: --since %q, want the RFC 3339 time 1h before the first page", args, line, got)
+			continue
+		}
+		st, out, errOut = cli(t, "", append(next[1:], "--server", s.url)...)
+		if st != 0 || !strings.Contains(out, "pay.charge") || errOut != "" {
+			t.Errorf("next page %q: status %d\nstdout: %s\nstderr: %s", next, st, out, errOut)
+		}
+	}
+}
