@@ -69,14 +69,19 @@ func (f *clientFlags) client(env *Env) (*apiClient, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}
-	token := f.token
+	token, tokenSrc := f.token, "--token"
 	if token == "" {
 		if toks := splitEnv(env.Getenv("RETRYQ_API_TOKEN")); len(toks) > 0 {
-			token = toks[0]
+			token, tokenSrc = toks[0], "RETRYQ_API_TOKEN"
 		}
 	}
 	if strings.ContainsAny(token, "\r\n") {
-		return nil, errors.New("--token: must not contain line breaks")
+		return nil, fmt.Errorf("%s: must not contain line breaks", tokenSrc)
+	}
+	if strings.ContainsFunc(token, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		// HTTP refuses them in a header: the request would fail as if
+		// the server could not be reached. The token is not echoed.
+		return nil, fmt.Errorf("%s: must not contain control characters", tokenSrc)
 	}
 	c := newAPIClient(base, token)
 	if f.clock == nil {
@@ -97,6 +102,13 @@ func normalizeServerURL(raw string) (string, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") ||
 		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
 		return "", fmt.Errorf("want a server URL such as %s, got %q", defaultServerURL, raw)
+	}
+	if p := u.Port(); p != "" {
+		// url.Parse takes any digits: the dial would fail as if the
+		// server could not be reached.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("port %s is not a TCP port (1..65535) in %q", p, raw)
+		}
 	}
 	return strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/"), nil
 }
@@ -218,10 +230,13 @@ func decodeAPIError(resp *http.Response, data []byte) error {
 	e := &apiCallError{Status: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"),
 		RetryAfter: retryAfterSeconds(resp.Header.Get("Retry-After"))}
 	if json.Unmarshal(data, &body) == nil && body.Error.Message != "" {
-		e.Code, e.Message, e.Field = body.Error.Code, body.Error.Message, body.Error.Field
+		// Server data, printed on the terminal as one line: escape
+		// sequences and line breaks are dropped, as from a table's cells.
+		e.Code, e.Message, e.Field = cleanCell(body.Error.Code, 0), cleanCell(body.Error.Message, 0), body.Error.Field
 		if body.Error.RequestID != "" {
 			e.RequestID = body.Error.RequestID
 		}
+		e.RequestID = cleanCell(e.RequestID, 0)
 		if e.Status < 500 {
 			e.RequestID = "" // only server faults need it to find the log line
 		}
@@ -248,6 +263,7 @@ func decodeAPIError(resp *http.Response, data []byte) error {
 		first = "no error details"
 	}
 	e.Message = "the server answered " + resp.Status + ": " + first
+	e.RequestID = cleanCell(e.RequestID, 0)
 	if e.Status < 500 {
 		e.RequestID = ""
 	}
