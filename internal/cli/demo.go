@@ -89,9 +89,12 @@ func parseDemo(env *Env, args []string) (*demoOptions, int) {
 	if err := api.CheckListen(o.listen, false); err != nil {
 		return nil, usageError(env, name, "--listen: "+err.Error())
 	}
-	if o.db != "" && !strings.HasPrefix(o.db, "sqlite:") && !strings.HasPrefix(o.db, "postgres://") &&
-		!strings.HasPrefix(o.db, "postgresql://") && !strings.HasSuffix(o.db, ".db") {
-		return nil, usageError(env, name, fmt.Sprintf("--db: want sqlite:PATH or postgres://..., got %q", redactDSN(o.db)))
+	if o.db != "" {
+		// What migrate and server refuse before opening anything ("sqlite:"
+		// without a path too), not after the demo has begun to boot.
+		if err := checkDSN(o.db); err != nil {
+			return nil, usageError(env, name, "--db: "+err.Error())
+		}
 	}
 	return o, exitOK
 }

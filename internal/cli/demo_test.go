@@ -41,3 +41,16 @@ func TestDemo(t *testing.T) {
 		t.Errorf("the demo's dead tasks are not in %s: %+v", db, sum)
 	}
 }
+
+// TestDemoUnopenableDBIsAUsageError: a demo --db naming no database
+// ("sqlite:" without a path) is a bad flag, exit 2, as for migrate and
+// server; it was exit status 1 after starting to boot.
+func TestDemoUnopenableDBIsAUsageError(t *testing.T) {
+	clearServerEnv(t)
+	for _, dsn := range []string{"sqlite:", "sqlite://"} {
+		st, out, errOut := runMain("demo", "--db", dsn, "--duration", "1s")
+		if st != exitUsage || out != "" || !strings.Contains(errOut, "--db") {
+			t.Errorf("demo --db %q: status %d\nstdout: %q\nstderr: %q; want %d naming --db", dsn, st, out, errOut, exitUsage)
+		}
+	}
+}
