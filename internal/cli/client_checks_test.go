@@ -76,3 +76,43 @@ func TestServerURLWithBadPortIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIOneLineAnswersReachTheTerminalClean: the lines enqueue, tasks
+// cancel and retry, and types set print from a task or type the server
+// answered (id, type, state, dead reason) hold no escape sequences or line
+// breaks, as the tables' cells do not: they were printed raw.
+func TestCLIOneLineAnswersReachTheTerminalClean(t *testing.T) {
+	clearServerEnv(t)
+	t.Setenv("RETRYQ_SERVER", "")
+	const task = `{"id":"01HXZ5K3J8T9M2Q4V6W8Y0A1B2\u001b]0;pwned\u0007","type":"a.b\u001b[2J\nretryq: ok","state":"dead\u009b31m",` +
+		`"dead_reason":"x\u001b[31m","idempotency_key":"k","duplicate":%s,"run_at":"2024-05-01T12:00:00Z","created_at":"2024-05-01T12:00:00Z"}`
+	var duplicate atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if strings.HasPrefix(r.URL.Path, "/v1/types/") {
+			_, _ = io.WriteString(w, `{"type":"a.b\u001b[2J","retry":{"backoff":"exponential\u001b[31m"}}`)
+			return
+		}
+		_, _ = io.WriteString(w, strings.Replace(task, "%s", map[bool]string{true: "true", false: "false"}[duplicate.Load()], 1))
+	}))
+	defer srv.Close()
+	policy := t.TempDir() + "/p.json"
+	writeTestFile(t, policy, `{"priority": 1}`)
+	for _, tc := range []struct {
+		dup  bool
+		args []string
+	}{
+		{false, []string{"enqueue", "a.b"}},
+		{true, []string{"enqueue", "a.b", "--key", "k"}},
+		{false, []string{"tasks", "cancel", "01HXZ5K3J8T9M2Q4V6W8Y0A1B2"}},
+		{false, []string{"tasks", "retry", "01HXZ5K3J8T9M2Q4V6W8Y0A1B2"}},
+		{false, []string{"types", "set", "a.b", "--file", policy}},
+	} {
+		duplicate.Store(tc.dup)
+		st, out, errOut := cli(t, "", append(tc.args, "--server", srv.URL)...)
+		if st != exitOK || strings.ContainsFunc(strings.ReplaceAll(out, "\n", ""), unprintable) ||
+			(tc.args[0] != "types" && strings.Count(out, "\n") != 1) {
+			t.Errorf("retryq %s: status %d\nstdout: %q\nstderr: %q", strings.Join(tc.args, " "), st, out, errOut)
+		}
+	}
+}

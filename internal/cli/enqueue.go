@@ -124,7 +124,7 @@ func runEnqueue(ctx context.Context, env *Env, args []string) int {
 		return st
 	}
 	if t.Duplicate {
-		fmt.Fprintf(env.Stdout, "duplicate: key %q already names task %s (%s); nothing added\n", t.IdempotencyKey, t.ID, stateLabel(&t))
+		fmt.Fprintf(env.Stdout, "duplicate: key %q already names task %s (%s); nothing added\n", t.IdempotencyKey, cleanCell(t.ID, 0), cleanCell(stateLabel(&t), 0))
 	} else {
 		when := "now"
 		if t.State == "scheduled" {
@@ -142,7 +142,8 @@ func runEnqueue(ctx context.Context, env *Env, args []string) int {
 			}
 			when = fmtTime(t.RunAt) + " (" + rel + ")"
 		}
-		fmt.Fprintf(env.Stdout, "enqueued %s: %s, %s, runs %s\n", t.Type, t.ID, t.State, when)
+		// The answer's fields are server data, cleaned as table cells are.
+		fmt.Fprintf(env.Stdout, "enqueued %s: %s, %s, runs %s\n", cleanCell(t.Type, 0), cleanCell(t.ID, 0), cleanCell(t.State, 0), when)
 	}
 	return exitOK
 }

@@ -386,6 +386,7 @@ func runTaskAction(ctx context.Context, env *Env, action string, args []string) 
 		return st
 	}
 	verb := map[string]string{"cancel": "cancelled", "retry": "retried"}[action]
-	fmt.Fprintf(env.Stdout, "%s task %s (%s), now %s\n", verb, t.ID, t.Type, stateLabel(&t))
+	// The answer's fields are server data, cleaned as table cells are.
+	fmt.Fprintf(env.Stdout, "%s task %s (%s), now %s\n", verb, cleanCell(t.ID, 0), cleanCell(t.Type, 0), cleanCell(stateLabel(&t), 0))
 	return exitOK
 }

@@ -296,7 +296,7 @@ func runTypesSet(ctx context.Context, env *Env, args []string) int {
 		printJSON(env.Stdout, raw)
 		return exitOK
 	}
-	fmt.Fprintf(env.Stdout, "stored the configuration of %s:\n", t.Type)
+	fmt.Fprintf(env.Stdout, "stored the configuration of %s:\n", cleanCell(t.Type, 0))
 	writeTypeConfig(env.Stdout, &t)
 	return exitOK
 }
