@@ -163,7 +163,10 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 		n, err = res.RowsAffected()
 		return err
 	})
-	return int(n), err
+	if err != nil {
+		return 0, err // rolled back: nothing moved
+	}
+	return int(n), nil
 }
 
 // PurgeDead implements store.Store.
@@ -183,7 +186,10 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 		n = total(byType)
 		return err
 	})
-	return n, err
+	if err != nil {
+		return 0, err // rolled back: nothing deleted
+	}
+	return n, nil
 }
 
 // deleteTasks deletes the tasks whose rowids sel selects, and their history,
@@ -265,7 +271,10 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (st
 		}
 		return nil
 	})
-	return res, err
+	if err != nil {
+		return store.RetentionResult{}, err // rolled back: nothing deleted
+	}
+	return res, nil
 }
 
 // Stats implements store.Store.
