@@ -89,8 +89,10 @@ func (c *Client) DeadSummary(ctx context.Context, since time.Time) ([]DeadGroup,
 }
 
 // Redrive puts the dead-lettered tasks matching f back to pending with
-// fresh attempts, as Retry does for one, and returns how many it moved.
-// The zero DeadFilter redrives every dead task.
+// fresh attempts, as Retry does for one, and returns how many it moved
+// (with an error, how many moved before it: on PostgreSQL a Limit may be
+// filled in several transactions). The zero DeadFilter redrives every
+// dead task.
 func (c *Client) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 	if err := c.check(false); err != nil {
 		return 0, fmt.Errorf("redrive dead tasks: %w", err)
@@ -100,13 +102,14 @@ func (c *Client) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 	}
 	n, err := c.e.Redrive(ctx, deadFilter(f))
 	if err != nil {
-		return 0, callErr("redrive dead tasks", deadFields, err)
+		return n, callErr("redrive dead tasks", deadFields, err)
 	}
 	return n, nil
 }
 
 // Purge deletes the dead-lettered tasks matching f, with their history,
-// and returns how many it deleted. Their idempotency keys are free again.
+// and returns how many it deleted (with an error, how many it deleted
+// before it). Their idempotency keys are free again.
 // The zero DeadFilter purges every dead task.
 func (c *Client) Purge(ctx context.Context, f DeadFilter) (int, error) {
 	if err := c.check(false); err != nil {
@@ -117,7 +120,7 @@ func (c *Client) Purge(ctx context.Context, f DeadFilter) (int, error) {
 	}
 	n, err := c.e.Purge(ctx, deadFilter(f))
 	if err != nil {
-		return 0, callErr("purge dead tasks", deadFields, err)
+		return n, callErr("purge dead tasks", deadFields, err)
 	}
 	return n, nil
 }

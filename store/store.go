@@ -79,10 +79,13 @@ type Store interface {
 	// reason, largest group first.
 	DeadSummary(ctx context.Context, p SummaryParams) ([]DeadGroup, error)
 	// RedriveDead retries (as RetryTask) up to Limit dead tasks matching the
-	// filter in one transaction and returns how many moved.
+	// filter in one transaction and returns how many moved. With an error
+	// it returns how many moved in transactions that committed before it
+	// (a backend may fill a Limit in several), 0 when none did.
 	RedriveDead(ctx context.Context, p DeadFilter) (int, error)
 	// PurgeDead deletes dead tasks matching the filter (and their history)
-	// and returns how many were deleted.
+	// and returns how many were deleted; with an error, how many were
+	// deleted by transactions that committed before it.
 	PurgeDead(ctx context.Context, p DeadFilter) (int, error)
 
 	// DeleteFinished enforces retention: it deletes up to Limit tasks (with

@@ -216,33 +216,35 @@ func (e *Engine) DeadSummary(ctx context.Context, since time.Time) ([]store.Dead
 	return e.st.DeadSummary(ctx, store.SummaryParams{Since: since})
 }
 
-// Redrive puts dead tasks matching the filter back to pending.
+// Redrive puts dead tasks matching the filter back to pending. With an
+// error it returns how many tasks moved before it (the PostgreSQL store
+// commits a Limit's rounds one by one), logged as a success is: those
+// tasks are pending again whatever the error says.
 func (e *Engine) Redrive(ctx context.Context, f store.DeadFilter) (int, error) {
 	if err := e.checkDeadFilter(&f); err != nil {
 		return 0, err
 	}
-	n, err := e.st.RedriveDead(ctx, f)
-	if err != nil {
-		return 0, err // "redrive dead tasks: ..." from the store
+	n, err := e.st.RedriveDead(ctx, f) // errors: "redrive dead tasks: ..." from the store
+	if err == nil || n > 0 {
+		e.log.Info("dead tasks redriven", "count", n, "type", f.Type, "error_code", f.ErrorCode, "reason", f.Reason)
 	}
-	e.log.Info("dead tasks redriven", "count", n, "type", f.Type, "error_code", f.ErrorCode, "reason", f.Reason)
 	if n > 0 {
 		e.wake.broadcast()
 	}
-	return n, nil
+	return n, err
 }
 
-// Purge deletes dead tasks matching the filter.
+// Purge deletes dead tasks matching the filter. With an error it returns
+// how many tasks were deleted before it, logged as a success is.
 func (e *Engine) Purge(ctx context.Context, f store.DeadFilter) (int, error) {
 	if err := e.checkDeadFilter(&f); err != nil {
 		return 0, err
 	}
-	n, err := e.st.PurgeDead(ctx, f)
-	if err != nil {
-		return 0, err // "purge dead tasks: ..." from the store
+	n, err := e.st.PurgeDead(ctx, f) // errors: "purge dead tasks: ..." from the store
+	if err == nil || n > 0 {
+		e.log.Info("dead tasks purged", "count", n, "type", f.Type, "error_code", f.ErrorCode, "reason", f.Reason)
 	}
-	e.log.Info("dead tasks purged", "count", n, "type", f.Type, "error_code", f.ErrorCode, "reason", f.Reason)
-	return n, nil
+	return n, err
 }
 
 // Stats returns per-type statistics over the last window.
