@@ -15,10 +15,10 @@ import (
 var ErrLeaseLost = fmt.Errorf("the task was reaped, cancelled or taken by another worker: %w", store.ErrLeaseLost)
 
 // ErrLeaseExpired is the cancellation cause of a handler the lease
-// watchdog stopped: its lease's last known expiry passed without a
-// heartbeat extending it (as far as this process knows: one may still be
-// on its way).
-var ErrLeaseExpired = fmt.Errorf("lease expired without a heartbeat: %w", ErrLeaseLost)
+// watchdog stopped: its lease's last known expiry came within a tenth of
+// the lease without a heartbeat extending it (as far as this process
+// knows: one may still be on its way).
+var ErrLeaseExpired = fmt.Errorf("lease about to expire without a heartbeat: %w", ErrLeaseLost)
 
 // ErrTaskCancelled is the cancellation cause of a handler whose task was
 // cancelled while it ran (a lost lease, told at once instead of found by
@@ -287,11 +287,12 @@ func (lt *leaseTable) remove(taskID, leaseID string) bool {
 }
 
 // expire is the local lease watchdog: every lease whose last known expiry
-// (as granted or last successfully extended) is before now is marked lost
-// and its handler cancelled, whether or not a heartbeat could reach the
-// store. It returns the ids of the tasks it stopped and the earliest expiry
-// still ahead (zero when none).
-func (lt *leaseTable) expire(now time.Time) (stopped []string, next time.Time) {
+// (as granted or last successfully extended) is less than margin after now
+// is marked lost and its handler cancelled, whether or not a heartbeat could
+// reach the store. It returns the ids of the tasks it stopped and the
+// earliest instant a lease still held is to be stopped at (its expiry less
+// margin; zero when none).
+func (lt *leaseTable) expire(now time.Time, margin time.Duration) (stopped []string, next time.Time) {
 	var cancels []context.CancelCauseFunc
 	lt.mu.Lock()
 	for id, h := range lt.m {
@@ -300,7 +301,8 @@ func (lt *leaseTable) expire(now time.Time) (stopped []string, next time.Time) {
 			// out, the store refuses its outcome.
 			continue
 		}
-		if now.After(h.expires) {
+		stopAt := h.expires.Add(-margin)
+		if now.After(stopAt) {
 			h.lost = true
 			stopped = append(stopped, id)
 			if h.cancel != nil {
@@ -308,8 +310,8 @@ func (lt *leaseTable) expire(now time.Time) (stopped []string, next time.Time) {
 			}
 			continue
 		}
-		if next.IsZero() || h.expires.Before(next) {
-			next = h.expires
+		if next.IsZero() || stopAt.Before(next) {
+			next = stopAt
 		}
 	}
 	lt.mu.Unlock()
@@ -395,8 +397,8 @@ func (e *Engine) heartbeat(ctx context.Context, timeout time.Duration, logFailur
 		cancel()
 		if err != nil {
 			// The database is away or slow: these leases keep their last
-			// expiry, and the watchdog stops their handlers once it
-			// passes (another worker may be given the tasks then).
+			// expiry, and the watchdog stops their handlers a margin
+			// before it (another worker may be given the tasks then).
 			if ctx.Err() == nil && logFailure {
 				e.log.Warn("heartbeat failed", "leases", end-start, "err", err)
 			}
@@ -424,12 +426,14 @@ func (e *Engine) heartbeat(ctx context.Context, timeout time.Duration, logFailur
 }
 
 // leaseWatchdog stops, independently of the heartbeat calls, the handlers
-// whose lease expiry (as granted or last successfully extended) has passed:
-// from then on the reaper may give their tasks to another worker. It checks
-// every third of the lease duration, and at the earliest expiry when that
-// comes sooner.
+// whose lease expiry (as granted or last successfully extended) is less
+// than watchdogMargin away: from the expiry on the reaper may give their
+// tasks to another worker, and they must have stopped by then. It checks
+// every third of the lease duration, and at the earliest such instant when
+// that comes sooner.
 func (e *Engine) leaseWatchdog(ctx context.Context) {
 	interval := e.cfg.LeaseDuration / 3
+	margin := watchdogMargin(e.cfg.LeaseDuration)
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	for {
@@ -439,15 +443,24 @@ func (e *Engine) leaseWatchdog(ctx context.Context) {
 		case <-timer.C:
 		}
 		now := e.now()
-		stopped, next := e.leases.expire(now)
+		stopped, next := e.leases.expire(now, margin)
 		for _, id := range stopped {
-			e.log.Warn("lease expired without a heartbeat; cancelling handler", "task_id", id)
+			e.log.Warn("lease about to expire without a heartbeat; cancelling handler", "task_id", id, "margin", margin)
 		}
 		wait := interval
 		if !next.IsZero() {
-			// Just past the expiry: a lease is expired once now is after it.
+			// Just past the instant: a lease is stopped once now is after it.
 			wait = min(wait, next.Sub(now)+time.Millisecond)
 		}
 		timer.Reset(max(wait, time.Millisecond))
 	}
 }
+
+// watchdogMargin is how long before a lease's known expiry the watchdog
+// stops its handler: a tenth of the lease (3 s of the default 30 s). It
+// covers the watchdog's timer firing late on a loaded machine, the
+// handler's return and the give-back of its lease, and the uncertainty of
+// the clock offset between nodes, so that the handler has stopped before
+// another node's reaper, on time, may hand the task to another worker. A
+// heartbeat that succeeds keeps a lease at least a third of it ahead.
+func watchdogMargin(lease time.Duration) time.Duration { return lease / 10 }

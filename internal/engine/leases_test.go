@@ -54,7 +54,8 @@ func TestLeaseTableActsOnCurrentLeaseOnly(t *testing.T) {
 }
 
 // TestLeaseTableExpire: the watchdog scan stops handlers whose last known
-// expiry has passed, keeps the others and tells the next expiry.
+// expiry is less than the margin away, keeps the others and tells when the
+// next is to be stopped.
 func TestLeaseTableExpire(t *testing.T) {
 	lt := newLeaseTable()
 	now := time.Now()
@@ -68,7 +69,7 @@ func TestLeaseTableExpire(t *testing.T) {
 	lt.start("old", "L1", cancelOld)
 	lt.start("new", "L2", cancelNew)
 
-	stopped, next := lt.expire(now)
+	stopped, next := lt.expire(now, 0)
 	if len(stopped) != 2 {
 		t.Errorf("stopped %v, want old and waiting", stopped)
 	}
@@ -84,8 +85,18 @@ func TestLeaseTableExpire(t *testing.T) {
 	if lt.start("waiting", "L3", func(error) {}) {
 		t.Error("a task whose lease expired in the prefetch buffer may start")
 	}
-	if stopped, _ := lt.expire(now); len(stopped) != 0 {
+	if stopped, _ := lt.expire(now, 0); len(stopped) != 0 {
 		t.Errorf("second scan stopped %v again", stopped)
+	}
+	// With a margin, a lease is stopped that long before its expiry, and
+	// the next instant told is the next expiry less the margin.
+	lt.add("soon", "L4", now.Add(30*time.Second))
+	stopped, next = lt.expire(now, 40*time.Second)
+	if len(stopped) != 1 || stopped[0] != "soon" {
+		t.Errorf("with a 40s margin, stopped %v, want soon (expiring in 30s)", stopped)
+	}
+	if want := now.Add(20 * time.Second); !next.Equal(want) {
+		t.Errorf("with a 40s margin, next %v, want %v (a minute away less the margin)", next, want)
 	}
 }
 

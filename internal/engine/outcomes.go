@@ -123,13 +123,13 @@ func (e *Engine) record(ctx context.Context, t *store.Task, o store.Outcome) err
 
 // giveBackExpired releases the lease of an attempt (a handler or a push
 // delivery) the lease watchdog stopped (ErrLeaseExpired), in case it is
-// current after all: a heartbeat sent before the lease's expiry may commit
-// after the watchdog gave up on it, and the task would then sit running
-// under a lease nobody holds until the reaper counted the cut attempt as a
-// lease expiry. The store refuses the release of a lease that is truly gone
-// (expired, reaped, taken), which is the usual case: that refusal is not
-// logged, and is counted in LeaseLost as a refused outcome is. done runs once
-// the outcome is settled.
+// current: the watchdog stops it a margin before the expiry, and a
+// heartbeat sent before the expiry may commit after the watchdog gave up
+// on it. Left alone, the task would sit running under a lease nobody holds
+// until the reaper counted the cut attempt as a lease expiry. The store
+// refuses the release of a lease that is truly gone (expired, reaped,
+// taken): that refusal is not logged, and is counted in LeaseLost as a
+// refused outcome is. done runs once the outcome is settled.
 func (e *Engine) giveBackExpired(t *store.Task, done func()) {
 	out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
 	e.outcomes.submit(out, func(_ struct{}, err error) {
