@@ -386,12 +386,16 @@ func (e *Engine) heartbeat(ctx context.Context, timeout time.Duration, logFailur
 		return true
 	}
 	ok = true
-	now := e.now()
-	for i := range refs {
-		refs[i].ExpiresAt = now.Add(e.cfg.LeaseDuration)
-	}
 	for start := 0; start < len(refs) && ctx.Err() == nil; start += 1000 {
 		end := min(start+1000, len(refs))
+		// Each call on its own time: behind slow earlier calls, a time
+		// read once for the pass would extend this call's leases by what
+		// is left of a lease counted from the pass's start, and have the
+		// store judge their expiry by a time already past.
+		now := e.now()
+		for i := start; i < end; i++ {
+			refs[i].ExpiresAt = now.Add(e.cfg.LeaseDuration)
+		}
 		callCtx, cancel := context.WithTimeout(ctx, timeout)
 		errs, err := e.st.ExtendLeases(callCtx, store.ExtendParams{Leases: refs[start:end], Now: now})
 		cancel()
