@@ -235,7 +235,8 @@ func (e *Engine) Heartbeat(ctx context.Context, token string, d time.Duration) (
 	return exp, nil
 }
 
-// leasedTask loads a task and checks that the token's lease is current.
+// leasedTask loads a task and checks that the token's lease is current; a
+// lease that is not is counted in LeaseLost.
 func (e *Engine) leasedTask(ctx context.Context, id, token string) (store.Task, error) {
 	taskID, leaseID, err := ParseLeaseToken(token)
 	if err != nil {
@@ -251,6 +252,9 @@ func (e *Engine) leasedTask(ctx context.Context, id, token string) (store.Task, 
 	// A lease is current up to and including its expiry instant, as in
 	// the store (docs/storage.md).
 	if t.State != store.StateRunning || t.LeaseID != leaseID || e.now().After(t.LeaseExpiresAt) {
+		// A report not sent because its lease is gone counts in
+		// LeaseLost, as one the store refuses does (commitOutcomes).
+		e.ctr.leaseLost.Add(1)
 		return store.Task{}, fmt.Errorf("task %s (state %s): %w", id, t.State, store.ErrLeaseLost)
 	}
 	return t, nil
