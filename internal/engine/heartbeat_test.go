@@ -186,14 +186,16 @@ func (s *outageExtends) ExtendLeases(ctx context.Context, p store.ExtendParams) 
 // TestHeartbeatRetriedSoonAfterTransientFailure: a heartbeat that fails
 // because the database is briefly away is tried again well before the
 // leases it carried run out, not only a whole heartbeat interval later. A
-// database away for half the lease, from just after a heartbeat, then costs
-// no running attempt: before, the two heartbeats of the outage both failed,
+// database away for 40% of the lease, from a heartbeat interval after a
+// heartbeat (the watchdog's margin, a tenth of the lease, leaves a loaded
+// machine about as much room again), then costs no running attempt: before, the two heartbeats of the outage both failed,
 // the next came at the lease's expiry instant, and the watchdog stopped the
 // handler (its attempt later counted as a lease expiry by the reaper).
 func TestHeartbeatRetriedSoonAfterTransientFailure(t *testing.T) {
 	const lease = 900 * time.Millisecond
+	const outage = lease * 2 / 5
 	interval := lease / 3
-	st := &outageExtends{outcomeLog: outcomeLog{Store: openWorkerStoreOn(t, "sqlite")}, d: lease / 2,
+	st := &outageExtends{outcomeLog: outcomeLog{Store: openWorkerStoreOn(t, "sqlite")}, d: outage,
 		calls: make(chan outageCall, 1024)}
 	e := startWorkerEngine(t, st, Config{LeaseDuration: lease, NoScheduler: true})
 	started, finish := make(chan struct{}, 1), make(chan struct{})
@@ -213,7 +215,7 @@ func TestHeartbeatRetriedSoonAfterTransientFailure(t *testing.T) {
 	recvWithin(t, started, 10*time.Second, "the handler to start")
 	first := recvWithin(t, st.calls, 10*lease, "the outage's first failed heartbeat")
 	var next outageCall
-	for i := 0; i < 1000; i++ { // bounded: the outage lasts lease/2
+	for i := 0; i < 1000; i++ { // bounded: the outage lasts 40% of the lease
 		c := recvWithin(t, st.calls, 10*lease, "a heartbeat after the outage began")
 		if i == 0 {
 			if gap := c.at.Sub(first.at); gap >= interval/2 {
@@ -233,7 +235,7 @@ func TestHeartbeatRetriedSoonAfterTransientFailure(t *testing.T) {
 	for mustGet(t, e, id).State != store.StateSucceeded {
 		select {
 		case cause := <-stopped:
-			t.Fatalf("handler stopped (%v) although the database was away for only %v of its %v lease", cause, lease/2, lease)
+			t.Fatalf("handler stopped (%v) although the database was away for only %v of its %v lease", cause, outage, lease)
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
