@@ -60,7 +60,7 @@ func TestWorkerStopsWithNothingRunningWithoutGraceWarning(t *testing.T) {
 			status <- Main(ctx, args, strings.NewReader(""), io.Discard, &stderr)
 		}()
 		pollUntil(t, 10*time.Second, "the worker to start", func() bool { return strings.Contains(stderr.String(), "leasing") },
-			func() string { return stderr.String() })
+			stderr.String)
 		cancel()
 		if st := <-status; st != exitOK {
 			t.Fatalf("run %d: status %d\n%s", i, st, stderr.String())
