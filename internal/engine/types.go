@@ -152,6 +152,11 @@ type TypeSpec struct {
 type typeEntry struct {
 	spec   TypeSpec
 	loaded time.Time
+	// used is when the entry was last asked for past typeCacheTTL (the
+	// ask that starts a load; a younger entry is in use by its age
+	// alone), so that the sweep keeps a type in use whose reads fail.
+	// Guarded by typeCache.mu.
+	used time.Time
 }
 
 // typeCache holds the types' configurations read from the store. An entry
@@ -187,11 +192,13 @@ func newTypeCache(e *Engine) *typeCache {
 	return &typeCache{e: e, m: make(map[string]*typeEntry), loading: make(map[string]*typeLoad), sweepAt: typeCacheMaxEntries}
 }
 
-// sweep drops the entries not read again for typeCacheMaxStale: their
-// types have not been used for a while. c.mu is held.
+// sweep drops the entries neither read again nor asked for over
+// typeCacheMaxStale: their types have not been used for a while. An entry
+// whose reads fail (the last known configuration) is kept while its type
+// is in use. c.mu is held.
 func (c *typeCache) sweep(now time.Time) {
 	for typ, ent := range c.m {
-		if now.Sub(ent.loaded) >= typeCacheMaxStale {
+		if now.Sub(ent.loaded) >= typeCacheMaxStale && now.Sub(ent.used) >= typeCacheMaxStale {
 			delete(c.m, typ)
 		}
 	}
@@ -211,6 +218,9 @@ func (c *typeCache) get(ctx context.Context, typ string) (*typeEntry, error) {
 	if ent != nil && now.Sub(ent.loaded) < typeCacheTTL {
 		c.mu.Unlock()
 		return ent, nil
+	}
+	if ent != nil {
+		ent.used = now
 	}
 	ld := c.loading[typ]
 	if ld == nil {

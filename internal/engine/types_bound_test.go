@@ -2,8 +2,12 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
 )
 
 // TestTypeCacheForgetsTypesNotUsedForAWhile: every type name asked about
@@ -38,5 +42,38 @@ func TestTypeCacheForgetsTypesNotUsedForAWhile(t *testing.T) {
 	e.types.mu.RUnlock()
 	if size > 2*typeCacheMaxEntries {
 		t.Fatalf("after %d distinct types, %d of them unused, the cache holds %d entries; want at most %d", n, 2*typeCacheMaxEntries, size, 2*typeCacheMaxEntries)
+	}
+}
+
+// TestTypeCacheSweepKeepsTypesInUseWhoseRefreshFails: the sweep drops the
+// entries of types not used for a while, not those of types in use whose
+// reads fail (a configuration written by a newer version during a rolling
+// upgrade, which this node cannot decode): their last known configuration
+// is what the node runs and decides their attempts under. Before, the
+// sweep judged "unused" by the time of the last successful read, so the
+// first sweep dropped such a type in constant use, and from then on its
+// enqueues failed and its attempts were held back.
+func TestTypeCacheSweepKeepsTypesInUseWhoseRefreshFails(t *testing.T) {
+	e, cs := newTypesEngine(t)
+	ctx := context.Background()
+	putStored(t, cs, "ocr", 3)
+	if _, err := e.TypeSpec(ctx, "ocr"); err != nil {
+		t.Fatal(err)
+	}
+	// Another node, newer, stores a policy this one cannot decode.
+	if _, err := cs.Store.PutType(ctx, store.TypeConfig{Type: "ocr", Policy: json.RawMessage(`{"backoff":"fibonacci"}`), Priority: 4}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	ageBy(e, "ocr", time.Minute)
+	if spec, err := e.TypeSpec(ctx, "ocr"); err != nil || spec.Priority != 3 {
+		t.Fatalf("while the configuration does not decode: priority %d, err %v; want the last known 3", spec.Priority, err)
+	}
+	for i := range typeCacheMaxEntries {
+		if _, err := e.TypeSpec(ctx, fmt.Sprintf("tenant/%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if spec, err := e.TypeSpec(ctx, "ocr"); err != nil || spec.Priority != 3 {
+		t.Fatalf("after a sweep, a type in use whose reads fail: priority %d, err %v; want the last known 3", spec.Priority, err)
 	}
 }
