@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +81,25 @@ func (r *writeReq) claim() error {
 		return context.Canceled // abandoned just now; its caller has returned
 	}
 	return nil
+}
+
+// run runs the write's fn in tx with a context that is never cancelled
+// (see write). A panic in fn fails this write alone (its savepoint is
+// rolled back like any failed write's) instead of ending the writer
+// goroutine, and with it the process, with every other write of the group.
+func (r *writeReq) run(tx *sql.Tx) error {
+	return runGuarded(func() error { return r.fn(context.WithoutCancel(r.ctx), tx) })
+}
+
+// runGuarded calls fn and returns its error, or an error naming the panic
+// (with its stack, for the log) when fn panics.
+func runGuarded(fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("run write: panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return fn()
 }
 
 func isInsert(r *writeReq) bool  { return r.ins != nil }
@@ -255,7 +275,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 		r := batch[0]
 		if err := r.claim(); err != nil {
 			errs[0] = err
-		} else if errs[0] = r.fn(context.WithoutCancel(r.ctx), tx); errs[0] == nil {
+		} else if errs[0] = r.run(tx); errs[0] == nil {
 			commit(tx)
 			return
 		}
@@ -264,11 +284,21 @@ func (s *Store) commitGroup(batch []*writeReq) {
 		return
 	}
 	// fail ends the transaction after a savepoint command failed: nobody's
-	// work survives.
+	// work survives. A write that failed on its own keeps its error; the
+	// others get err as store.ErrUnavailable: their work was lost with the
+	// transaction (SQLite rolls it back whole on some errors of a
+	// statement, and the savepoint is then gone), and the call may be
+	// retried.
 	fail := func(err error) {
 		_ = tx.Rollback() // err says what went wrong
+		lost := translate("run write group", err)
+		if !errors.Is(lost, store.ErrUnavailable) {
+			lost = fmt.Errorf("%w: %w", store.ErrUnavailable, lost)
+		}
 		for j := range errs {
-			errs[j] = err
+			if errs[j] == nil {
+				errs[j] = lost
+			}
 		}
 		reply(nil)
 	}
@@ -293,9 +323,9 @@ func (s *Store) commitGroup(batch []*writeReq) {
 			fail(err)
 			return
 		}
-		if errs[i] = r.fn(context.WithoutCancel(r.ctx), tx); errs[i] != nil {
+		if errs[i] = r.run(tx); errs[i] != nil {
 			if _, err := tx.ExecContext(bg, "ROLLBACK TO w"); err != nil {
-				fail(err)
+				fail(fmt.Errorf("roll back a write that failed (%v): %w", errs[i], err))
 				return
 			}
 		} else {
@@ -333,9 +363,9 @@ func (s *Store) mergeInserts(ctx context.Context, tx *sql.Tx, batch []*writeReq,
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT m"); err != nil {
 		return 0, err
 	}
-	if err := s.insertJobs(ctx, tx, jobs); err != nil {
+	if insErr := runGuarded(func() error { return s.insertJobs(ctx, tx, jobs) }); insErr != nil {
 		if _, err := tx.ExecContext(ctx, "ROLLBACK TO m"); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("roll back merged inserts that failed (%v): %w", insErr, err)
 		}
 		_, err := tx.ExecContext(ctx, "RELEASE m")
 		return 0, err
