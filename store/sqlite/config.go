@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"fmt"
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -22,6 +23,8 @@ type Config struct {
 	Synchronous string
 	// BusyTimeout is how long a connection waits for a lock held by another
 	// process before failing with store.ErrUnavailable. Default 5s.
+	// SQLite counts it in whole milliseconds: it is rounded up, and
+	// bounded to 2^31-1 ms (about 24.8 days).
 	BusyTimeout time.Duration
 	// MaxReaders is the size of the read-only connection pool. Default 4.
 	MaxReaders int
@@ -93,10 +96,22 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// busyMillis converts a (positive) busy timeout to SQLite's busy_timeout:
+// whole milliseconds, rounded up, and at most the int32 SQLite reads. Both
+// 0 (a timeout under a millisecond truncated) and a value past int32 (which
+// SQLite reads as 0) would turn off waiting for another process's lock.
+func busyMillis(d time.Duration) int64 {
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return int64(min(ms, math.MaxInt32))
+}
+
 // dsn builds the modernc.org/sqlite data source name of one connection.
 func (c Config) dsn(writer bool) string {
 	q := url.Values{}
-	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(c.BusyTimeout.Milliseconds(), 10)+")")
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(busyMillis(c.BusyTimeout), 10)+")")
 	q.Add("_pragma", "cache_size(-"+strconv.Itoa(c.CacheSizeKiB)+")")
 	q.Add("_pragma", "temp_store(MEMORY)")
 	// Ephemeral tables (UPDATE ... FROM (VALUES ...), sorters) take their

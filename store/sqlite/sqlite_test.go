@@ -420,3 +420,27 @@ func TestChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestBusyTimeoutNeverZero: a BusyTimeout under a millisecond waits a
+// millisecond, and one beyond what SQLite's busy_timeout holds (an int32 of
+// milliseconds, about 24 days) waits that long. Both used to reach SQLite
+// as busy_timeout 0, which does not wait at all: with another process
+// holding the lock, every write failed at once.
+func TestBusyTimeoutNeverZero(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{{500 * time.Microsecond, "1"}, {1500 * time.Microsecond, "2"}, {1000 * time.Hour, "2147483647"}, {1<<63 - 1, "2147483647"}} {
+		s, err := Open(t.Context(), Config{Path: filepath.Join(t.TempDir(), "b.db"), BusyTimeout: tc.d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pragma(t, s.w, "busy_timeout"); got != tc.want {
+			t.Errorf("BusyTimeout %s: writer busy_timeout = %s, want %s", tc.d, got, tc.want)
+		}
+		if got := pragma(t, s.r, "busy_timeout"); got != tc.want {
+			t.Errorf("BusyTimeout %s: reader busy_timeout = %s, want %s", tc.d, got, tc.want)
+		}
+		s.Close()
+	}
+}
