@@ -325,7 +325,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 		}
 		if errs[i] = r.run(tx); errs[i] != nil {
 			if _, err := tx.ExecContext(bg, "ROLLBACK TO w"); err != nil {
-				fail(fmt.Errorf("roll back a write that failed (%v): %w", errs[i], err))
+				fail(fmt.Errorf("roll back a write that failed (%s): %w", errs[i].Error(), err)) // its sentinels are its own
 				return
 			}
 		} else {
@@ -365,7 +365,7 @@ func (s *Store) mergeInserts(ctx context.Context, tx *sql.Tx, batch []*writeReq,
 	}
 	if insErr := runGuarded(func() error { return s.insertJobs(ctx, tx, jobs) }); insErr != nil {
 		if _, err := tx.ExecContext(ctx, "ROLLBACK TO m"); err != nil {
-			return 0, fmt.Errorf("roll back merged inserts that failed (%v): %w", insErr, err)
+			return 0, fmt.Errorf("roll back merged inserts that failed (%s): %w", insErr.Error(), err) // their sentinels are their own
 		}
 		_, err := tx.ExecContext(ctx, "RELEASE m")
 		return 0, err
