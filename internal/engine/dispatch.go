@@ -113,7 +113,7 @@ func (e *Engine) pickLocal(nts []store.NewTask, now time.Time) []dispatchPick {
 		if x.Priority != y.Priority {
 			return cmp.Compare(y.Priority, x.Priority)
 		}
-		if c := x.RunAt.Compare(y.RunAt); c != 0 {
+		if c := dueAt(x, now).Compare(dueAt(y, now)); c != 0 {
 			return c
 		}
 		return strings.Compare(x.ID, y.ID)
@@ -128,6 +128,14 @@ func (e *Engine) pickLocal(nts []store.NewTask, now time.Time) []dispatchPick {
 		picks = append(picks, dispatchPick{idx: i, w: w})
 	}
 	return picks
+}
+
+// dueAt is nt's run time as the store will take it: a zero one is now.
+func dueAt(nt *store.NewTask, now time.Time) time.Time {
+	if nt.RunAt.IsZero() {
+		return now
+	}
+	return nt.RunAt
 }
 
 // handOver gives the directly leased tasks to their workers after the

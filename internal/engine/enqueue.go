@@ -123,8 +123,12 @@ func (e *Engine) prepare(ctx context.Context, prefix string, r EnqueueRequest, n
 		// The store would refuse it too, but as a whole batch naming no field.
 		return store.NewTask{}, fieldErr(prefix+"run_at", "must be within years 1 to 9999 in UTC (got %s)", r.RunAt.UTC().Format(time.RFC3339Nano))
 	}
+	// Without a delay or run time, the run time stays zero: the store
+	// takes it as the insert's now. The check's now would be in the future
+	// for an insert whose clock reads earlier (a smaller clock correction
+	// applied in between), which would store the task scheduled.
 	runAt := r.RunAt
-	if runAt.IsZero() {
+	if runAt.IsZero() && r.Delay > 0 {
 		runAt = now.Add(r.Delay)
 	}
 	var prio int
