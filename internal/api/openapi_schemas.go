@@ -105,7 +105,7 @@ func openAPISchemas() map[string]any {
 		"max_doublings":         integer("Exponential growth turns linear after this many steps; 0 = no limit."),
 		"jitter":                enum("none", "proportional", "full", "equal"),
 		"jitter_fraction":       num("± fraction of proportional jitter, in (0, 1]."),
-		"max_attempts":          integer("Attempts including the first."),
+		"max_attempts":          integer("Attempts including the first, 1..10000."),
 		"retry_window_seconds":  secs("Stop retrying this long after the first failure; 0 = no limit"),
 		"retry_on":              arr(str("")),
 		"no_retry_on":           arr(str("")),

@@ -83,7 +83,7 @@ func (b *typeBody) spec(typ string) (engine.TypeSpec, error) {
 			return spec, policyError("retry", err)
 		}
 	}
-	if err := spec.Policy.Validate(); err != nil {
+	if err := engine.ValidateTypePolicy(spec.Policy); err != nil {
 		return spec, policyError("retry", err)
 	}
 	var err error

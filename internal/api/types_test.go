@@ -61,6 +61,8 @@ func testTypes(t *testing.T, backend string) {
 		{`{"retry":{"backoff":"random"}}`, "retry.backoff"},
 		{`{"retry":{"initial_delay_seconds":10,"max_delay_seconds":5}}`, "retry.max_delay_seconds"},
 		{`{"retry":{"max_attempts":-1}}`, "retry.max_attempts"},
+		// A task's own max_attempts is at most 10000: so is its type's.
+		{`{"retry":{"max_attempts":10001}}`, "retry.max_attempts"},
 		{`{"retry":{"jitter_fraction":2}}`, "retry.jitter_fraction"},
 		{`{"retry":{"bogus":1}}`, "retry.bogus"},
 		{`{"retry":{"initial_delay_seconds":"1s"}}`, "retry.initial_delay_seconds"},

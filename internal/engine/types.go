@@ -426,12 +426,26 @@ func (e *Engine) ListTypes(ctx context.Context) ([]TypeSpec, error) {
 	return out, nil
 }
 
+// ValidateTypePolicy checks a type's retry policy: Policy.Validate, and a
+// max attempts of at most MaxMaxAttempts, the bound of a task's own, which
+// the type's stands in for when a task sets none. Errors are
+// *retry.FieldError, naming the policy's field.
+func ValidateTypePolicy(p retry.Policy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if p.MaxAttempts > MaxMaxAttempts {
+		return &retry.FieldError{Field: "max_attempts", Reason: fmt.Sprintf("must be at most %d, as a task's own (got %d)", MaxMaxAttempts, p.MaxAttempts)}
+	}
+	return nil
+}
+
 // PutType validates and stores a type's configuration.
 func (e *Engine) PutType(ctx context.Context, spec TypeSpec) (TypeSpec, error) {
 	if err := ValidateType("type", spec.Type); err != nil {
 		return TypeSpec{}, err
 	}
-	if err := spec.Policy.Validate(); err != nil {
+	if err := ValidateTypePolicy(spec.Policy); err != nil {
 		return TypeSpec{}, &FieldError{Field: "retry", Message: err.Error(), Err: err}
 	}
 	if spec.Timeout < 0 || spec.Timeout > 24*time.Hour {

@@ -3,10 +3,13 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
 )
 
@@ -75,5 +78,24 @@ func TestTypeCacheSweepKeepsTypesInUseWhoseRefreshFails(t *testing.T) {
 	}
 	if spec, err := e.TypeSpec(ctx, "ocr"); err != nil || spec.Priority != 3 {
 		t.Fatalf("after a sweep, a type in use whose reads fail: priority %d, err %v; want the last known 3", spec.Priority, err)
+	}
+}
+
+// TestPutTypeBoundsMaxAttempts: a type's max attempts has the bound of a
+// task's own (MaxMaxAttempts), which it stands in for when the task sets
+// none. Before, any positive number was stored.
+func TestPutTypeBoundsMaxAttempts(t *testing.T) {
+	e, _ := newTypesEngine(t)
+	ctx := context.Background()
+	if _, err := e.PutType(ctx, TypeSpec{Type: "ok", Policy: retry.Policy{MaxAttempts: MaxMaxAttempts}}); err != nil {
+		t.Fatalf("max attempts %d: %v", MaxMaxAttempts, err)
+	}
+	_, err := e.PutType(ctx, TypeSpec{Type: "huge", Policy: retry.Policy{MaxAttempts: MaxMaxAttempts + 1}})
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "retry" || !strings.Contains(fe.Message, "max_attempts") {
+		t.Fatalf("max attempts %d: err %v; want a field error naming retry's max_attempts", MaxMaxAttempts+1, err)
+	}
+	if spec, err := e.StoredTypeSpec(ctx, "huge"); err != nil || spec.Stored {
+		t.Fatalf("refused type stored: %v, %v", spec.Stored, err)
 	}
 }
