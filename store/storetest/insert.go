@@ -21,6 +21,8 @@ var insertTests = []testCase{
 	{"Insert/IdempotencyWithinBatch", testIdemBatch},
 	{"Insert/IdempotencyConcurrent", testIdemConcurrent},
 	{"Insert/IdempotencyCrossedOrders", testIdemCrossedOrders},
+	{"Insert/IdempotencyDeadRedrivenPurged", testIdemDeadRedrivenPurged},
+	{"Insert/IdempotencyResent", testIdemResent},
 	{"Insert/Leased", testInsertLeased},
 	{"Insert/ConcurrentFailureIsolated", testInsertConcurrentIsolated},
 	{"Insert/LongKeys", testInsertLongKeys},
@@ -415,6 +417,47 @@ func testIdemCrossedOrders(e *env) {
 		}
 	}
 	e.eq("pending tasks", e.counts()[store.StatePending], 10*keys)
+}
+
+// testIdemDeadRedrivenPurged: a dead task's key holds while it is dead and
+// after a redrive (the same task, pending again, is the duplicate's
+// answer, as stored); purging the dead task frees the key.
+func testIdemDeadRedrivenPurged(e *env) {
+	e.makeState(base, keyed("t_dead", "k-dead"), store.StateDead)
+	res := e.insert(base.Add(time.Second), keyed("t_again", "k-dead"))
+	e.eq("duplicate of a dead task", res[0].Duplicate, true)
+	e.sameTask("duplicate of a dead task", res[0].Task, e.get("t_dead", store.StateDead))
+	n, err := e.s.RedriveDead(e.ctx, store.DeadFilter{IDs: []string{"t_dead"}, Now: base.Add(2 * time.Second)})
+	e.noErr("RedriveDead", err)
+	e.eq("redriven", n, 1)
+	res = e.insert(base.Add(3*time.Second), keyed("t_again", "k-dead"))
+	e.eq("duplicate of a redriven task", res[0].Duplicate, true)
+	e.sameTask("duplicate of a redriven task", res[0].Task, e.get("t_dead", store.StatePending))
+	e.notFound("t_again")
+	purged := nt("t_dead2", "b") // another type: t_dead is pending in "a"
+	purged.IdempotencyKey = "k-purged"
+	e.makeState(base.Add(4*time.Second), purged, store.StateDead)
+	n, err = e.s.PurgeDead(e.ctx, store.DeadFilter{IDs: []string{"t_dead2"}})
+	e.noErr("PurgeDead", err)
+	e.eq("purged", n, 1)
+	res = e.insert(base.Add(5*time.Second), keyed("t_new", "k-purged"))
+	e.eq("duplicate after a purge", res[0].Duplicate, false)
+	e.eq("new task after a purge", res[0].Task.ID, "t_new")
+	e.get("t_new", store.StatePending)
+}
+
+// testIdemResent: an insert sent again as it was (same id, same key) is a
+// duplicate of the task it stored, not a conflicting id, alone or in a
+// batch, on every backend.
+func testIdemResent(e *env) {
+	e.insert(base, keyed("t_1", "k1"))
+	res := e.insert(base.Add(time.Second), keyed("t_1", "k1"))
+	e.eq("resent insert is a duplicate", res[0].Duplicate, true)
+	e.eq("resent insert's task", res[0].Task.ID, "t_1")
+	res = e.insert(base.Add(time.Second), keyed("t_2", "k2"), keyed("t_1", "k1"))
+	e.eq("resent insert in a batch is a duplicate", res[1].Duplicate, true)
+	e.get("t_2", store.StatePending)
+	e.eq("pending", e.counts()[store.StatePending], 2)
 }
 
 // keyed is a new task of type "a" with an idempotency key.
