@@ -103,7 +103,19 @@ func (e *Engine) pickLocal(nts []store.NewTask, now time.Time) []dispatchPick {
 		return nil
 	}
 	due := make([]int, 0, len(nts))
+	var keys map[string]bool
 	for i := range nts {
+		if k := nts[i].IdempotencyKey; k != "" {
+			// A repeat of an earlier task's key is that task's duplicate,
+			// never inserted: it must not take a handler from it.
+			if keys[k] {
+				continue
+			}
+			if keys == nil {
+				keys = make(map[string]bool)
+			}
+			keys[k] = true
+		}
 		if !nts[i].RunAt.After(now) { // a scheduled task is fetched when due
 			due = append(due, i)
 		}
