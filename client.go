@@ -214,7 +214,8 @@ func WithMaxAttempts(n int) EnqueueOption {
 // payload it was given: keys are shared by all types, and the first task
 // wins (compare Task.Type and Task.Payload when that matters). Deleting the
 // task (retention of finished tasks, a purge of the dead-letter queue) frees
-// the key: a later enqueue with it creates a new task.
+// the key: a later enqueue with it creates a new task. An empty k is no
+// key.
 func WithIdempotencyKey(k string) EnqueueOption {
 	return option(func(r *engine.EnqueueRequest) { r.IdempotencyKey = k })
 }
