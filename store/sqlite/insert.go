@@ -21,11 +21,14 @@ type insertJob struct {
 // statement by the writer (see group.go).
 func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.InsertResult, error) {
 	const op = "insert tasks"
-	if len(p.Tasks) == 0 {
-		return nil, s.check(op)
+	if err := s.check(op); err != nil {
+		return nil, err
 	}
 	if err := store.CheckNow(p.Now); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	if len(p.Tasks) == 0 {
+		return nil, nil
 	}
 	if err := store.CheckNewTasks(p.Tasks); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)

@@ -238,6 +238,9 @@ func testInsertEmpty(e *env) {
 	res, err := e.s.InsertTasks(e.ctx, store.InsertParams{Now: base})
 	e.noErr("InsertTasks(empty)", err)
 	e.eq("results", len(res), 0)
+	// A zero Now is refused by every backend, even with nothing to insert.
+	_, err = e.s.InsertTasks(e.ctx, store.InsertParams{})
+	e.isErr("InsertTasks(empty) with a zero Now", err, store.ErrInvalid)
 }
 
 func testInsertInvalid(e *env) {
