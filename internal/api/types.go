@@ -110,13 +110,15 @@ func (s *server) listTypes(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// getType handles GET /v1/types/{type}: the effective configuration, which
-// is the defaults (stored false) for a type never configured.
+// getType handles GET /v1/types/{type}: the stored configuration, which
+// is the defaults (stored false) for a type never configured. It is read
+// from the store, as GET /v1/types is, not from this node's cache, which
+// may be a few seconds behind a change made through another node.
 func (s *server) getType(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseQuery(r); err != nil {
 		return err
 	}
-	spec, err := s.e.TypeSpec(r.Context(), r.PathValue("type"))
+	spec, err := s.e.StoredTypeSpec(r.Context(), r.PathValue("type"))
 	if err != nil {
 		return err
 	}

@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/retryq/retryq/internal/backendtest"
+	"github.com/retryq/retryq/store"
 )
 
 func TestTypes(t *testing.T) { backendtest.Run(t, testTypes) }
@@ -159,5 +161,29 @@ func TestReadTokenSeesTargetSecretsRedacted(t *testing.T) {
 	spec, err := e.eng.TypeSpec(context.Background(), "hook")
 	if err != nil || spec.Target == nil || spec.Target.Headers["X-Api-Key"] != "k-123" {
 		t.Fatalf("stored target = %+v, %v", spec.Target, err)
+	}
+}
+
+// TestGetTypeShowsTheStoredConfiguration: GET /v1/types/{type} answers
+// the stored configuration, as GET /v1/types and "retryq types get" say,
+// also right after a change made through another node. Before, it
+// answered this node's cached copy, up to several seconds old: the list
+// showed the change while the type's own GET, on the same node, did not,
+// and an operator who stored a configuration through one node and read it
+// back through another saw the old one.
+func TestGetTypeShowsTheStoredConfiguration(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	if g := e.must(http.StatusOK, "GET", "/v1/types/ocr", nil).m; g["stored"] != false {
+		t.Fatalf("before any change: %v", g)
+	}
+	// Another node stores it: this node's engine is not told.
+	if _, err := e.st.PutType(context.Background(), store.TypeConfig{Type: "ocr", Priority: 7}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if l := e.must(http.StatusOK, "GET", "/v1/types", nil).m["types"].([]any); len(l) != 1 || l[0].(map[string]any)["priority"] != 7.0 {
+		t.Fatalf("list after the change: %v", l)
+	}
+	if g := e.must(http.StatusOK, "GET", "/v1/types/ocr", nil).m; g["stored"] != true || g["priority"] != 7.0 {
+		t.Fatalf("GET /v1/types/ocr after the change stored through another node: %v; want stored, priority 7", g)
 	}
 }
