@@ -22,13 +22,7 @@ func TestDirectDispatchSkipsRepeatsOfAKeyInOneCommit(t *testing.T) {
 	runWorker(t, e, WorkerConfig{Types: []string{"q"}, Concurrency: 1, Prefetch: -1, Handle: func(context.Context, *store.Task) error {
 		return nil
 	}})
-	waitFor(t, "the worker's first fetch", func() bool { return e.Counters().Fetches > 0 })
-	w := func() *workerRun {
-		e.locals.mu.Lock()
-		defer e.locals.mu.Unlock()
-		return e.locals.byType["q"][0]
-	}()
-	waitFor(t, "the worker to be drained", w.drained.Load)
+	drainedLocalWorker(t, e, "q")
 	now := e.now()
 	nts := []store.NewTask{
 		{ID: NewID(now), Type: "q", Payload: json.RawMessage(`"first"`), Priority: 0, IdempotencyKey: "k"},

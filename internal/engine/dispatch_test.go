@@ -100,15 +100,7 @@ func TestDirectDispatchDoesNotOvertakeWorkAFullWorkerCouldNotFetch(t *testing.T)
 		}
 		return nil
 	}})
-	waitFor(t, "the worker's first fetch", func() bool { return e.Counters().Fetches > 0 })
-	w := func() *workerRun {
-		e.locals.mu.Lock()
-		defer e.locals.mu.Unlock()
-		return e.locals.byType["q"][0]
-	}()
-	// The fetch is counted before the worker marks itself drained (open
-	// to direct dispatch): wait for the mark too.
-	waitFor(t, "the worker to be drained", w.drained.Load)
+	w := drainedLocalWorker(t, e, "q")
 	low, high := 0, 10
 	first, err := e.Enqueue(context.Background(), EnqueueRequest{Type: "q", Payload: json.RawMessage(`"first"`), Priority: &low})
 	if err != nil || first.Task.State != store.StateRunning {
@@ -142,4 +134,20 @@ func TestDirectDispatchDoesNotOvertakeWorkAFullWorkerCouldNotFetch(t *testing.T)
 	unlock()
 	unlocked = true
 	waitTask(t, e, older.Task.ID, "the older task to run", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
+}
+
+// drainedLocalWorker waits for the first in-process worker of typ to have
+// fetched and found its queue drained (open to direct dispatch), and
+// returns it. The fetch is counted before the worker marks itself drained:
+// it waits for the mark too.
+func drainedLocalWorker(t *testing.T, e *Engine, typ string) *workerRun {
+	t.Helper()
+	waitFor(t, "the worker's first fetch", func() bool { return e.Counters().Fetches > 0 })
+	w := func() *workerRun {
+		e.locals.mu.Lock()
+		defer e.locals.mu.Unlock()
+		return e.locals.byType[typ][0]
+	}()
+	waitFor(t, "the worker to be drained", w.drained.Load)
+	return w
 }

@@ -15,16 +15,7 @@ import (
 // they queue, then they commit together. It returns each write's answer.
 func groupOf(t *testing.T, s *Store, fns ...func(ctx context.Context, tx *sql.Tx) error) []error {
 	t.Helper()
-	release, started := make(chan struct{}), make(chan struct{})
-	blocked := make(chan error, 1)
-	go func() {
-		blocked <- s.write(context.Background(), "block", func(context.Context, *sql.Tx) error {
-			close(started)
-			<-release
-			return nil
-		})
-	}()
-	<-started
+	release, blocked := blockWriter(s)
 	answers := make([]chan error, len(fns))
 	for i, fn := range fns {
 		answers[i] = make(chan error, 1)
@@ -49,6 +40,23 @@ func groupOf(t *testing.T, s *Store, fns ...func(ctx context.Context, tx *sql.Tx
 		}
 	}
 	return errs
+}
+
+// blockWriter runs a write that holds the writer until release is
+// closed, and returns once it runs: writes queued meanwhile form the
+// writer's next group. blocked answers the blocking write.
+func blockWriter(s *Store) (release chan struct{}, blocked chan error) {
+	release, started := make(chan struct{}), make(chan struct{})
+	blocked = make(chan error, 1)
+	go func() {
+		blocked <- s.write(context.Background(), "block", func(context.Context, *sql.Tx) error {
+			close(started)
+			<-release
+			return nil
+		})
+	}()
+	<-started
+	return release, blocked
 }
 
 // insertType returns a write inserting the task type name.

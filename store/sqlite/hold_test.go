@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -31,16 +30,7 @@ func TestOutcomeHeldFromInsertGroup(t *testing.T) {
 	task := leased[0]
 
 	// A write that keeps the writer busy while the two queue up.
-	release, started := make(chan struct{}), make(chan struct{})
-	blocked := make(chan error, 1)
-	go func() {
-		blocked <- s.write(context.Background(), "block", func(context.Context, *sql.Tx) error {
-			close(started)
-			<-release
-			return nil
-		})
-	}()
-	<-started
+	release, blocked := blockWriter(s)
 	inserted := make(chan error, 1)
 	go func() {
 		_, err := s.InsertTasks(context.Background(), store.InsertParams{Now: now, Tasks: []store.NewTask{{ID: "h2", Type: "t"}}})
