@@ -158,12 +158,7 @@ func TestCLIServerUnreachable(t *testing.T) {
 	for _, k := range []string{"RETRYQ_SERVER", "RETRYQ_API_TOKEN"} {
 		t.Setenv(k, "")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := closedAddr(t)
 	for _, args := range [][]string{{"stats"}, {"tasks", "list"}, {"enqueue", "x", "--payload", "{}"}, {"dlq", "summary"}} {
 		st, out, errOut := cli(t, "", append(args, "--server", "http://"+addr)...)
 		if st != 1 || out != "" || !strings.Contains(errOut, "cannot reach the retryq server at http://"+addr+": connection refused") ||
@@ -390,4 +385,17 @@ func TestCLIErrorForAnHTMLPageNamesItsTitle(t *testing.T) {
 			}
 		}
 	}
+}
+
+// closedAddr returns a 127.0.0.1 address nothing listens on (a port just
+// taken and given back), where a request is refused at once.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

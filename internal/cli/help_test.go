@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"net"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -222,12 +221,7 @@ func TestJSONOutputIsOneDocumentOrNothing(t *testing.T) {
 		"types get":  func() []string { return []string{"json.check"} },
 		"types set":  func() []string { return []string{"json.check", "--file", policy} },
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	ln.Close()
+	closed := "http://" + closedAddr(t)
 	tested := 0
 	for _, tp := range helpTopics() {
 		words := strings.Join(tp, " ")

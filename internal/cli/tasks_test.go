@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -211,12 +210,7 @@ func TestNextPageCommandQuotesTheCursor(t *testing.T) {
 // enqueue and types get is.
 func TestBadTypeFlagIsAUsageError(t *testing.T) {
 	t.Setenv("RETRYQ_SERVER", "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := "http://" + ln.Addr().String()
-	ln.Close()
+	closed := "http://" + closedAddr(t)
 	tested := 0
 	for _, tp := range helpTopics() {
 		words := strings.Join(tp, " ")
