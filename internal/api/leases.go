@@ -186,7 +186,7 @@ func (s *server) failTask(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	resp := failResponse{State: out.State, DeadReason: out.DeadReason}
-	if out.State == store.StateRetryWaiting {
+	if out.State == store.StateRetryWaiting || out.State == store.StatePending {
 		at, d := jsonTime(out.RunAt), durSeconds(out.LastDelay)
 		resp.NextRunAt, resp.DelaySeconds = &at, &d
 	}

@@ -197,8 +197,8 @@ func openAPISchemas() map[string]any {
 			"retry_after_seconds": secs("Requested delay, capped by the policy's max delay"),
 		}, "message")}, "lease_id", "error"),
 		"FailResponse": obj(map[string]any{
-			"state": enum("retry_waiting", "dead"), "next_run_at": timeT("When the retry is due (retry_waiting)."),
-			"delay_seconds": secs("The chosen delay (retry_waiting)"), "dead_reason": enum("non_retryable", "max_attempts", "retry_window"),
+			"state": enum("retry_waiting", "pending", "dead"), "next_run_at": timeT("When the retry is due (retry_waiting; pending when that time has already come)."),
+			"delay_seconds": secs("The chosen delay (retry_waiting, pending)"), "dead_reason": enum("non_retryable", "max_attempts", "retry_window"),
 		}, "state"),
 	}
 }

@@ -406,7 +406,7 @@ func (w *pullWorker) handle(t leasedTask) {
 	err := w.reportInto(t, "fail", map[string]any{"lease_id": t.LeaseID, "error": e}, &answer)
 	what := fmt.Sprintf("failed in %v with %s: %s", took, res.code, res.message)
 	switch answer.State {
-	case "retry_waiting":
+	case "retry_waiting", "pending":
 		what += fmt.Sprintf(" → retry in %s", fmtSeconds(answer.DelaySeconds))
 	case "dead":
 		what += " → dead (" + answer.DeadReason + ")"

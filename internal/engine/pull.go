@@ -274,7 +274,8 @@ func (e *Engine) Complete(ctx context.Context, id, token string) error {
 }
 
 // Fail records the failure of a remotely run attempt and returns the
-// engine's decision (retry_waiting with its run time, or dead).
+// engine's decision: retry_waiting with its run time, pending (with its run
+// time) when that time has already come, or dead.
 func (e *Engine) Fail(ctx context.Context, id, token string, rep ReportedError) (store.Outcome, error) {
 	if rep.Message == "" {
 		return store.Outcome{}, fieldErr("error.message", "is required")
@@ -308,6 +309,11 @@ func (e *Engine) Fail(ctx context.Context, id, token string, rep ReportedError) 
 	out.RunAt = storedTime(out.RunAt)
 	if err := e.record(ctx, &t, out); err != nil {
 		return store.Outcome{}, fmt.Errorf("fail task %s: %w", id, err)
+	}
+	if out.State == store.StateRetryWaiting && !out.RunAt.After(e.now()) {
+		// Due by now: the store kept it pending (a retry time not after
+		// the commit's), or the promoter has made it so since.
+		out.State = store.StatePending
 	}
 	return out, nil
 }
