@@ -84,7 +84,7 @@ func (e *Engine) runScheduler(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		promoted := e.promote(ctx)
+		promoted, cut := e.promote(ctx)
 		reaped, passed := e.reap(ctx)
 		if len(passed) > store.MaxExcludeTypes {
 			passed, reaped = nil, false // too many to leave out: their expiries count
@@ -107,7 +107,10 @@ func (e *Engine) runScheduler(ctx context.Context) {
 		// lease it could not reap) is no reason to run again at once: the
 		// next pass would fail the same way, and the loop would spin on the
 		// database (and the log) for as long as the cause lasts. It is
-		// tried again after the poll interval, or at the next poke.
+		// tried again after the poll interval, or at the next poke. So is a
+		// due time at or before the promotion's cut-off: the promotion
+		// moved every task due then that it could, and left that one
+		// (PostgreSQL skips the rows another transaction holds locked).
 		next = time.Now().Add(e.cfg.PollInterval)
 		now := e.now()
 		cctx, cancel := e.schedCallCtx(ctx)
@@ -117,10 +120,10 @@ func (e *Engine) runScheduler(ctx context.Context) {
 		cancel()
 		if err == nil {
 			for _, w := range []struct {
-				at   time.Time
-				done bool
-			}{{wk.NextRunAt, promoted}, {wk.NextLeaseExpiry, reaped}} {
-				if w.at.IsZero() || (!w.done && !w.at.After(now)) {
+				at, cut time.Time
+				done    bool
+			}{{wk.NextRunAt, cut, promoted}, {wk.NextLeaseExpiry, time.Time{}, reaped}} {
+				if w.at.IsZero() || (!w.done && !w.at.After(now)) || (!w.cut.IsZero() && !w.at.After(w.cut)) {
 					continue
 				}
 				if at := e.localTime(w.at); at.Before(next) {
@@ -151,13 +154,18 @@ func resetTimer(t *time.Timer, d time.Duration) {
 }
 
 // promote moves due scheduled and retry_waiting tasks to pending. It
-// reports false when a promotion failed.
-func (e *Engine) promote(ctx context.Context) (ok bool) {
+// reports false when a promotion failed. When its last batch was not full,
+// cut is that batch's time: every task due then that the store could move
+// was moved, and one still due then was left on purpose (a row locked
+// elsewhere), no reason for another pass at once. cut is zero when the
+// batches were bounded with more perhaps left, or when it failed.
+func (e *Engine) promote(ctx context.Context) (ok bool, cut time.Time) {
 	total := 0
 	ok = true
 	for i := 0; i < 100 && ctx.Err() == nil; i++ { // bounded: at most 100 batches per wake-up
+		now := e.now()
 		cctx, cancel := e.schedCallCtx(ctx)
-		n, err := e.st.PromoteDue(cctx, store.PromoteParams{Limit: promoteBatch, Now: e.now()})
+		n, err := e.st.PromoteDue(cctx, store.PromoteParams{Limit: promoteBatch, Now: now})
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
@@ -172,13 +180,14 @@ func (e *Engine) promote(ctx context.Context) (ok bool) {
 			e.wake.broadcast()
 		}
 		if n < promoteBatch {
+			cut = now
 			break
 		}
 	}
 	if total > 0 {
 		e.log.Debug("promoted due tasks", "count", total)
 	}
-	return ok
+	return ok, cut
 }
 
 // reap applies the retry decision to tasks whose lease expired. It reports
