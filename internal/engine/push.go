@@ -56,7 +56,8 @@ package engine
 // requests with one as replayable and may resend them on its own after some
 // connection errors, which would be a hidden retry outside Decide.
 //
-// Leases: a fetch leases for timeout + pushLeaseMargin, and the delivery is
+// Leases: a fetch leases for timeout + pushLeaseMargin, at least the
+// engine's LeaseDuration (pushLease), and the delivery is
 // registered in the engine's lease table, so the heartbeat loop extends it
 // and a lease found lost (the task was cancelled or reaped) cancels the
 // request; its outcome is then dropped. If the node dies, the reaper retries
@@ -446,7 +447,6 @@ func signal(ch chan struct{}) {
 	}
 }
 
-// pushFetcher leases and delivers the tasks of one push type.
 // pushSlots are a type's deliveries in flight: leased and not yet recorded
 // or released.
 type pushSlots struct {
@@ -454,6 +454,7 @@ type pushSlots struct {
 	freed    chan struct{} // one slot: a delivery finished
 }
 
+// pushFetcher leases and delivers the tasks of one push type.
 type pushFetcher struct {
 	p       *pusher
 	typ     string
@@ -486,7 +487,7 @@ func (f *pushFetcher) run(ctx context.Context) {
 		// store committed would lose its leases to the reaper (an attempt
 		// counted). It is bounded, and what it got is released if the
 		// pusher stopped meanwhile.
-		lease := pt.timeout + pushLeaseMargin
+		lease := pushLease(pt.timeout, e.cfg.LeaseDuration)
 		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), lease)
 		var tasks []store.Task
 		var err error
@@ -532,6 +533,17 @@ func (f *pushFetcher) run(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}
+}
+
+// pushLease is the lease a push fetch takes for a target's timeout: the
+// timeout plus pushLeaseMargin, and at least the engine's LeaseDuration.
+// The heartbeat loop extends the lease only every third of LeaseDuration,
+// and the lease watchdog stops a delivery a tenth of it before the known
+// expiry: a shorter lease (a short timeout under a long --lease) was
+// stopped by the watchdog, or ran out in the store, before its first
+// heartbeat, while the request was still within its timeout.
+func pushLease(timeout, leaseDuration time.Duration) time.Duration {
+	return max(timeout+pushLeaseMargin, leaseDuration)
 }
 
 func (f *pushFetcher) finish() {
