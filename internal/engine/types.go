@@ -63,6 +63,10 @@ func (t *Target) Validate() error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fieldErr("target.url", "must be an absolute http or https URL (got %q)", t.URL)
 	}
+	if u.Hostname() == "" {
+		// "http://:8080/": net/http would dial the local machine.
+		return fieldErr("target.url", "must name a host (got %q)", t.URL)
+	}
 	if p := u.Port(); p != "" {
 		// url.Parse takes any digits; the dial of every delivery would
 		// fail on them.
@@ -129,11 +133,33 @@ func checkTargetHeader(name, value string) error {
 		// fail every delivery or never see them.
 		canon == "Upgrade" || canon == "Keep-Alive" || canon == "Proxy-Connection" || canon == "Te" || canon == "Trailer":
 		return fieldErr(field, "cannot be set on a push target")
-	case canon == "Host" && (value == "" || strings.ContainsAny(value, " /\t")):
-		// net/http would send the value cut at the first space or slash.
+	case canon == "Host" && !validHostValue(value):
+		// net/http sends an empty Host instead of one outside the host
+		// grammar (HTTP/1), or fails the request (HTTP/2).
 		return fieldErr(field, "must be a host name with an optional port (got %q)", value)
 	}
 	return nil
+}
+
+// validHostValue reports whether v is a Host header net/http sends as it
+// is: not empty, and its ASCII bytes those of a host and port (letters,
+// digits, the unreserved and sub-delimiter characters, ':' and the
+// brackets of an IPv6 address). Other bytes are a host name's non-ASCII
+// letters, which net/http sends in their IDNA form (or fails on).
+func validHostValue(v string) bool {
+	if v == "" {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c >= 0x80 || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			continue
+		}
+		if strings.IndexByte("!$%&'()*+,-.:;=[]_~", c) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // TypeSpec is a task type's configuration in its decoded form.
@@ -147,6 +173,13 @@ type TypeSpec struct {
 	// defaults for an unknown type).
 	Stored    bool
 	UpdatedAt time.Time
+	// Unreadable, set only by ListTypes and StoredTypeSpec, says why the
+	// stored configuration cannot be decoded by this binary (a newer
+	// version's policy field during a rolling upgrade, say). Policy is
+	// then the default, not what is stored, and Target is the stored one
+	// only if it decoded. Tasks of such a type are held back
+	// (see holdBack), never run under the defaults.
+	Unreadable string
 }
 
 type typeEntry struct {
@@ -364,6 +397,13 @@ func (e *Engine) decodeType(tc store.TypeConfig) (TypeSpec, error) {
 	if tc.Timeout > 0 {
 		spec.Timeout = tc.Timeout
 	}
+	// The target first, so that a spec whose policy cannot be decoded
+	// still carries it (StoredTypeSpec, StoredTarget).
+	t, err := decodeTarget(tc)
+	if err != nil {
+		return spec, err
+	}
+	spec.Target = t
 	if len(bytes.TrimSpace(tc.Policy)) > 0 && string(bytes.TrimSpace(tc.Policy)) != "null" {
 		var p retry.Policy
 		if err := json.Unmarshal(tc.Policy, &p); err != nil {
@@ -376,14 +416,29 @@ func (e *Engine) decodeType(tc store.TypeConfig) (TypeSpec, error) {
 			spec.Policy = p.WithDefaults()
 		}
 	}
-	if len(bytes.TrimSpace(tc.Target)) > 0 && string(bytes.TrimSpace(tc.Target)) != "null" {
-		var t Target
-		if err := json.Unmarshal(tc.Target, &t); err != nil {
-			return spec, fmt.Errorf("decode target of type %s: %w", tc.Type, err)
-		}
-		spec.Target = &t
-	}
 	return spec, nil
+}
+
+// decodeTarget decodes the stored push target of tc (nil for none).
+func decodeTarget(tc store.TypeConfig) (*Target, error) {
+	raw := bytes.TrimSpace(tc.Target)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var t Target
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return nil, fmt.Errorf("decode target of type %s: %w", tc.Type, err)
+	}
+	return &t, nil
+}
+
+// unreadable returns spec marked with why it could not be decoded (err),
+// for the listings that show such a type rather than fail (ListTypes,
+// StoredTypeSpec): the policy shown is not the stored one.
+func (e *Engine) unreadable(spec TypeSpec, err error) TypeSpec {
+	spec.Policy = e.cfg.DefaultPolicy
+	spec.Unreadable = err.Error()
+	return spec
 }
 
 // TypeSpec returns the effective configuration of a type (defaults for an
@@ -401,15 +456,58 @@ func (e *Engine) TypeSpec(ctx context.Context, typ string) (TypeSpec, error) {
 
 // StoredTypeSpec is TypeSpec read from the store rather than from this
 // node's cache, which may be up to a few seconds behind a change made on
-// another node: for a read-modify-write of the configuration.
+// another node. A stored configuration this binary cannot decode is
+// returned with Unreadable set, not as an error.
 func (e *Engine) StoredTypeSpec(ctx context.Context, typ string) (TypeSpec, error) {
 	if err := ValidateType("type", typ); err != nil {
 		return TypeSpec{}, err
 	}
-	return e.loadType(ctx, typ)
+	tc, err := e.st.GetType(ctx, typ)
+	if errors.Is(err, store.ErrNotFound) {
+		return e.defaultSpec(typ), nil
+	}
+	if err != nil {
+		return TypeSpec{}, fmt.Errorf("load type %s: %w", typ, err)
+	}
+	spec, err := e.decodeType(tc)
+	if err != nil {
+		return e.unreadable(spec, err), nil
+	}
+	return spec, nil
 }
 
-// ListTypes returns the stored type configurations.
+// StoredTarget returns the push target stored for typ (nil for none),
+// read from the store: for a change of the rest of the configuration that
+// keeps the target (Client.SetType), which must work even when the stored
+// policy is one this binary cannot decode. A target it cannot decode, or
+// one with fields it does not know (a newer version's), is an error: it
+// could not be kept as it is.
+func (e *Engine) StoredTarget(ctx context.Context, typ string) (*Target, error) {
+	if err := ValidateType("type", typ); err != nil {
+		return nil, err
+	}
+	tc, err := e.st.GetType(ctx, typ)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load type %s: %w", typ, err)
+	}
+	raw := bytes.TrimSpace(tc.Target)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var t Target
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("keep the push target of type %s: %w", typ, err)
+	}
+	return &t, nil
+}
+
+// ListTypes returns the stored type configurations. One this binary cannot
+// decode is listed with Unreadable set, not an error for the whole list.
 func (e *Engine) ListTypes(ctx context.Context) ([]TypeSpec, error) {
 	tcs, err := e.st.ListTypes(ctx)
 	if err != nil {
@@ -419,7 +517,7 @@ func (e *Engine) ListTypes(ctx context.Context) ([]TypeSpec, error) {
 	for _, tc := range tcs {
 		spec, err := e.decodeType(tc)
 		if err != nil {
-			return nil, err
+			spec = e.unreadable(spec, err)
 		}
 		out = append(out, spec)
 	}

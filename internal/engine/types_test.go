@@ -273,6 +273,14 @@ func TestTargetValidateHeaders(t *testing.T) {
 		{map[string]string{"Proxy-Connection": "keep-alive"}, `target.headers["Proxy-Connection"]`},
 		{map[string]string{"Host": "a.example/evil"}, `target.headers["Host"]`},
 		{map[string]string{"Host": "a.example extra"}, `target.headers["Host"]`},
+		// Outside the host grammar, net/http sends an empty Host instead
+		// (HTTP/1) or fails the request (HTTP/2).
+		{map[string]string{"Host": "a.example?x"}, `target.headers["Host"]`},
+		{map[string]string{"Host": "a.example#x"}, `target.headers["Host"]`},
+		{map[string]string{"Host": "user@a.example"}, `target.headers["Host"]`},
+		{map[string]string{"Host": `a.example"`}, `target.headers["Host"]`},
+		{map[string]string{"Host": "[::1]:8443"}, ""},
+		{map[string]string{"Host": "bücher.example"}, ""}, // sent in its IDNA form
 	} {
 		tg := Target{URL: "http://127.0.0.1:9/", Headers: c.headers}
 		err := tg.Validate()
@@ -288,7 +296,8 @@ func TestTargetValidateHeaders(t *testing.T) {
 
 // TestTargetValidateURL: a target URL whose port is outside 1 to 65535 is
 // refused when the type is stored, rather than failing every delivery
-// (each an attempt) with "invalid port".
+// (each an attempt) with "invalid port"; so is one without a host name,
+// which net/http would send to the local machine.
 func TestTargetValidateURL(t *testing.T) {
 	for _, c := range []struct {
 		url   string
@@ -302,6 +311,9 @@ func TestTargetValidateURL(t *testing.T) {
 		{"http://hooks.example:65536/", false},
 		{"http://hooks.example:99999/", false},
 		{"ftp://hooks.example/", false},
+		// No host name: net/http dials the local machine.
+		{"http://:8080/", false},
+		{"http://[]:8080/", false},
 	} {
 		err := (&Target{URL: c.url}).Validate()
 		var fe *FieldError
