@@ -477,7 +477,9 @@ var listFields = map[string]string{"type": "Type", "state": "States", "limit": "
 
 // SetType stores a type's retry policy, timeout and default priority. A
 // zero Policy leaves the type on Options.DefaultPolicy. A push target the
-// type has (set through the HTTP API or the CLI) is kept.
+// type has (set through the HTTP API or the CLI) is kept; one this version
+// cannot read in full is an error rather than dropped. A stored policy this
+// version cannot read (a newer version's) is replaced.
 func (c *Client) SetType(ctx context.Context, tc TypeConfig) error {
 	if err := c.check(false); err != nil {
 		return fmt.Errorf("set type: %w", err)
@@ -487,14 +489,14 @@ func (c *Client) SetType(ctx context.Context, tc TypeConfig) error {
 			Message: fmt.Sprintf("must be between 0 and %s (got %s)", maxTypeTimeout, tc.Timeout)})
 	}
 	spec := engine.TypeSpec{Type: tc.Type, Policy: tc.Policy, Timeout: tc.Timeout, Priority: tc.Priority}
-	cur, err := c.e.StoredTypeSpec(ctx, tc.Type)
+	target, err := c.e.StoredTarget(ctx, tc.Type)
 	if err != nil {
 		if fe := goField(typeFields, err); fe != nil {
 			err = fe
 		}
 		return fmt.Errorf("set type: %w", err)
 	}
-	spec.Target = cur.Target
+	spec.Target = target
 	if _, err := c.e.PutType(ctx, spec); err != nil {
 		if fe := goField(typeFields, err); fe != nil {
 			err = fe

@@ -15,12 +15,16 @@ const maxTypeTimeout = 24 * time.Hour
 // typeJSON is the wire form of a task type's configuration.
 type typeJSON struct {
 	Type           string         `json:"type"`
-	Retry          retry.Policy   `json:"retry"`
+	Retry          *retry.Policy  `json:"retry"` // null when the stored policy is unreadable
 	TimeoutSeconds float64        `json:"timeout_seconds"`
 	Priority       int            `json:"priority"`
 	Target         *engine.Target `json:"target"`
 	UpdatedAt      jsonTime       `json:"updated_at"`
 	Stored         bool           `json:"stored"`
+	// Unreadable says why this binary cannot decode the stored
+	// configuration (a newer version's, say); retry is then null, and
+	// target null unless the target itself could be decoded.
+	Unreadable string `json:"unreadable,omitempty"`
 }
 
 func typeOut(spec engine.TypeSpec, redact bool) typeJSON {
@@ -28,10 +32,15 @@ func typeOut(spec engine.TypeSpec, redact bool) typeJSON {
 	if redact && target != nil {
 		target = redactTarget(target)
 	}
-	return typeJSON{
-		Type: spec.Type, Retry: spec.Policy.WithDefaults(), TimeoutSeconds: durSeconds(spec.Timeout),
-		Priority: spec.Priority, Target: target, UpdatedAt: jsonTime(spec.UpdatedAt), Stored: spec.Stored,
+	out := typeJSON{
+		Type: spec.Type, TimeoutSeconds: durSeconds(spec.Timeout), Priority: spec.Priority, Target: target,
+		UpdatedAt: jsonTime(spec.UpdatedAt), Stored: spec.Stored, Unreadable: spec.Unreadable,
 	}
+	if spec.Unreadable == "" {
+		p := spec.Policy.WithDefaults()
+		out.Retry = &p
+	}
+	return out
 }
 
 // redactedValue replaces a push target's secrets in what a read-only token

@@ -32,6 +32,9 @@ type apiTypeConfig struct {
 	Target         *apiTarget     `json:"target"`
 	UpdatedAt      *time.Time     `json:"updated_at"`
 	Stored         bool           `json:"stored"`
+	// Unreadable is why the server cannot decode the stored configuration
+	// (retry is then null).
+	Unreadable string `json:"unreadable"`
 }
 
 // apiRetryPolicy is the part of a retry policy the CLI shows.
@@ -127,7 +130,11 @@ func runTypesList(ctx context.Context, env *Env, args []string) int {
 		if t.TimeoutSeconds > 0 {
 			timeout = fmtSeconds(t.TimeoutSeconds)
 		}
-		tb.add(t.Type, backoffLabel(&t.Retry), strconv.Itoa(t.Retry.MaxAttempts), window, timeout,
+		backoff, attempts := backoffLabel(&t.Retry), strconv.Itoa(t.Retry.MaxAttempts)
+		if t.Unreadable != "" {
+			backoff, attempts = "unreadable (see types get)", "-"
+		}
+		tb.add(t.Type, backoff, attempts, window, timeout,
 			strconv.Itoa(t.Priority), fitCell(targetLabel(t.Target), 60))
 	}
 	tb.write(env.Stdout)
@@ -180,6 +187,14 @@ func writeTypeConfig(w io.Writer, t *apiTypeConfig) {
 	} else {
 		f.add("Stored", "no (server defaults)")
 	}
+	if t.Unreadable != "" {
+		// The policy fields are not the stored ones: show why instead.
+		f.add("Retry policy", "unreadable by this server: "+cleanCell(t.Unreadable, 300))
+		f.add("", "its tasks are held back until a server that can read it runs them, or the type is set again")
+		writeTypeRest(&f, t)
+		f.write(w)
+		return
+	}
 	f.add("Backoff", backoffLabel(p))
 	jit := orDash(p.Jitter)
 	if p.Jitter == "proportional" && p.JitterFraction > 0 {
@@ -201,6 +216,13 @@ func writeTypeConfig(w io.Writer, t *apiTypeConfig) {
 	if len(p.NoRetryOn) > 0 {
 		f.add("Never retry on", strings.Join(p.NoRetryOn, ", "))
 	}
+	writeTypeRest(&f, t)
+	f.write(w)
+}
+
+// writeTypeRest adds what follows the retry policy: timeout, priority and
+// push target.
+func writeTypeRest(f *fieldList, t *apiTypeConfig) {
 	timeout := "server default"
 	if t.TimeoutSeconds > 0 {
 		timeout = fmtSeconds(t.TimeoutSeconds)
@@ -226,7 +248,6 @@ func writeTypeConfig(w io.Writer, t *apiTypeConfig) {
 	} else {
 		f.add("Push target", "none (workers run it)")
 	}
-	f.write(w)
 }
 
 const typesSetUsage = `Usage: retryq types set TYPE --file policy.json [--json]
