@@ -17,11 +17,15 @@ import (
 )
 
 // writeJSON sends v with the given status.
+//
+// Only the API's own types are encoded, so an encoding error is a fault
+// (a stored payload that is not JSON, in a damaged database): writeJSON
+// panics with it before writing anything, and the recovery in ServeHTTP
+// logs it and answers 500 with the request id.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
-	if err != nil { // only our own types are marshalled: a bug
-		b = []byte(`{"error":{"code":"internal","message":"could not encode the response"}}`)
-		status = http.StatusInternalServerError
+	if err != nil {
+		panic(fmt.Errorf("encode response: %w", err))
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
