@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -10,6 +11,27 @@ import (
 
 	"github.com/retryq/retryq/store"
 )
+
+// TestPayloadIsAnsweredAsStored: a task's payload comes back in the
+// answers holding it byte for byte as it was stored (compacted), as push
+// delivery sends it. Answers used to escape <, > and & (and a raw U+2028
+// or U+2029) in payloads as \u003c and so on: the same JSON value, but
+// not the bytes sent, so a worker checking a signature over them failed.
+func TestPayloadIsAnsweredAsStored(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	payload := "{\"html\":\"<b>a & b</b>\",\"ls\":\"\u2028\u2029\",\"esc\":\"\\u003c\\n\\\"\",\"n\":1.50e+10,\"big\":123456789012345678901234567890}"
+	id := e.must(http.StatusCreated, "POST", "/v1/tasks", `{"type":"p", "payload": `+payload+`}`).m["id"].(string)
+	for _, path := range []string{"/v1/tasks/" + id, "/v1/tasks?type=p"} {
+		r := e.must(http.StatusOK, "GET", path, nil)
+		if !bytes.Contains(r.raw, []byte(`"payload":`+payload)) {
+			t.Errorf("GET %s: payload not answered as sent:\nsent %s\ngot  %s", path, payload, r.raw)
+		}
+	}
+	r := e.must(http.StatusOK, "POST", "/v1/leases", map[string]any{"worker_id": "w1", "types": []string{"p"}, "wait_seconds": 5})
+	if !bytes.Contains(r.raw, []byte(`"payload":`+payload)) {
+		t.Errorf("POST /v1/leases: payload not answered as sent:\nsent %s\ngot  %s", payload, r.raw)
+	}
+}
 
 // TestUnencodableAnswerIsAnInternalErrorWithRequestID: an answer that
 // cannot be encoded (a stored payload that is not JSON, which no entry

@@ -16,15 +16,20 @@ import (
 	"unicode/utf8"
 )
 
-// writeJSON sends v with the given status.
+// writeJSON sends v with the given status. HTML characters are not
+// escaped: answers are application/json with nosniff, and a task's payload
+// must come back byte for byte as stored (compacted), as push delivery
+// sends it, not with its <, > and & rewritten as \u003c and so on.
 //
 // Only the API's own types are encoded, so an encoding error is a fault
 // (a stored payload that is not JSON, in a damaged database): writeJSON
 // panics with it before writing anything, and the recovery in ServeHTTP
 // logs it and answers 500 with the request id.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // Encode ends the value with '\n'
 		panic(fmt.Errorf("encode response: %w", err))
 	}
 	h := w.Header()
@@ -32,7 +37,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(buf.Bytes())
 }
 
 // readBody reads and decodes the JSON request body into dst, rejecting
