@@ -40,10 +40,12 @@ type Options struct {
 	PollInterval time.Duration
 	// Retention of finished tasks (defaults 24h, 24h, 30 days; negative keeps forever).
 	SucceededRetention, CancelledRetention, DeadRetention time.Duration
-	// RetentionInterval is how often retention runs (default 1m).
+	// RetentionInterval is how often retention runs (default 1m; at least
+	// 10ms).
 	RetentionInterval time.Duration
 	// NodeRetention is how long the node registry keeps the row of a node
-	// no longer seen (default 7 days; negative keeps them forever).
+	// no longer seen (default 7 days; at least 1m, so that the rows of live
+	// nodes stay; negative keeps them forever).
 	NodeRetention time.Duration
 	// NoScheduler disables the scheduler loops on this process (another
 	// process on the same database runs them).

@@ -44,6 +44,7 @@ func TestInvalidConfigIsErrInvalidNamingTheField(t *testing.T) {
 		"LeaseDuration":     {LeaseDuration: time.Millisecond},
 		"PollInterval":      {PollInterval: -time.Second},
 		"RetentionInterval": {RetentionInterval: -time.Second},
+		"NodeRetention":     {NodeRetention: time.Second},
 	} {
 		c, err := retryq.NewClient(st, o)
 		if !errors.Is(err, retryq.ErrInvalid) || !strings.Contains(err.Error(), field) {

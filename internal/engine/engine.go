@@ -92,11 +92,12 @@ type Config struct {
 	SucceededRetention time.Duration // default 24h
 	CancelledRetention time.Duration // default 24h
 	DeadRetention      time.Duration // default 30 days
-	RetentionInterval  time.Duration // default 1m
+	RetentionInterval  time.Duration // default 1m; at least MinRetentionInterval
 	// NodeRetention: the node registry's row of a node not seen for this
 	// long (stopped, or died) is deleted at the leader's retention passes,
 	// so that restarts, each a new node id by default, do not pile up rows.
-	// Zero takes the default (7 days); a negative value keeps them forever.
+	// Zero takes the default (7 days); a negative value keeps them forever;
+	// a positive one is at least MinNodeRetention.
 	NodeRetention time.Duration
 
 	// LeaderTTL is the leadership lease of the scheduler loops. Default
@@ -140,6 +141,16 @@ const (
 	// MinLeaseDuration is the shortest LeaseDuration: heartbeats extend a
 	// lease every third of it.
 	MinLeaseDuration = 3 * time.Millisecond
+	// MinRetentionInterval is the shortest RetentionInterval. Each
+	// retention pass is a write transaction or two, and the scheduler
+	// wakes for the next one: with a far shorter interval (1ns) it ran
+	// pass after pass with no pause.
+	MinRetentionInterval = MinPollInterval
+	// MinNodeRetention is the shortest positive NodeRetention. A live node
+	// writes its registry row every 5 s and counts as alive for 30 s after
+	// each write: a shorter retention deleted the rows of live nodes (the
+	// leader's own among them) at every retention pass.
+	MinNodeRetention = time.Minute
 )
 
 // configErr is an invalid Config field: an ErrInvalid naming it.
@@ -186,7 +197,7 @@ func (c *Config) withDefaults() (Config, error) {
 		{&out.DefaultTimeout, 5 * time.Minute, 1, "DefaultTimeout"},
 		{&out.LeaseDuration, 30 * time.Second, MinLeaseDuration, "LeaseDuration"},
 		{&out.PollInterval, time.Second, MinPollInterval, "PollInterval"},
-		{&out.RetentionInterval, time.Minute, 1, "RetentionInterval"},
+		{&out.RetentionInterval, time.Minute, MinRetentionInterval, "RetentionInterval"},
 		{&out.LeaderTTL, 10 * time.Second, MinLeaderTTL, "LeaderTTL"},
 	} {
 		if *f.d == 0 {
@@ -207,6 +218,10 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.NodeRetention == 0 {
 		out.NodeRetention = DefaultNodeRetention
+	}
+	if out.NodeRetention > 0 && out.NodeRetention < MinNodeRetention {
+		return out, configErr("NodeRetention", "must be at least %s, 0 for the default %s, or negative to keep the rows forever (got %s)",
+			MinNodeRetention, RetentionText(DefaultNodeRetention), out.NodeRetention)
 	}
 	if out.MaxEnqueueBatch <= 0 {
 		out.MaxEnqueueBatch = 1000
