@@ -137,16 +137,21 @@ func (r *retentionOptions) register(fs *flag.FlagSet) {
 		"delete dead tasks this long after they died (`duration`; default 30d); at least 1h unless --allow-short-dead-retention")
 	fs.BoolVar(&r.allowShort, "allow-short-dead-retention", false, "take a --dead-retention under 1h")
 	fs.Var(retentionValue{d: &r.nodes}, "node-retention",
-		"delete a node's registry row this long after it was last seen (`duration`; default 7d)")
+		"delete a node's registry row this long after it was last seen (`duration`; default 7d); at least 1m")
 }
 
 // check refuses a dead-letter retention under minDeadRetention unless
-// allowed, and fills in the cancelled retention from the succeeded one.
+// allowed and a node retention under engine.MinNodeRetention, and fills in
+// the cancelled retention from the succeeded one.
 func (r *retentionOptions) check() error {
 	if r.dead > 0 && r.dead < minDeadRetention && !r.allowShort {
 		return fmt.Errorf("--dead-retention: %v would delete dead tasks %v after they died, before anyone can look at "+
 			"the dead-letter queue; give at least %v (30d is 30 days) or add --allow-short-dead-retention",
 			r.dead, r.dead, fmtHours(minDeadRetention))
+	}
+	if r.nodes > 0 && r.nodes < engine.MinNodeRetention {
+		return fmt.Errorf("--node-retention: %v would delete the registry rows of live nodes (each writes its row every 5 s); "+
+			"give at least %v, or forever", r.nodes, engine.MinNodeRetention)
 	}
 	if !r.cancelledSet {
 		r.cancelled = r.succeeded

@@ -229,6 +229,7 @@ func TestServerNodeRetentionFlag(t *testing.T) {
 		{nil, 0}, // the engine's default
 		{[]string{"--node-retention", "2d"}, 48 * time.Hour},
 		{[]string{"--node-retention", "forever"}, -1},
+		{[]string{"--node-retention", "1m"}, time.Minute},
 	} {
 		var stderr strings.Builder
 		e := &Env{Stdin: strings.NewReader(""), Stdout: &strings.Builder{}, Stderr: &stderr, Getenv: func(string) string { return "" }}
@@ -241,9 +242,15 @@ func TestServerNodeRetentionFlag(t *testing.T) {
 			t.Errorf("%q: node retention %v, want %v", tc.args, o.retention.nodes, tc.want)
 		}
 	}
-	var stderr strings.Builder
-	e := &Env{Stdin: strings.NewReader(""), Stdout: &strings.Builder{}, Stderr: &stderr, Getenv: func(string) string { return "" }}
-	if o, st := parseServer(e, []string{"--node-retention", "7"}); o != nil || st != exitUsage || !strings.Contains(stderr.String(), "--node-retention") {
-		t.Errorf("--node-retention 7: status %d, stderr %q; want a usage error naming the flag", st, stderr.String())
+	// A plain number, and a retention under a minute, which would delete
+	// the registry rows of live nodes (each writes its row every 5 s) at
+	// every retention pass: refused before the database is opened, naming
+	// the flag, rather than by the engine after it.
+	for _, v := range []string{"7", "1s", "59s", "1ns"} {
+		var stderr strings.Builder
+		e := &Env{Stdin: strings.NewReader(""), Stdout: &strings.Builder{}, Stderr: &stderr, Getenv: func(string) string { return "" }}
+		if o, st := parseServer(e, []string{"--node-retention", v}); o != nil || st != exitUsage || !strings.Contains(stderr.String(), "--node-retention") {
+			t.Errorf("--node-retention %s: status %d, stderr %q; want a usage error naming the flag", v, st, stderr.String())
+		}
 	}
 }
