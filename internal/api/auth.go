@@ -100,9 +100,15 @@ func (a *Auth) Check(r *http.Request) Access {
 	return AccessNone
 }
 
+// bearerToken returns the token of the request's one Authorization header.
+// A request with more than one has none: HTTP allows one, and taking any
+// of them would grant an access that depends on their order.
 func bearerToken(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
-	scheme, tok, ok := strings.Cut(h, " ")
+	hs := r.Header.Values("Authorization")
+	if len(hs) != 1 {
+		return "", false
+	}
+	scheme, tok, ok := strings.Cut(hs[0], " ")
 	if !ok || !strings.EqualFold(scheme, "Bearer") {
 		return "", false
 	}
@@ -114,6 +120,10 @@ func bearerToken(r *http.Request) (string, bool) {
 func mutating(method string) bool {
 	return method != http.MethodGet && method != http.MethodHead && method != http.MethodOptions
 }
+
+// msgManyAuthorizations answers a request with more than one
+// Authorization header.
+const msgManyAuthorizations = "more than one Authorization header: send one, Authorization: Bearer <token>"
 
 // authorize returns nil when the request may proceed, else the 401 or 403
 // error to send.
@@ -132,7 +142,9 @@ func (a *Auth) authorize(r *http.Request) error {
 		return nil
 	}
 	msg := "missing bearer token: send Authorization: Bearer <token>"
-	if _, ok := bearerToken(r); ok {
+	if len(r.Header.Values("Authorization")) > 1 {
+		msg = msgManyAuthorizations
+	} else if _, ok := bearerToken(r); ok {
 		msg = "invalid bearer token"
 	}
 	return &apiError{Status: http.StatusUnauthorized, Code: CodeUnauthorized, Message: msg}

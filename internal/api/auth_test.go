@@ -281,3 +281,38 @@ func TestErrorAnswersEchoInputBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestMoreThanOneAuthorizationHeaderIsRefused: a request with two
+// Authorization headers is ambiguous (HTTP allows only one) and gets 401.
+// The first used to be taken and the others ignored, so the access granted
+// depended on the headers' order: a read-only and a full-access token gave
+// full access when the full one came first, and a wrong token before a
+// valid one was refused while the reverse was let in.
+func TestMoreThanOneAuthorizationHeaderIsRefused(t *testing.T) {
+	e := newEnv(t, envOpts{apiTokens: []string{"full-1"}, readTokens: []string{"read-1"}})
+	e.token = ""
+	headers := func(vs ...string) reqOpt {
+		return func(r *http.Request) {
+			for _, v := range vs {
+				r.Header.Add("Authorization", v)
+			}
+		}
+	}
+	for _, vs := range [][]string{
+		{"Bearer full-1", "Bearer read-1"},
+		{"Bearer read-1", "Bearer full-1"},
+		{"Bearer full-1", "Bearer nope"},
+		{"Bearer full-1", "Bearer full-1"},
+		{"Bearer full-1", ""},
+	} {
+		for _, method := range []string{"GET", "POST"} {
+			r := e.mustErr(http.StatusUnauthorized, CodeUnauthorized, "", method, "/v1/tasks", `{"type":"a"}`, headers(vs...))
+			if !strings.Contains(r.errMsg(), "more than one") {
+				t.Fatalf("%s with %q: message %q does not say why", method, vs, r.errMsg())
+			}
+		}
+	}
+	// One header still works, and public routes ignore the headers.
+	e.must(http.StatusCreated, "POST", "/v1/tasks", `{"type":"a"}`, headers("Bearer full-1"))
+	e.must(http.StatusOK, "GET", "/healthz", nil, headers("Bearer full-1", "Bearer read-1"))
+}

@@ -137,8 +137,11 @@ func writeAPIError(w http.ResponseWriter, ae *apiError, reqID string) {
 	switch ae.Status {
 	case http.StatusUnauthorized:
 		v := `Bearer realm="retryq"`
-		if ae.Message == "invalid bearer token" {
+		switch ae.Message {
+		case "invalid bearer token":
 			v += `, error="invalid_token"`
+		case msgManyAuthorizations:
+			v += `, error="invalid_request"`
 		}
 		w.Header().Set("WWW-Authenticate", v)
 	case http.StatusServiceUnavailable:
