@@ -52,12 +52,18 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 	// back rather than decided under the engine's defaults.
 	spec, err := e.decidingSpec(leaseCtx, t.Type)
 	if err != nil {
-		cancelLease(nil)
 		if !e.leases.finish(t.ID, t.LeaseID) {
 			e.ctr.leaseLost.Add(1)
 			return
 		}
 		defer e.leases.remove(t.ID, t.LeaseID)
+		if leaseCtx.Err() != nil {
+			// Stopped while it waited for the configuration (shutdown,
+			// or the lease lost), not a configuration that cannot be
+			// read: nothing was sent.
+			p.abandon(leaseCtx, t)
+			return
+		}
 		_ = e.record(context.WithoutCancel(leaseCtx), t, e.holdBack(t, err)) // logged by record
 		return
 	}
@@ -77,22 +83,7 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 	recCtx := context.WithoutCancel(leaseCtx)
 
 	if res.status == 0 && leaseCtx.Err() != nil {
-		if cause := context.Cause(leaseCtx); errors.Is(cause, ErrLeaseLost) {
-			e.log.Warn("push delivery aborted: lease lost (task cancelled or reaped)", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
-			if errors.Is(cause, ErrLeaseExpired) {
-				// The watchdog gave up on the lease; a late heartbeat may
-				// have kept it after all.
-				settled := make(chan struct{})
-				e.giveBackExpired(t, func() { close(settled) })
-				<-settled
-			} else {
-				e.ctr.leaseLost.Add(1)
-			}
-			return
-		}
-		// Shutdown cancelled the request: give the task back at once.
-		out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
-		_ = e.record(recCtx, t, out)
+		p.abandon(leaseCtx, t)
 		return
 	}
 
@@ -107,6 +98,30 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 		out = e.Decide(t, dspec, res.failure(pt), e.now())
 	}
 	_ = e.record(recCtx, t, out) // logged by record
+}
+
+// abandon ends a delivery whose lease context was cancelled before a
+// response came (its lease is finishing): a lost lease records nothing (one
+// the watchdog gave up on is given back, in case a late heartbeat kept it),
+// and at shutdown the task is given back at once, the attempt not counted.
+func (p *pusher) abandon(leaseCtx context.Context, t *store.Task) {
+	e := p.e
+	if cause := context.Cause(leaseCtx); errors.Is(cause, ErrLeaseLost) {
+		e.log.Warn("push delivery aborted: lease lost (task cancelled or reaped)", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt)
+		if errors.Is(cause, ErrLeaseExpired) {
+			// The watchdog gave up on the lease; a late heartbeat may
+			// have kept it after all.
+			settled := make(chan struct{})
+			e.giveBackExpired(t, func() { close(settled) })
+			<-settled
+		} else {
+			e.ctr.leaseLost.Add(1)
+		}
+		return
+	}
+	// Shutdown cancelled the delivery: give the task back at once.
+	out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
+	_ = e.record(context.WithoutCancel(leaseCtx), t, out)
 }
 
 // attempt sends the request and reads the start of the response.

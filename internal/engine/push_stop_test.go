@@ -226,3 +226,67 @@ func testBeginShutdownStopsPushFetchingAndKeepsDeliveries(t *testing.T, backend 
 		t.Errorf("task enqueued after BeginShutdown: state %s, attempt %d; want pending, none counted", tk.State, tk.Attempt)
 	}
 }
+
+// slowTypeRead is a store whose GetType, once armed, answers only when
+// let go (or after 10 s): a type configuration that cannot be read in time.
+type slowTypeRead struct {
+	store.Store
+	armed atomic.Bool
+	letGo chan struct{}
+}
+
+func (s *slowTypeRead) GetType(ctx context.Context, typ string) (store.TypeConfig, error) {
+	if s.armed.Load() {
+		select {
+		case <-s.letGo:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return s.Store.GetType(ctx, typ)
+}
+
+// TestPushShutdownWhileReadingTheTypeReleasesAtOnce: a delivery that Close
+// cancels while it waits for its type's configuration gives its task back
+// at once, as an in-process handler cancelled at the same point does. It
+// was held back instead: retry_waiting for 10 s, logged as a type whose
+// configuration cannot be read.
+func TestPushShutdownWhileReadingTheTypeReleasesAtOnce(t *testing.T) {
+	backendtest.Run(t, testPushShutdownWhileReadingTheTypeReleasesAtOnce)
+}
+
+func testPushShutdownWhileReadingTheTypeReleasesAtOnce(t *testing.T, backend string) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	st := &slowTypeRead{Store: openWorkerStoreOn(t, backend), letGo: make(chan struct{})}
+	defer close(st.letGo)
+	e, err := New(Config{Store: st, NodeID: "push-stop-type", PollInterval: 20 * time.Millisecond, NoScheduler: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = e.Close() }()
+	e.push.grace = 50 * time.Millisecond
+	id := mustEnqueue(t, e, "hook", `1`) // the type's read cached here; PutType drops it
+	st.armed.Store(true)
+	if _, err := e.PutType(context.Background(), TypeSpec{Type: "hook", Policy: fastPolicy(3), Target: &Target{URL: srv.URL}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the delivery to start", func() bool { return e.leases.leaseOf(id) != "" })
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := st.GetTask(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tk.State != store.StatePending || tk.Attempt != 0 || tk.RunAt.After(time.Now().Add(time.Second)) {
+		t.Errorf("after Close: state %s, attempt %d, due in %v; want pending, none counted, due now",
+			tk.State, tk.Attempt, time.Until(tk.RunAt).Round(time.Millisecond))
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("%d requests sent without the type's configuration", n)
+	}
+}
