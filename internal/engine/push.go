@@ -485,10 +485,11 @@ func (f *pushFetcher) run(ctx context.Context) {
 		limit := int(min(free, pushMaxFetch))
 		// The fetch is not cut short by shutdown: one cancelled after the
 		// store committed would lose its leases to the reaper (an attempt
-		// counted). It is bounded, and what it got is released if the
-		// pusher stopped meanwhile.
+		// counted). It is bounded (by the timeout and margin, not by the
+		// lease, which may be an hour long: Close waits for it), and what
+		// it got is released if the pusher stopped meanwhile.
 		lease := pushLease(pt.timeout, e.cfg.LeaseDuration)
-		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), lease)
+		fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), pt.timeout+pushLeaseMargin)
 		var tasks []store.Task
 		var err error
 		if e.clockReady() { // nothing leased on a clock not yet synced
