@@ -161,7 +161,7 @@ func openAPISchemas() map[string]any {
 		"TypeConfig": obj(map[string]any{
 			"type": str(""), "retry": nullable(ref("RetryPolicy")), "timeout_seconds": secs("Per-attempt timeout"),
 			"priority": integer(""), "target": nullable(ref("Target")), "updated_at": nullable(timeT("")),
-			"stored": boolean("False when the type was never configured (the values are the defaults)."),
+			"stored":     boolean("False when the type was never configured (the values are the defaults)."),
 			"unreadable": str("Present when this server cannot decode the stored configuration (one written by a newer version): why. retry is then null; tasks of the type are held back, not run under defaults."),
 		}, "type", "retry", "timeout_seconds", "priority", "target", "updated_at", "stored"),
 		"TypeList": obj(map[string]any{"types": arr(ref("TypeConfig"))}, "types"),
