@@ -79,10 +79,14 @@ func testFailRetryDecision(t *testing.T, backend string) {
 	f := e.must(http.StatusOK, "POST", "/v1/tasks/"+id+"/fail", map[string]any{
 		"lease_id": l["lease_id"], "error": map[string]any{"code": "503", "message": "upstream unavailable"},
 	}).m
-	if f["state"] != "retry_waiting" || f["delay_seconds"] != 0.05 || f["dead_reason"] != nil {
+	// retry_waiting for 50 ms; pending when the answer came later than
+	// that (a loaded machine), the retry already due.
+	if (f["state"] != "retry_waiting" && f["state"] != "pending") || f["delay_seconds"] != 0.05 || f["dead_reason"] != nil {
 		t.Fatalf("fail 1 = %v", f)
 	}
-	mustTime(t, f["next_run_at"])
+	if next := mustTime(t, f["next_run_at"]); f["state"] == "pending" && next.After(time.Now()) {
+		t.Fatalf("fail 1 says pending, due at %v, in the future", next)
+	}
 	g := e.must(http.StatusOK, "GET", "/v1/tasks/"+id, nil).m
 	le := g["last_error"].(map[string]any)
 	if le["code"] != "503" || le["message"] != "upstream unavailable" || le["class"] != "transient" {
