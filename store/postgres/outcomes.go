@@ -148,6 +148,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		state                string
 		runAt                time.Time
 		retry, failure, hist bool
+		prio                 int32 // stored only for a failure's retry (checked by Fits32)
 		kind                 string
 		code, msg, class     *string
 	}
@@ -211,6 +212,12 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 		} else if retry {
 			delayed = true
 		}
+		if !retry {
+			// Not stored (run_at is kept): whatever it holds, a time the
+			// server cannot take must not fail the batch.
+			runAt = time.Time{}
+		}
+		failure := o.State == store.StateRetryWaiting || o.State == store.StateDead
 		kind := o.OutcomeKind
 		if kind == "" {
 			kind = store.OutcomeFailed
@@ -218,11 +225,13 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 				kind = store.OutcomeSucceeded
 			}
 		}
-		r := row{state: string(state), retry: retry, kind: kind, runAt: runAt,
-			failure: o.State == store.StateRetryWaiting || o.State == store.StateDead,
+		r := row{state: string(state), retry: retry, kind: kind, runAt: runAt, failure: failure,
 			// A release is not an attempt; a success is recorded in the
 			// task row itself (see ListAttempts).
 			hist: o.State != store.StatePending && o.State != store.StateSucceeded}
+		if retry && failure {
+			r.prio = int32(o.EffectivePrio)
+		}
 		if o.State != store.StatePending { // a release keeps the last error
 			r.code, r.msg, r.class = errorCols(o.Error)
 		}
@@ -262,7 +271,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			ids[k], leases[k], states[k], kinds[k], details[k], reasons[k] = o.TaskID, o.LeaseID, r.state, r.kind, o.Detail, o.DeadReason
 			codes[k], msgs[k], classes[k] = r.code, r.msg, r.class
 			reaps[k], hists[k], retries[k], failures[k] = o.ReapExpired, r.hist, r.retry, r.failure
-			runAts[k], prios[k], delays[k] = us(r.runAt), int32(o.EffectivePrio), int64(o.LastDelay)
+			runAts[k], prios[k], delays[k] = us(r.runAt), r.prio, int64(o.LastDelay)
 		}
 		locks = ids
 		queued = append(queued, func(b *pgx.Batch) {
@@ -310,7 +319,7 @@ func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]er
 			locks = append(locks, o.TaskID)
 			queued = append(queued, func(b *pgx.Batch) {
 				b.Queue(recordOutcomeSQL, o.TaskID, o.LeaseID, o.ReapExpired, now,
-					r.state, us(r.runAt), o.EffectivePrio, r.code, r.msg, r.class,
+					r.state, us(r.runAt), r.prio, r.code, r.msg, r.class,
 					int64(o.LastDelay), o.DeadReason, r.kind, o.Detail, r.hist, r.retry, r.failure)
 			})
 		}

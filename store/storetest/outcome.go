@@ -24,6 +24,50 @@ var outcomeTests = []testCase{
 	{"Outcome/RetryZeroRunAtIsNow", testOutcomeRetryZeroRunAt},
 	{"Outcome/OddIDsAreLost", testOutcomeOddIDs},
 	{"Outcome/PriorityBeyond32Bits", testOutcomePriorityRange},
+	{"Outcome/IgnoredRunAtOutOfRange", testOutcomeIgnoredRunAt},
+}
+
+// testOutcomeIgnoredRunAt: the RunAt and EffectivePrio of an outcome that
+// does not store them (a success, a dead letter, a release due now) are
+// ignored, whatever they hold: a time or a priority the database cannot
+// store must not fail that outcome, nor the others of its batch, whether
+// the batch names each task once or one twice.
+func testOutcomeIgnoredRunAt(e *env) {
+	now := base.Add(time.Second)
+	for _, dup := range []bool{false, true} {
+		var outs []store.Outcome
+		for i, at := range []time.Time{time.Date(-5000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC)} {
+			name := func(what string) string { return fmt.Sprintf("t_%s%d_%t", what, i, dup) }
+			typ := fmt.Sprint("a", i, dup) // the released task of a round is not fetched by the next
+			ok := succeed(e.start(base, nt(name("ok"), typ)))
+			dead := kill(e.start(base, nt(name("dead"), typ)), "E", store.DeadNonRetryable)
+			rel := e.start(base, nt(name("rel"), typ))
+			ok.RunAt, dead.RunAt = at, at
+			ok.EffectivePrio, dead.EffectivePrio = 1<<40, -1<<40
+			outs = append(outs, ok, dead)
+			if at.Before(now) { // a release with a RunAt not after Now is due now
+				outs = append(outs, store.Outcome{TaskID: rel.ID, LeaseID: rel.LeaseID, State: store.StatePending, RunAt: at, EffectivePrio: 1 << 40})
+			} else {
+				outs = append(outs, succeed(rel))
+			}
+		}
+		if dup {
+			outs = append(outs, outs[0]) // applied after the first: its lease is gone
+		}
+		errs, err := e.s.RecordOutcomes(e.ctx, store.OutcomeParams{Now: now, Outcomes: outs})
+		e.noErr("RecordOutcomes", err)
+		for i := range 6 {
+			e.noErr(fmt.Sprintf("outcome %d (%s of %s)", i, outs[i].State, outs[i].TaskID), errs[i])
+		}
+		if dup {
+			e.isErr("the repeated outcome", errs[6], store.ErrLeaseLost)
+		}
+		e.get(fmt.Sprintf("t_ok0_%t", dup), store.StateSucceeded)
+		e.get(fmt.Sprintf("t_dead1_%t", dup), store.StateDead)
+		rel := e.get(fmt.Sprintf("t_rel0_%t", dup), store.StatePending)
+		e.eqTime("RunAt of the released task", rel.RunAt, base)
+		e.eq("EffectivePrio of the released task", rel.EffectivePrio, 0)
+	}
 }
 
 // testOutcomeRetryZeroRunAt: a retry outcome without a RunAt means now: the
