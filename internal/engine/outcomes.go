@@ -26,8 +26,15 @@ func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]st
 	// leases stay valid meanwhile unless the outage outlasts them, in which
 	// case the conditional updates refuse the outcomes and the reaper's
 	// retry decision applies instead.
+	//
+	// Such a failure may also come after the commit (a connection lost
+	// before the answer): the try that follows is then refused by the lease
+	// check, as it must be, and unsure keeps the Now of each failed try to
+	// tell those refusals from lost leases (settleUnsure).
+	var unsure []time.Time
 	for backoff, tries := 50*time.Millisecond, 0; err != nil && errors.Is(err, store.ErrUnavailable) && tries < 8 && ctx.Err() == nil; tries++ {
 		e.log.Warn("record outcomes: database unavailable; retrying", "outcomes", len(outs), "backoff", backoff, "err", err)
+		unsure = append(unsure, now)
 		sleepCtx(ctx, backoff)
 		backoff = min(2*backoff, 2*time.Second)
 		now = e.now()
@@ -35,6 +42,9 @@ func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]st
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(unsure) > 0 {
+		e.settleUnsure(ctx, outs, errs, unsure)
 	}
 	e.ctr.outcomeCommits.Add(1)
 	ready := false
@@ -71,6 +81,49 @@ func (e *Engine) commitOutcomes(ctx context.Context, outs []store.Outcome) ([]st
 		e.sched.poke(earliest)
 	}
 	return nil, errs, nil
+}
+
+// settleUnsure clears the refusals of the outcomes that an earlier try of
+// their batch applied, a try that failed with the commit possibly made (at
+// the times tries): the task is in the state the outcome gives and was
+// last written at that try's Now, which no other write of the task takes
+// (each takes its own). Each task is settled once: a batch naming a lease
+// twice applied it once. A refusal that cannot be checked (the task cannot
+// be read) stays a refusal.
+func (e *Engine) settleUnsure(ctx context.Context, outs []store.Outcome, errs []error, tries []time.Time) {
+	var settled map[string]bool
+	for i := range outs {
+		o := &outs[i]
+		if i >= len(errs) || !errors.Is(errs[i], store.ErrLeaseLost) || settled[o.TaskID] {
+			continue
+		}
+		t, err := e.st.GetTask(ctx, o.TaskID)
+		if err != nil || !outcomeLeft(o, t.State) {
+			continue
+		}
+		for _, at := range tries {
+			if t.UpdatedAt.Equal(storedTime(at)) {
+				e.log.Info("outcome recorded by a try whose answer was lost", "task_id", o.TaskID, "outcome", o.State)
+				errs[i] = nil
+				if settled == nil {
+					settled = make(map[string]bool)
+				}
+				settled[o.TaskID] = true
+				break
+			}
+		}
+	}
+}
+
+// outcomeLeft reports whether o, applied, leaves its task in state s (a
+// retry or a release is stored pending or retry_waiting, by its run time).
+func outcomeLeft(o *store.Outcome, s store.State) bool {
+	switch o.State {
+	case store.StateRetryWaiting, store.StatePending:
+		return s == store.StateRetryWaiting || s == store.StatePending
+	default:
+		return s == o.State
+	}
 }
 
 // logOutcome writes the structured log line of a state change.
