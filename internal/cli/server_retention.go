@@ -27,10 +27,9 @@ var errRetentionNoUnit = errors.New("needs a unit")
 
 // retentionValue is a retention flag: a duration with a unit ("30d",
 // "1d12h", "720h", "90m"), "forever" (or any negative duration) to keep
-// the class forever, or 0 for the default. set records that it was given.
+// the class forever, or 0 for the default.
 type retentionValue struct {
-	d   *time.Duration
-	set *bool
+	d *time.Duration
 }
 
 // String implements flag.Value.
@@ -48,9 +47,6 @@ func (v retentionValue) Set(s string) error {
 		return err
 	}
 	*v.d = d
-	if v.set != nil {
-		*v.set = true
-	}
 	return nil
 }
 
@@ -124,14 +120,14 @@ func isZeroText(s string) bool {
 type retentionOptions struct {
 	succeeded, cancelled, dead time.Duration
 	nodes                      time.Duration
-	cancelledSet, allowShort   bool
+	allowShort                 bool
 }
 
 // register adds the retention flags to fs.
 func (r *retentionOptions) register(fs *flag.FlagSet) {
 	fs.Var(retentionValue{d: &r.succeeded}, "succeeded-retention",
 		"delete succeeded tasks this long after they finished (`duration`; default 1d)")
-	fs.Var(retentionValue{d: &r.cancelled, set: &r.cancelledSet}, "cancelled-retention",
+	fs.Var(retentionValue{d: &r.cancelled}, "cancelled-retention",
 		"delete cancelled tasks this long after they were cancelled (`duration`; default: as --succeeded-retention)")
 	fs.Var(retentionValue{d: &r.dead}, "dead-retention",
 		"delete dead tasks this long after they died (`duration`; default 30d); at least 1h unless --allow-short-dead-retention")
@@ -142,7 +138,8 @@ func (r *retentionOptions) register(fs *flag.FlagSet) {
 
 // check refuses a dead-letter retention under minDeadRetention unless
 // allowed and a node retention under engine.MinNodeRetention, and fills in
-// the cancelled retention from the succeeded one.
+// the cancelled retention from the succeeded one when it is not given or
+// given as 0.
 func (r *retentionOptions) check() error {
 	if r.dead > 0 && r.dead < minDeadRetention && !r.allowShort {
 		return fmt.Errorf("--dead-retention: %v would delete dead tasks %v after they died, before anyone can look at "+
@@ -153,7 +150,8 @@ func (r *retentionOptions) check() error {
 		return fmt.Errorf("--node-retention: %v would delete the registry rows of live nodes (each writes its row every 5 s); "+
 			"give at least %v, or forever", r.nodes, engine.MinNodeRetention)
 	}
-	if !r.cancelledSet {
+	if r.cancelled == 0 {
+		// Not given, or 0: the default, which is the succeeded retention.
 		r.cancelled = r.succeeded
 	}
 	return nil

@@ -58,7 +58,8 @@ func TestRetentionFlagNeedsAUnit(t *testing.T) {
 // TestServerRetentionFlags: the server refuses a retention without a unit
 // and a dead-letter retention under an hour unless
 // --allow-short-dead-retention is given, naming the flag (status 2);
-// --cancelled-retention follows --succeeded-retention unless given.
+// --cancelled-retention follows --succeeded-retention unless given (or
+// given as 0, the default).
 func TestServerRetentionFlags(t *testing.T) {
 	env := func() (*Env, *strings.Builder) {
 		var stderr strings.Builder
@@ -93,6 +94,9 @@ func TestServerRetentionFlags(t *testing.T) {
 		{[]string{"--succeeded-retention", "2h"}, 2 * time.Hour, 2 * time.Hour, 0},
 		{[]string{"--succeeded-retention", "2h", "--cancelled-retention", "7d"}, 2 * time.Hour, 7 * 24 * time.Hour, 0},
 		{[]string{"--cancelled-retention", "forever"}, 0, -1, 0},
+		// 0 takes the default, which for cancelled tasks is the succeeded one.
+		{[]string{"--succeeded-retention", "2h", "--cancelled-retention", "0"}, 2 * time.Hour, 2 * time.Hour, 0},
+		{[]string{"--cancelled-retention", "0s", "--succeeded-retention", "forever"}, -1, -1, 0},
 	} {
 		e, stderr := env()
 		o, st := parseServer(e, tc.args)
