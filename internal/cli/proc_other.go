@@ -37,4 +37,7 @@ func exitStatus(state *os.ProcessState) (int, string) {
 
 func signalStatus(os.Signal) int { return 130 }
 
+// signalCode reports false: attempts end by exiting here, not by a signal.
+func signalCode(int) (string, bool) { return "", false }
+
 func signalName(sig os.Signal) string { return sig.String() }

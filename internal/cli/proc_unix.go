@@ -67,6 +67,20 @@ func exitStatus(state *os.ProcessState) (status int, signal string) {
 	return state.ExitCode(), ""
 }
 
+// maxSignal is the highest signal number (SIGRTMAX on Linux, above the
+// others' highest).
+const maxSignal = 64
+
+// signalCode returns the error code of an attempt killed by the signal
+// whose exit status is n (128+N for signal N), as outcome.code names it;
+// ok is false when n is no such status.
+func signalCode(n int) (code string, ok bool) {
+	if n <= 128 || n > 128+maxSignal {
+		return "", false
+	}
+	return "signal:" + signalName(syscall.Signal(n-128)), true
+}
+
 // signalStatus is the exit status for a death by sig.
 func signalStatus(sig os.Signal) int {
 	if s, ok := sig.(syscall.Signal); ok {

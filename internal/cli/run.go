@@ -30,11 +30,15 @@ and error pass through (standard input is shared by all attempts).
 
 Each attempt runs in its own process group with RETRYQ_ATTEMPT and
 RETRYQ_MAX_ATTEMPTS in its environment. SIGINT, SIGTERM and SIGHUP sent to
-retryq are forwarded to the running attempt's process group and stop retrying.
-When standard input, output or error is retryq's controlling terminal, attempts
-run in retryq's own process group instead, so that they can read the terminal
-and get its Ctrl-C and Ctrl-Z; signals and --timeout then reach only the
-attempt's own process, not the processes it started. Every attempt is logged
+retryq are forwarded to the running attempt's process group and stop retrying;
+one that retryq was started with ignored (as nohup ignores SIGHUP) stays
+ignored, by retryq and by its attempts. When standard input, output or error
+is retryq's controlling terminal, attempts run in retryq's own process group
+instead, so that they can read the terminal and get its Ctrl-C and Ctrl-Z;
+signals and --timeout then reach only the attempt's own process, not the
+processes it started, and a SIGINT while retryq is the terminal's foreground
+job is taken for the terminal's Ctrl-C, which the attempt got too: it stops
+retrying but is not sent to the attempt a second time. Every attempt is logged
 to standard error, followed by a summary line. The exit
 status is the last attempt's (128+N for death by signal N; 127 if COMMAND
 cannot be found, 126 if it cannot be run). An attempt stopped by --timeout
@@ -44,7 +48,8 @@ timeout's SIGTERM or SIGKILL gives 143 or 137, by the rule above).
 
 Exit codes are matched as codes "exit:N": --retry-on-exit 1,75 makes only
 exits 1 and 75 (and timed-out attempts) retryable; --no-retry-on-exit 2,64
-makes exits 2 and 64 final. Without either list every failure is retried,
+makes exits 2 and 64 final. A code 128+N also matches death by signal N,
+whose status it is: --no-retry-on-exit 137 makes a SIGKILL final. Without either list every failure is retried,
 except death by SIGPIPE once retryq's standard output or error has no reader
 left (as in "retryq run -- COMMAND | head -1"): that is final.
 
@@ -157,19 +162,30 @@ func checkRunFlags(o *runOptions, p *retry.Policy, set map[string]bool, backoff,
 		}
 	}
 	for _, c := range retryOn {
-		p.RetryOn = append(p.RetryOn, exitCode(c))
+		p.RetryOn = appendExitCodes(p.RetryOn, c)
 	}
 	if len(p.RetryOn) > 0 {
 		p.RetryOn = append(p.RetryOn, retry.CodeTimeout) // timed-out attempts stay retryable
 	}
 	for _, c := range noRetryOn {
-		p.NoRetryOn = append(p.NoRetryOn, exitCode(c))
+		p.NoRetryOn = appendExitCodes(p.NoRetryOn, c)
 	}
 	return ""
 }
 
 // exitCode is the error code of an attempt that exited with status n.
 func exitCode(n int) string { return "exit:" + strconv.Itoa(n) }
+
+// appendExitCodes appends to codes the error codes of the attempts whose
+// status is n: those that exited with n and, for n = 128+N, those killed
+// by signal N, whose status retryq reports as n too.
+func appendExitCodes(codes []string, n int) []string {
+	codes = append(codes, exitCode(n))
+	if c, ok := signalCode(n); ok {
+		codes = append(codes, c)
+	}
+	return codes
+}
 
 // policyErrorMessage rewrites a policy validation error in terms of flags.
 func policyErrorMessage(err error) string {

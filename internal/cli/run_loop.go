@@ -53,7 +53,9 @@ func (r *runner) run(parent context.Context) int {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, slices.Concat(terminationSignals, hangupSignals)...)
+	if caught := stopSignals(); len(caught) > 0 { // none would mean all
+		signal.Notify(sigs, caught...)
+	}
 	defer signal.Stop(sigs)
 	done := make(chan struct{})
 	defer close(done)
@@ -67,7 +69,9 @@ func (r *runner) run(parent context.Context) int {
 			case s := <-sigs:
 				r.group.note(s)
 				cancel()
-				r.group.stop(s)
+				if !r.fromTerminal(s) {
+					r.group.stop(s)
+				}
 			case <-parentDone:
 				r.group.note(sigTERM)
 				cancel()
@@ -102,6 +106,30 @@ func (r *runner) run(parent context.Context) int {
 		signal: r.group.stopSignal(), breaker: r.breakerThreshold(),
 	})
 	return status
+}
+
+// stopSignals are the signals that stop a run and are forwarded to the
+// attempt, less those retryq was started with ignored (nohup ignores
+// SIGHUP; a shell script's asynchronous command starts with SIGINT
+// ignored): caught, they would no longer be ignored by retryq, nor by its
+// attempts, which inherit an ignored signal but not a caught one.
+func stopSignals() []os.Signal {
+	var caught []os.Signal
+	for _, s := range slices.Concat(terminationSignals, hangupSignals) {
+		if !signal.Ignored(s) {
+			caught = append(caught, s)
+		}
+	}
+	return caught
+}
+
+// fromTerminal reports whether sig is taken for the terminal's Ctrl-C,
+// which the attempt got as well: a SIGINT while the attempt shares
+// retryq's process group and that group is the terminal's foreground
+// group. It is not forwarded, or the attempt would get it twice (many
+// programs take a second SIGINT for "stop now, skip the clean-up").
+func (r *runner) fromTerminal(sig os.Signal) bool {
+	return r.shareGroup && sig == os.Interrupt && inTerminalForeground(r.env.Stdin, r.env.Stdout, r.env.Stderr)
 }
 
 func (r *runner) op(ctx context.Context) error {
