@@ -114,18 +114,28 @@ func (b *batcher[Req, Res]) run(ctx context.Context) {
 		case <-ctx.Done():
 			// Stop accepting (done first: it wakes senders blocked on a
 			// full queue, which hold the read lock), then flush whatever
-			// was queued before.
+			// was queued before, in batches of up to max as before: one
+			// commit each would hold the stop for as many commits, each
+			// bounded only by its own retries.
 			b.once.Do(func() { close(b.done) })
 			b.sendMu.Lock()
 			b.closed = true
 			b.sendMu.Unlock()
 			for {
-				select {
-				case c := <-b.ch:
-					b.commit(context.WithoutCancel(ctx), []batchCall[Req, Res]{c}, []Req{c.req})
-				default:
+				calls, reqs = calls[:0], reqs[:0]
+			flush:
+				for len(calls) < b.max {
+					select {
+					case c := <-b.ch: // other loops of the batcher may drain it too
+						calls, reqs = append(calls, c), append(reqs, c.req)
+					default:
+						break flush
+					}
+				}
+				if len(calls) == 0 {
 					return
 				}
+				b.commit(context.WithoutCancel(ctx), calls, reqs)
 			}
 		}
 		if b.linger > 0 && want > 1 {

@@ -315,3 +315,51 @@ func TestEnqueueLingerKeepsProducersTogether(t *testing.T) {
 			c.Inserted, c.InsertCommits, avg, producers)
 	}
 }
+
+// TestBatcherStopFlushesInBatches: the calls still queued when the loop
+// stops are committed in batches of up to max, as before the stop, not
+// one commit each: with the database away, each commit may wait out its
+// retries (seconds), and a queue of thousands of outcomes held Close for
+// hours.
+func TestBatcherStopFlushesInBatches(t *testing.T) {
+	gate := make(chan struct{})
+	var entered atomic.Bool
+	r := &recorder{}
+	fn := func(ctx context.Context, reqs []int) ([]int, []error, error) {
+		if entered.CompareAndSwap(false, true) {
+			<-gate // the first commit is slow: the others queue behind it
+		}
+		return r.fn(ctx, reqs)
+	}
+	const max, queued = 8, 40
+	b := newBatcher(max, 4*queued, fn)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); b.run(ctx) }()
+	var answered atomic.Int64
+	b.submit(-1, func(int, error) { answered.Add(1) })
+	waitFor(t, "the first commit to start", entered.Load)
+	for i := range queued {
+		b.submit(i, func(_ int, err error) {
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+			answered.Add(1)
+		})
+	}
+	cancel()
+	close(gate)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop did not stop")
+	}
+	if n := answered.Load(); n != queued+1 {
+		t.Fatalf("%d calls answered, want %d", n, queued+1)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if want := 1 + (queued+max-1)/max; len(r.sizes) > want {
+		t.Fatalf("%d calls queued at the stop took %d commits (sizes %v); want at most %d", queued, len(r.sizes)-1, r.sizes, want-1)
+	}
+}
