@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -152,10 +153,20 @@ func dueAt(nt *store.NewTask, now time.Time) time.Time {
 
 // handOver gives the directly leased tasks to their workers after the
 // insert committed (or gives the slots back when it did not lease them).
+//
+// An insert that failed otherwise than as invalid (a connection lost, a
+// deadline) may have committed all the same: its leases are released then,
+// so that a task inserted after all is pending at once, its attempt not
+// counted, rather than running under a lease nobody holds until the reaper
+// counts the attempt that never ran. The store refuses the release of a
+// task that was not inserted.
 func (e *Engine) handOver(picks []dispatchPick, nts []store.NewTask, res []store.InsertResult, err error) {
 	for _, p := range picks {
 		if err != nil || p.idx >= len(res) {
 			p.w.unreserve()
+			if err != nil && !errors.Is(err, store.ErrInvalid) {
+				e.releaseDispatched(&nts[p.idx])
+			}
 			continue
 		}
 		r := res[p.idx]
@@ -167,6 +178,19 @@ func (e *Engine) handOver(picks []dispatchPick, nts []store.NewTask, res []store
 		e.ctr.dispatched.Add(1)
 		p.w.deliver(&t)
 	}
+}
+
+// releaseDispatched releases the lease nt was to be inserted with, without
+// waiting for the commit; a refusal (the task was not inserted, or not
+// under that lease) is the expected answer and is not logged.
+func (e *Engine) releaseDispatched(nt *store.NewTask) {
+	t := &store.Task{ID: nt.ID, Type: nt.Type, Attempt: 1, LeaseID: nt.Lease.LeaseID}
+	out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
+	e.outcomes.submit(out, func(_ struct{}, err error) {
+		if err == nil || !errors.Is(err, store.ErrLeaseLost) {
+			e.logOutcome(t, &out, err)
+		}
+	})
 }
 
 func newLeaseID() string {
