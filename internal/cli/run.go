@@ -26,7 +26,8 @@ const runUsage = `Usage: retryq run [flags] -- COMMAND [ARGS...]
 
 Runs COMMAND and retries it per a retry policy until it exits 0, fails in a
 way that is not retried, or attempts or time run out. Standard input, output
-and error pass through (standard input is shared by all attempts).
+and error pass through (standard input is shared by all attempts: what one
+attempt reads of a pipe or a file is gone for the next).
 
 Each attempt runs in its own process group with RETRYQ_ATTEMPT and
 RETRYQ_MAX_ATTEMPTS in its environment. SIGINT, SIGTERM and SIGHUP sent to
@@ -49,9 +50,10 @@ timeout's SIGTERM or SIGKILL gives 143 or 137, by the rule above).
 Exit codes are matched as codes "exit:N": --retry-on-exit 1,75 makes only
 exits 1 and 75 (and timed-out attempts) retryable; --no-retry-on-exit 2,64
 makes exits 2 and 64 final. A code 128+N also matches death by signal N,
-whose status it is: --no-retry-on-exit 137 makes a SIGKILL final. Without either list every failure is retried,
-except death by SIGPIPE once retryq's standard output or error has no reader
-left (as in "retryq run -- COMMAND | head -1"): that is final.
+whose status it is: --no-retry-on-exit 137 makes a SIGKILL final. Without
+either list every failure is retried, except death by SIGPIPE once retryq's
+standard output or error has no reader left (as in "retryq run -- COMMAND |
+head -1"): that is final.
 
 Durations take Go syntax (500ms, 30s, 1m30s) or seconds (0.5, 30).
 `

@@ -286,6 +286,7 @@ func TestRunForwardsSIGTERM(t *testing.T) {
 }
 
 func TestRunSIGINTDuringBackoffStops(t *testing.T) {
+	skipIfIgnored(t, syscall.SIGINT)
 	dir := t.TempDir()
 	runs := filepath.Join(dir, "runs")
 	job := script(t, dir, "job.sh", "echo run >> "+runs+"\nexit 7\n")
@@ -395,6 +396,7 @@ func TestRunJSONLogNamesStartError(t *testing.T) {
 // and SIGTERM: it reaches the attempt's process group, which is not the
 // terminal's, instead of killing retryq and leaving the attempt running.
 func TestRunForwardsSIGHUP(t *testing.T) {
+	skipIfIgnored(t, syscall.SIGHUP)
 	dir := t.TempDir()
 	ready, marker, runs := filepath.Join(dir, "ready"), filepath.Join(dir, "marker"), filepath.Join(dir, "runs")
 	job := script(t, dir, "job.sh", "trap 'echo HUP > "+marker+"; exit 129' HUP\n"+

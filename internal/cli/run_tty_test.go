@@ -118,6 +118,7 @@ func TestRunAttemptCanReadTheTerminal(t *testing.T) {
 // Run from a terminal, Ctrl-C stops the attempt and retryq, without a
 // retry, as SIGINT does elsewhere.
 func TestRunFromTerminalStopsOnCtrlC(t *testing.T) {
+	skipIfIgnored(t, syscall.SIGINT)
 	dir := t.TempDir()
 	master, tty := openPTY(t)
 	runs := filepath.Join(dir, "runs")
