@@ -357,6 +357,11 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	if err != nil && errors.Is(err, context.Canceled) && s.bgCtx.Err() != nil {
+		// Close cut the batch off: its callers, whose own contexts are
+		// live, learn that the store closed, not that they were cancelled.
+		return store.ErrClosed
+	}
 	return err
 }
 
