@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -93,7 +92,7 @@ func logFsync(b *testing.B, dir string) {
 		if _, err := f.WriteAt(page, int64(i%10)*4096); err != nil {
 			b.Fatal(err)
 		}
-		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+		if err := datasync(f); err != nil {
 			b.Fatal(err)
 		}
 		ds[i] = time.Since(t0)

@@ -21,8 +21,6 @@ import (
 // see TestMain) against real child processes. They synchronize on files
 // and output lines with deadlines, never on fixed sleeps.
 
-const waitLimit = 20 * time.Second
-
 // retryqCmd returns a command running "retryq args..." in dir.
 func retryqCmd(t *testing.T, dir string, args ...string) *exec.Cmd {
 	t.Helper()
@@ -73,18 +71,6 @@ func countLines(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return strings.Count(string(b), "\n")
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func TestRunFailsTwiceThenSucceeds(t *testing.T) {
