@@ -338,7 +338,8 @@ func fmtAge(d time.Duration) string {
 	}
 }
 
-// fmtSeconds formats a duration given in seconds: 0.25s, 30s, 10m0s.
+// fmtSeconds formats a duration given in seconds, to the millisecond
+// under a minute: 250ms, 2.201s, 30s, 10m0s.
 func fmtSeconds(s float64) string {
 	if s == 0 {
 		return "0s"
@@ -348,7 +349,7 @@ func fmtSeconds(s float64) string {
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
 	case d < time.Minute:
-		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+		return strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', -1, 64) + "s"
 	}
 	return d.Round(time.Second).String()
 }

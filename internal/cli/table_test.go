@@ -33,6 +33,7 @@ func TestFormatting(t *testing.T) {
 		{fmtRelTime(now, now), "now"},
 		{fmtSeconds(0.25), "250ms"},
 		{fmtSeconds(2.5), "2.5s"},
+		{fmtSeconds(2.201197618), "2.201s"}, // a jittered delay: milliseconds, as under a second
 		{fmtSeconds(600), "10m0s"},
 		{fmtPercent(0.0686), "6.9%"},
 		{cleanCell("abcdef", 4), "abc…"},
