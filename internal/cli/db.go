@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -60,6 +61,11 @@ func openDB(ctx context.Context, dsn string, o dbOptions) (store.Store, string, 
 	switch {
 	case strings.HasPrefix(dsn, "sqlite:"):
 		path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "//")
+		// SQLite says only "unable to open database file" of a directory,
+		// which reads as a database that went away.
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			return nil, "", fmt.Errorf("open sqlite %s: is a directory, not a database file (want sqlite:DIR/retryq.db)", path)
+		}
 		st, err := sqlite.Open(ctx, sqlite.Config{Path: path})
 		if err != nil {
 			if strings.HasPrefix(err.Error(), "open sqlite ") {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -136,5 +137,30 @@ func TestUnsupportedDBIsUsageError(t *testing.T) {
 	t.Setenv("RETRYQ_DB", "mysql://h/x")
 	if status, _, stderr := runMain("migrate"); status != exitUsage || !strings.Contains(stderr, "RETRYQ_DB") {
 		t.Errorf("migrate with RETRYQ_DB=mysql://h/x: status %d, stderr %q; want %d naming RETRYQ_DB", status, stderr, exitUsage)
+	}
+}
+
+// TestSQLiteDirectoryNamedAsSuch: a --db naming a directory is refused at
+// start, by `retryq server` and `retryq migrate` alike, with an error that
+// says the path is a directory. SQLite only said "migrate sqlite schema:
+// database unavailable: unable to open database file (14)", which reads
+// as a database that went away.
+func TestSQLiteDirectoryNamedAsSuch(t *testing.T) {
+	clearServerEnv(t)
+	dir := t.TempDir()
+	for _, dsn := range []string{"sqlite:" + dir, dir + "/sub.db"} {
+		if strings.HasSuffix(dsn, ".db") {
+			if err := os.Mkdir(dsn, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		status, _, stderr := runMain("migrate", "--db", dsn)
+		if status != 1 || !strings.Contains(stderr, "is a directory") {
+			t.Errorf("migrate --db %q: status %d, stderr %q; want 1 saying it is a directory", dsn, status, stderr)
+		}
+		status, log := runServerBriefly(t, "--db", dsn, "--listen", "127.0.0.1:0")
+		if status != 1 || !strings.Contains(log, "is a directory") {
+			t.Errorf("server --db %q: status %d; want 1 saying it is a directory; log:\n%s", dsn, status, log)
+		}
 	}
 }
