@@ -111,7 +111,7 @@ func writeNodes(w io.Writer, nodes []apiNode, now time.Time) {
 				standbys++
 			}
 		}
-		tb.add(fitCell(n.ID, 40), fitCell(n.Host, 40), fitCell(n.Version, 20), fitCell(n.Role, 10),
+		tb.add(fitCell(n.ID, 40), fitCell(n.Host, 40), fitCell(n.Version, 48), fitCell(n.Role, 10),
 			fmtTime(n.StartedAt), fmtRelTime(n.LastSeen, now), alive)
 	}
 	tb.write(w)

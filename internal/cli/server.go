@@ -261,9 +261,6 @@ func newLogger(env *Env, format, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(env.Stderr, opts))
 }
 
-// Version is the retryq version recorded in the node registry.
-var Version = "dev"
-
 func runServer(ctx context.Context, env *Env, args []string) int {
 	o, st := parseServer(env, args)
 	if o == nil {
@@ -360,8 +357,9 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 		st.Close()
 		return nil, fmt.Errorf("database schema version %d is older than %d: run `retryq migrate --db ...` first", applied, known)
 	}
+	version := buildVersion()
 	eng, err := engine.New(engine.Config{
-		Store: st, Logger: log, NodeID: o.nodeID, Version: Version,
+		Store: st, Logger: log, NodeID: o.nodeID, Version: version,
 		LeaseDuration: o.lease, PollInterval: o.poll, LeaderTTL: o.leaderTTL,
 		SucceededRetention: o.retention.succeeded, CancelledRetention: o.retention.cancelled, DeadRetention: o.retention.dead,
 		NodeRetention: o.retention.nodes,
@@ -394,7 +392,7 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 		_ = eng.Close()
 		_ = st.Close()
 	}
-	log.Info("retryq server started", "node", eng.NodeID(), "db", kind, "listen", rs.addr, "schema", applied,
+	log.Info("retryq server started", "node", eng.NodeID(), "version", version, "db", kind, "listen", rs.addr, "schema", applied,
 		"auth", len(o.apiTokens)+len(o.readTokens) > 0, "retention", eng.Retention())
 	return rs, nil
 }
