@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -87,6 +88,11 @@ func parseDemo(env *Env, args []string) (*demoOptions, int) {
 		return nil, usageError(env, name, fmt.Sprintf("--rate: must be between 0.1 and 1000 tasks a second (got %v)", o.rate))
 	}
 	if err := api.CheckListen(o.listen, false); err != nil {
+		if _, _, perr := net.SplitHostPort(o.listen); perr == nil {
+			// The server's refusal advises --api-token, which the demo
+			// does not take: its API is open, so it stays on loopback.
+			err = fmt.Errorf("the demo's API takes no token, so it listens on a loopback address only, such as 127.0.0.1:0 (got %s)", o.listen)
+		}
 		return nil, usageError(env, name, "--listen: "+err.Error())
 	}
 	if o.db != "" {

@@ -54,3 +54,20 @@ func TestDemoUnopenableDBIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoRefusesPublicListenWithoutNamingTokens: the demo has no token
+// flags, so a --listen off loopback is refused saying it listens on
+// loopback only, not advising --api-token, which the demo does not take.
+func TestDemoRefusesPublicListenWithoutNamingTokens(t *testing.T) {
+	clearServerEnv(t)
+	for _, addr := range []string{"0.0.0.0:0", "[::]:7420"} {
+		st, out, errOut := runMain("demo", "--listen", addr, "--duration", "1s")
+		if st != exitUsage || out != "" || !strings.Contains(errOut, "--listen") || !strings.Contains(errOut, "loopback") ||
+			strings.Contains(errOut, "api-token") || strings.Contains(errOut, "RETRYQ_API_TOKEN") {
+			t.Errorf("demo --listen %s: status %d\nstdout: %q\nstderr: %q; want %d naming --listen and loopback, no token", addr, st, out, errOut, exitUsage)
+		}
+	}
+	if st, _, errOut := runMain("demo", "--listen", "127.0.0.1", "--duration", "1s"); st != exitUsage || !strings.Contains(errOut, "--listen") {
+		t.Errorf("demo --listen without a port: status %d, stderr %q; want %d naming --listen", st, errOut, exitUsage)
+	}
+}
