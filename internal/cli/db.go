@@ -27,10 +27,14 @@ type dbOptions struct {
 }
 
 // checkDSN refuses, before anything is opened, a database name openDB
-// could not open whatever the database's state: an unknown scheme, or
-// "sqlite:" without a path. The caller names the flag or variable.
+// could not open whatever the database's state: an unknown scheme,
+// "sqlite:" without a path, or white space around the name. The caller names the flag or variable.
 func checkDSN(dsn string) error {
 	switch {
+	case strings.TrimSpace(dsn) != dsn:
+		// An env file's trailing space would otherwise name another file:
+		// a new, empty SQLite database served beside the real one.
+		return errors.New("must not start or end with white space")
 	case strings.HasPrefix(dsn, "sqlite:"):
 		if strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "//") == "" {
 			return errors.New("sqlite: needs a file path, as in sqlite:retryq.db")

@@ -107,7 +107,14 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	if err := checkDSN(o.db); err != nil {
 		return nil, usageError(env, "server", dbFrom+": "+err.Error())
 	}
+	listenFrom := "--listen"
+	if o.listen == "" && env.Getenv("RETRYQ_LISTEN") != "" {
+		listenFrom = "RETRYQ_LISTEN"
+	}
 	o.listen = firstNonEmpty(o.listen, env.Getenv("RETRYQ_LISTEN"), "127.0.0.1:7420")
+	if strings.TrimSpace(o.listen) != o.listen {
+		return nil, usageError(env, "server", listenFrom+": must not start or end with white space")
+	}
 	apiFrom, readFrom := "--api-token", "--read-token"
 	for _, t := range []struct {
 		toks *[]string
@@ -163,7 +170,7 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 		return nil, usageError(env, "server", fmt.Sprintf("--max-long-polls: must be at least 1 (got %d)", o.maxLongPolls))
 	}
 	if err := api.CheckListen(o.listen, len(o.apiTokens)+len(o.readTokens) > 0); err != nil {
-		return nil, usageError(env, "server", "--listen: "+err.Error())
+		return nil, usageError(env, "server", listenFrom+": "+err.Error())
 	}
 	if isSQLiteDSN(o.db) {
 		// Ignoring them would start a server that does what the operator
