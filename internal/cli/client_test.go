@@ -242,7 +242,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{[]string{"worker", "--types", "a b", "--exec", "true"}, "--types"},
 		{[]string{"demo", "--rate", "0"}, "--rate: must be between 0.1 and 1000"},
 		{[]string{"demo", "--duration", "0s"}, "--duration: must be between 1s and 1h"},
-		{[]string{"demo", "--listen", "0.0.0.0:0"}, "--listen: refusing to listen"},
+		{[]string{"demo", "--listen", "0.0.0.0:0"}, "--listen: the demo's API takes no token"},
 		{[]string{"demo", "--db", "mysql://x"}, "--db: unsupported database \"mysql://x\" (want sqlite:PATH"},
 	}
 	for _, tt := range tests {
