@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -27,7 +28,7 @@ func (s *Store) CancelTask(ctx context.Context, p store.CancelParams) (store.Tas
 		return store.Task{}, fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
 	if s.cfg.PollOnly {
-		return s.transition(ctx, op, "cancel", p.ID, cancelSQL+`
+		return s.transition(ctx, op, "cancel", p.ID, cancellable, cancelSQL+`
 SELECT `+taskCols+` FROM upd AS t`, p.ID, us(p.Now))
 	}
 	// The notification names the handler to stop: its payload is the
@@ -35,7 +36,7 @@ SELECT `+taskCols+` FROM upd AS t`, p.ID, us(p.Now))
 	// to notify is not sent, the handler's next heartbeat finds the lease
 	// gone.
 	prefix, _ := cancelPayload(p.ID, "")
-	return s.transition(ctx, op, "cancel", p.ID, cancelSQL+`, woke AS MATERIALIZED (
+	return s.transition(ctx, op, "cancel", p.ID, cancellable, cancelSQL+`, woke AS MATERIALIZED (
 	SELECT pg_notify(`+notifyChannelSQL+`, $3::text || upd.old_lease) FROM upd
 	WHERE upd.old_lease IS NOT NULL AND octet_length($3::text || upd.old_lease) <= `+strconv.Itoa(maxNotifyPayload)+`
 )
@@ -54,6 +55,13 @@ WITH old AS MATERIALIZED (
 	WHERE t.id = old.id AND t.state IN ('scheduled', 'pending', 'retry_waiting', 'running')
 	RETURNING t.*, old.lease_id AS old_lease
 )`
+
+// cancellable and retryable are the states that cancelSQL and RetryTask's
+// update accept.
+var (
+	cancellable = []store.State{store.StateScheduled, store.StatePending, store.StateRetryWaiting, store.StateRunning}
+	retryable   = []store.State{store.StateDead, store.StateCancelled}
+)
 
 // retrySet is the SET list that puts a dead or cancelled task back to
 // pending ($1 = now).
@@ -77,7 +85,7 @@ func (s *Store) RetryTask(ctx context.Context, p store.RetryParams) (store.Task,
 		}
 		return store.Task{}, fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
-	return s.transition(ctx, op, "retry", p.ID, s.woken(`
+	return s.transition(ctx, op, "retry", p.ID, retryable, s.woken(`
 UPDATE tasks AS t SET `+retrySet+`
 WHERE t.id = $2 AND t.state IN ('dead', 'cancelled')`), us(p.Now), p.ID)
 }
@@ -110,14 +118,46 @@ SELECT ` + taskCols + ` FROM upd AS t, (SELECT count(*) FROM woke) AS w`
 // explicit transaction, a node whose network path is cut (or whose process
 // is stopped) before the COMMIT would leave its session idle in it,
 // holding the task's row lock, and every other write to the task would
-// wait until the server noticed the dead peer (hours). The state is read
-// in the same transaction, so the row lock the update took (when the task
-// exists) keeps it what the update saw.
-func (s *Store) transition(ctx context.Context, op, verb, id, sql string, args ...any) (store.Task, error) {
+// wait until the server noticed the dead peer (hours).
+//
+// The update judges the row by the version its statement's snapshot saw
+// (READ COMMITTED rechecks only rows that version let through), and the
+// read, a statement of its own, sees what committed since: a write that
+// committed in between (the update waited for its row lock, or it came
+// between the two statements) may have left a state in from, the states
+// the update accepts, or a task inserted after the update's snapshot. The
+// batch is then sent again rather than a conflict reported that names a
+// state the verb accepts; each round needs another write committing in
+// that window, so maxTransitionRounds is plenty.
+func (s *Store) transition(ctx context.Context, op, verb, id string, from []store.State, sql string, args ...any) (store.Task, error) {
+	for round := 1; ; round++ {
+		t, state, err := s.transitionRound(ctx, op, sql, id, args)
+		switch {
+		case err != nil:
+			return store.Task{}, err
+		case state == "":
+			return t, nil
+		case !slices.Contains(from, state):
+			return store.Task{}, fmt.Errorf("%s: %w", op, &store.ConflictError{ID: id, State: state, Op: verb})
+		case round == maxTransitionRounds:
+			return store.Task{}, fmt.Errorf("%s: task changed state under the update %d times (now %s): %w", op, round, state, store.ErrUnavailable)
+		}
+	}
+}
+
+// maxTransitionRounds bounds the rounds of transition.
+const maxTransitionRounds = 4
+
+// transitionRound sends sql and the state read in one batch. It returns
+// the updated task, or the task's state when the update did not apply.
+func (s *Store) transitionRound(ctx context.Context, op, sql, id string, args []any) (store.Task, store.State, error) {
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
 	b.Queue("SELECT state FROM tasks WHERE id = $1", id)
-	var t store.Task
+	var (
+		t     store.Task
+		state string
+	)
 	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
 		var err error
 		t, err = scanTask(br.QueryRow())
@@ -125,17 +165,16 @@ func (s *Store) transition(ctx context.Context, op, verb, id, sql string, args .
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		var state string
 		if err := br.QueryRow().Scan(&state); err != nil {
 			return err // ErrNoRows -> ErrNotFound
 		}
-		if !applied {
-			return &store.ConflictError{ID: id, State: store.State(state), Op: verb}
+		if applied {
+			state = ""
 		}
 		return nil
 	})
 	if err != nil {
-		return store.Task{}, err
+		return store.Task{}, "", err
 	}
-	return t, nil
+	return t, store.State(state), nil
 }
