@@ -85,7 +85,11 @@ func (c *Client) DeadSummary(ctx context.Context, since time.Time) ([]DeadGroup,
 	if err := c.check(false); err != nil {
 		return nil, fmt.Errorf("summarize dead tasks: %w", err)
 	}
-	return c.e.DeadSummary(ctx, since)
+	s, err := c.e.DeadSummary(ctx, store.SummaryParams{Since: since})
+	if err != nil {
+		return nil, err
+	}
+	return s.Groups, nil
 }
 
 // Redrive puts the dead-lettered tasks matching f back to pending with

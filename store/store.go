@@ -75,9 +75,11 @@ type Store interface {
 
 	// ListDead lists dead tasks matching the filter, newest id first.
 	ListDead(ctx context.Context, p DeadFilter) ([]Task, string, error)
-	// DeadSummary counts dead tasks grouped by type, last error code and dead
-	// reason, largest group first.
-	DeadSummary(ctx context.Context, p SummaryParams) ([]DeadGroup, error)
+	// DeadSummary counts the dead tasks matching p grouped by type, last
+	// error code (NULL and '' are one group, "") and dead reason, largest
+	// group first, then by type, code and reason in byte order. It returns
+	// at most p.Limit groups, with the totals of all of them.
+	DeadSummary(ctx context.Context, p SummaryParams) (Summary, error)
 	// RedriveDead retries (as RetryTask) up to Limit dead tasks matching the
 	// filter in one transaction and returns how many moved. With an error
 	// it returns how many moved in transactions that committed before it
@@ -368,9 +370,30 @@ type DeadFilter struct {
 	MaxBytes int
 }
 
-// SummaryParams is the input of DeadSummary.
+// SummaryParams is the input of DeadSummary. Its fields select dead tasks
+// as the DeadFilter fields of the same names do (empty: no condition), so
+// that a summary counts what a redrive or purge with that filter would
+// take.
 type SummaryParams struct {
-	Since time.Time // zero = all
+	Since       time.Time // died (UpdatedAt) at or after; zero = all
+	Type        string
+	ErrorCode   string
+	NoErrorCode bool
+	Reason      string
+	// Limit bounds the groups returned (0 = all of them). Error codes are
+	// whatever workers report, so the number of groups has no bound of its
+	// own.
+	Limit int
+}
+
+// Summary is the answer of DeadSummary.
+type Summary struct {
+	// Groups are the largest groups, at most SummaryParams.Limit of them.
+	Groups []DeadGroup
+	// GroupCount is the number of groups, those past the limit included.
+	GroupCount int
+	// TaskCount is the number of dead tasks in all the groups.
+	TaskCount int
 }
 
 // DeadGroup is one row of the DLQ summary.

@@ -58,28 +58,46 @@ type deadGroupJSON struct {
 }
 
 // deadSummary handles GET /v1/dlq/summary: dead tasks grouped by type,
-// error code and reason, largest group first.
+// error code and reason, largest group first. The filter parameters are
+// those of GET /v1/dlq, so a summary counts what a redrive or purge with
+// the same filter takes; limit bounds the groups returned (error codes are
+// whatever workers report), and total and group_count count them all.
 func (s *server) deadSummary(w http.ResponseWriter, r *http.Request) error {
-	q, err := parseQuery(r, "since")
+	q, err := parseQuery(r, "type", "error_code", "no_error_code", "reason", "since", "limit")
 	if err != nil {
 		return err
 	}
-	since, err := q.time("since")
-	if err != nil {
+	var p store.SummaryParams
+	if p.Type, err = q.typ(); err != nil {
 		return err
 	}
-	gs, err := s.e.DeadSummary(r.Context(), since)
+	if p.ErrorCode, err = q.text("error_code", maxErrorCodeLen); err != nil {
+		return err
+	}
+	if p.NoErrorCode, err = q.boolean("no_error_code"); err != nil {
+		return err
+	}
+	if p.Reason, err = q.reason(); err != nil {
+		return err
+	}
+	if p.Since, err = q.time("since"); err != nil {
+		return err
+	}
+	if p.Limit, err = q.limit(); err != nil {
+		return err
+	}
+	sum, err := s.e.DeadSummary(r.Context(), p)
 	if err != nil {
 		return err
 	}
 	out := struct {
-		Groups []deadGroupJSON `json:"groups"`
-		Total  int             `json:"total"`
-	}{Groups: make([]deadGroupJSON, len(gs))}
-	for i, g := range gs {
+		Groups     []deadGroupJSON `json:"groups"`
+		Total      int             `json:"total"`
+		GroupCount int             `json:"group_count"`
+	}{Groups: make([]deadGroupJSON, len(sum.Groups)), Total: sum.TaskCount, GroupCount: sum.GroupCount}
+	for i, g := range sum.Groups {
 		out.Groups[i] = deadGroupJSON{Type: g.Type, ErrorCode: g.ErrorCode, Reason: g.Reason, Count: g.Count,
 			Oldest: jsonTime(g.Oldest), Newest: jsonTime(g.Newest)}
-		out.Total += g.Count
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -66,6 +66,7 @@ var (
 	pID       = pp("id", "Task id.")
 	pType     = pp("type", "Task type name (may contain '/').")
 	pLease    = pp("lease_id", "Lease id returned by POST /v1/leases.")
+	qGroups   = qp("limit", "Most groups returned, the largest, 1..1000 (default 100).", map[string]any{"type": "integer", "minimum": 1, "maximum": 1000})
 	qLimit    = qp("limit", "Page size, 1..1000 (default 100). A page also stops once its payloads pass 4 MiB (it holds at least one task): page until next_cursor is null.", map[string]any{"type": "integer", "minimum": 1, "maximum": 1000})
 	qCursor   = qp("cursor", "next_cursor of the previous page.", str(""))
 	qTypeF    = qp("type", "Only tasks of this type.", str(""))
@@ -98,7 +99,7 @@ func openAPIOps() []openAPIOp {
 		{method: "PUT", path: "/v1/types/{type}", tag: "types", summary: "Store (replace) a type's configuration.", params: []any{pType}, body: "TypeRequest", status: 200, resp: "TypeConfig"},
 
 		{method: "GET", path: "/v1/dlq", tag: "dlq", summary: "List dead tasks, newest first.", params: []any{qTypeF, qCode, qNoCode, qReason, qSince, qLimit, qCursor}, status: 200, resp: "TaskPage"},
-		{method: "GET", path: "/v1/dlq/summary", tag: "dlq", summary: "Dead tasks grouped by type, error code and reason, largest group first.", params: []any{qSince}, status: 200, resp: "DLQSummary"},
+		{method: "GET", path: "/v1/dlq/summary", tag: "dlq", summary: "Dead tasks matching the filter grouped by type, error code and reason, largest group first: at most limit groups; total and group_count count them all.", params: []any{qTypeF, qCode, qNoCode, qReason, qSince, qGroups}, status: 200, resp: "DLQSummary"},
 		{method: "POST", path: "/v1/dlq/redrive", tag: "dlq", summary: "Put matching dead tasks back to pending. An empty filter matches every dead task.", body: "DLQFilter", bodyOptional: true, status: 200, resp: "RedriveResponse"},
 		{method: "POST", path: "/v1/dlq/purge", tag: "dlq", summary: "Delete matching dead tasks and their history. An empty filter matches every dead task.", body: "PurgeRequest", bodyOptional: true, status: 200, resp: "PurgeResponse"},
 

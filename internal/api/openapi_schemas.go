@@ -167,7 +167,10 @@ func openAPISchemas() map[string]any {
 		"TypeList": obj(map[string]any{"types": arr(ref("TypeConfig"))}, "types"),
 		"DLQSummary": obj(map[string]any{"groups": arr(obj(map[string]any{
 			"type": str(""), "error_code": str(""), "reason": str(""), "count": integer(""), "oldest": timeT(""), "newest": timeT(""),
-		}, "type", "error_code", "reason", "count", "oldest", "newest")), "total": integer("")}, "groups", "total"),
+		}, "type", "error_code", "reason", "count", "oldest", "newest")),
+			"total":       integer("Dead tasks in all the matching groups, those past the limit included."),
+			"group_count": integer("Matching groups, those past the limit included."),
+		}, "groups", "total", "group_count"),
 		"DLQFilter":       obj(filterProps(nil)),
 		"PurgeRequest":    obj(filterProps(map[string]any{"older_than_seconds": secs("Only tasks dead for at least this long")})),
 		"RedriveResponse": obj(map[string]any{"redriven": integer("")}, "redriven"),

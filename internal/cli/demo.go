@@ -392,7 +392,9 @@ func (d *demo) finish() int {
 	c, err := d.counts(ctx)
 	var dead []store.DeadGroup
 	if err == nil {
-		dead, err = d.srv.eng.DeadSummary(ctx, time.Time{})
+		var sum store.Summary
+		sum, err = d.srv.eng.DeadSummary(ctx, store.SummaryParams{})
+		dead = sum.Groups
 	}
 	sampleID := ""
 	if err == nil && len(dead) > 0 {

@@ -309,14 +309,25 @@ type apiDLQSummary struct {
 		Oldest    time.Time `json:"oldest"`
 		Newest    time.Time `json:"newest"`
 	} `json:"groups"`
-	Total int `json:"total"`
+	Total      int `json:"total"`       // dead tasks in every matching group
+	GroupCount int `json:"group_count"` // matching groups, those past the limit included
 }
 
-// fetchDLQSummary reads the summary, since t when not zero.
-func fetchDLQSummary(ctx context.Context, c *apiClient, since time.Time) (*apiDLQSummary, []byte, error) {
+// fetchDLQSummary reads the summary of the dead tasks f selects (its ids
+// aside: the summary takes none), at most limit groups (0: the server's
+// default).
+func fetchDLQSummary(ctx context.Context, c *apiClient, f *dlqFilter, limit int) (*apiDLQSummary, []byte, error) {
 	q := url.Values{}
-	if !since.IsZero() {
-		q.Set("since", since.UTC().Format(time.RFC3339Nano))
+	for k, v := range map[string]string{"type": f.typ, "error_code": f.errorCode, "reason": f.reason, "since": f.sinceRFC3339()} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.noErrorCode {
+		q.Set("no_error_code", "true")
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
 	}
 	var s apiDLQSummary
 	raw, err := c.call(ctx, "GET", "/v1/dlq/summary", q, nil, &s)
@@ -326,20 +337,24 @@ func fetchDLQSummary(ctx context.Context, c *apiClient, since time.Time) (*apiDL
 	return &s, raw, nil
 }
 
-const dlqSummaryUsage = `Usage: retryq dlq summary [--since T] [--json]
+const dlqSummaryUsage = `Usage: retryq dlq summary [--type T] [--error-code C | --no-error-code] [--reason R] [--since T] [--limit N] [--json]
 
 Counts dead tasks by type, error code and reason, largest group first:
-what failed, why, and since when. --since takes an RFC 3339 time or a
-duration ago (24h) on the server's clock.
+what failed, why, and since when. The filter flags are those of
+"retryq dlq list"; --since takes an RFC 3339 time or a duration ago (24h)
+on the server's clock. Shows the --limit largest groups (default 100, at
+most 1000) and the totals of all of them.
 `
 
 func runDLQSummary(ctx context.Context, env *Env, args []string) int {
 	const name = "dlq summary"
 	var cf clientFlags
-	var since string
+	var f dlqFilter
+	limit := 0
 	fs := newFlagSet(name, dlqSummaryUsage)
 	cf.register(fs, true)
-	fs.StringVar(&since, "since", "", "only tasks that died at or after this `time`: RFC 3339, or a duration ago such as 24h on the server's clock")
+	f.register(fs, false)
+	intFlag(fs, &limit, "limit", limit, "show the `N` largest groups, 1..1000 (default 100)")
 	pos, st, ok := parseArgs(env, fs, args)
 	if !ok {
 		return st
@@ -347,24 +362,23 @@ func runDLQSummary(ctx context.Context, env *Env, args []string) int {
 	if st, ok := wantArgs(env, name, pos, 0, ""); !ok {
 		return st
 	}
-	var sinceT time.Time
-	if since != "" {
-		var msg string
-		if sinceT, msg = parseSince("--since", since, time.Now()); msg != "" {
-			return usageError(env, name, msg)
-		}
+	if msg := f.check(time.Now()); msg != "" {
+		return usageError(env, name, msg)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if set["limit"] && (limit < 1 || limit > 1000) {
+		return usageError(env, name, fmt.Sprintf("--limit: must be between 1 and 1000 (got %d)", limit))
 	}
 	c, err := cf.client(env)
 	if err != nil {
 		return usageError(env, name, err.Error())
 	}
 	defer c.close()
-	if since != "" && isDurationAgo(since) {
-		if sinceT, err = sinceOnServer(ctx, c, since); err != nil {
-			return fail(env, name, err)
-		}
+	if err := f.resolveSince(ctx, c); err != nil {
+		return fail(env, name, err)
 	}
-	s, raw, err := fetchDLQSummary(ctx, c, sinceT)
+	s, raw, err := fetchDLQSummary(ctx, c, &f, limit)
 	if err != nil {
 		return fail(env, name, err)
 	}
@@ -373,15 +387,18 @@ func runDLQSummary(ctx context.Context, env *Env, args []string) int {
 		return exitOK
 	}
 	if s.Total == 0 {
-		if !sinceT.IsZero() {
+		switch {
+		case f.typ == "" && f.errorCode == "" && !f.noErrorCode && f.reason == "" && f.since != "":
 			// Tasks that died before may be there.
-			fmt.Fprintf(env.Stdout, "no task died since %s (dead tasks older than that are not counted)\n", fmtTime(sinceT))
-			return exitOK
+			fmt.Fprintf(env.Stdout, "no task died since %s (dead tasks older than that are not counted)\n", fmtTime(f.sinceTime))
+		case !f.empty():
+			fmt.Fprintf(env.Stdout, "no dead task matches (%s)\n", f.describe())
+		default:
+			fmt.Fprintln(env.Stdout, "the dead-letter queue is empty")
 		}
-		fmt.Fprintln(env.Stdout, "the dead-letter queue is empty")
 		return exitOK
 	}
-	writeDLQSummary(env, s, sinceT, c.now())
+	writeDLQSummary(env, s, f.sinceTime, c.now())
 	return exitOK
 }
 
@@ -395,7 +412,11 @@ func writeDLQSummary(env *Env, s *apiDLQSummary, since, now time.Time) {
 			fmtRelTime(g.Oldest, now), fmtRelTime(g.Newest, now))
 	}
 	tb.write(env.Stdout)
-	fmt.Fprintf(env.Stdout, "\n%d dead task(s) in %d group(s)\n", s.Total, len(s.Groups))
+	fmt.Fprintf(env.Stdout, "\n%d dead task(s) in %d group(s)", s.Total, s.GroupCount)
+	if len(s.Groups) < s.GroupCount {
+		fmt.Fprintf(env.Stdout, "; the %d largest shown (--limit)", len(s.Groups))
+	}
+	fmt.Fprintln(env.Stdout)
 	if len(s.Groups) > 0 {
 		// The commands select the largest group by all three of its keys
 		// (a group without an error code by --no-error-code).
@@ -509,11 +530,13 @@ func runDLQBatch(ctx context.Context, env *Env, action string, args []string) in
 	if len(f.ids) > 0 {
 		total = len(f.ids)
 	} else {
-		s, _, err := fetchDLQSummary(ctx, c, f.sinceTime)
+		// The server counts the filter's tasks: the summary's total covers
+		// every matching group, however many there are.
+		s, _, err := fetchDLQSummary(ctx, c, &f, 1)
 		if err != nil {
 			return fail(env, name, err)
 		}
-		total = countMatching(s, &f)
+		total = s.Total
 	}
 	what := f.describe()
 	if set["older-than"] {

@@ -211,9 +211,16 @@ func (e *Engine) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task
 	return e.st.ListDead(ctx, f)
 }
 
-// DeadSummary groups the DLQ by type, error code and reason.
-func (e *Engine) DeadSummary(ctx context.Context, since time.Time) ([]store.DeadGroup, error) {
-	return e.st.DeadSummary(ctx, store.SummaryParams{Since: since})
+// DeadSummary groups the dead tasks matching p (as a DeadFilter with the
+// same fields selects them) by type, error code and reason, largest group
+// first: at most p.Limit groups (0: all), with the totals of all of them.
+func (e *Engine) DeadSummary(ctx context.Context, p store.SummaryParams) (store.Summary, error) {
+	f := store.DeadFilter{Type: p.Type, ErrorCode: p.ErrorCode, NoErrorCode: p.NoErrorCode, Reason: p.Reason,
+		Since: p.Since, Limit: p.Limit}
+	if err := e.checkDeadFilter(&f); err != nil {
+		return store.Summary{}, err
+	}
+	return e.st.DeadSummary(ctx, p) // errors: "summarize dead tasks: ..." from the store
 }
 
 // Redrive puts dead tasks matching the filter back to pending. With an

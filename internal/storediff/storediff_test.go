@@ -548,10 +548,11 @@ func (d *diff) compareTables(i int) {
 		st, err := s.Stats(d.ctx, store.StatsParams{Since: since})
 		return []any{errClass(err), st}
 	})
+	sp := store.SummaryParams{Since: since, Type: d.pick("", "a", "b"), Limit: d.rng.IntN(4)}
 	d.call("dead summary", func(b int, s store.Store) any {
-		g, err := s.DeadSummary(d.ctx, store.SummaryParams{Since: since})
-		for i := range g {
-			g[i].Oldest, g[i].Newest = g[i].Oldest.UTC(), g[i].Newest.UTC()
+		g, err := s.DeadSummary(d.ctx, sp)
+		for i := range g.Groups {
+			g.Groups[i].Oldest, g.Groups[i].Newest = g.Groups[i].Oldest.UTC(), g.Groups[i].Newest.UTC()
 		}
 		return []any{errClass(err), g}
 	})

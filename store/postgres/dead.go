@@ -81,37 +81,41 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 
 // DeadSummary groups dead tasks by type, last error code and reason. Ties
 // are in byte order, as on SQLite: the code and reason columns have the
-// database's default collation, which need not be C.
-func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) ([]store.DeadGroup, error) {
+// database's default collation, which need not be C. The window functions
+// count every group before the LIMIT cuts them.
+func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.Summary, error) {
 	const op = "summarize dead tasks"
 	if err := s.check(op); err != nil {
-		return nil, err
+		return store.Summary{}, err
 	}
-	var since *time.Time
-	if !p.Since.IsZero() {
-		since = nullTime(p.Since)
+	if err := store.CheckLimit(p.Limit); err != nil {
+		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
 	}
+	where, args := deadWhere(store.DeadFilter{Type: p.Type, ErrorCode: p.ErrorCode, NoErrorCode: p.NoErrorCode,
+		Reason: p.Reason, Since: p.Since}, nil)
+	limit, args := limitClause(p.Limit, args)
 	rows, err := s.pool.Query(ctx, `
-SELECT type, coalesce(last_error_code, '') AS code, dead_reason, count(*), min(updated_at), max(updated_at)
-FROM tasks
-WHERE state = 'dead' AND ($1::timestamptz IS NULL OR updated_at >= $1)
+SELECT t.type, coalesce(t.last_error_code, '') AS code, t.dead_reason, count(*), min(t.updated_at), max(t.updated_at),
+	count(*) OVER (), (sum(count(*)) OVER ())::bigint
+FROM tasks t
+WHERE `+where+`
 GROUP BY 1, 2, 3
-ORDER BY 4 DESC, 1, coalesce(last_error_code, '') COLLATE "C", dead_reason COLLATE "C"`, since)
+ORDER BY 4 DESC, 1, coalesce(t.last_error_code, '') COLLATE "C", t.dead_reason COLLATE "C"`+limit, args...)
 	if err != nil {
-		return nil, translate(op, err)
+		return store.Summary{}, translate(op, err)
 	}
 	defer rows.Close()
-	out := []store.DeadGroup{}
+	out := store.Summary{Groups: []store.DeadGroup{}}
 	for rows.Next() {
 		var g store.DeadGroup
-		if err := rows.Scan(&g.Type, &g.ErrorCode, &g.Reason, &g.Count, &g.Oldest, &g.Newest); err != nil {
-			return nil, translate(op, err)
+		if err := rows.Scan(&g.Type, &g.ErrorCode, &g.Reason, &g.Count, &g.Oldest, &g.Newest, &out.GroupCount, &out.TaskCount); err != nil {
+			return store.Summary{}, translate(op, err)
 		}
 		g.Oldest, g.Newest = g.Oldest.UTC(), g.Newest.UTC()
-		out = append(out, g)
+		out.Groups = append(out.Groups, g)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate(op, err)
+		return store.Summary{}, translate(op, err)
 	}
 	return out, nil
 }

@@ -95,7 +95,7 @@ func TestDeadSummaryTiesInByteOrderWhateverTheCollation(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, g := range gs {
+	for _, g := range gs.Groups {
 		got = append(got, g.ErrorCode)
 	}
 	if want := []string{"Ab", "aB", "a_b", "ab"}; fmt.Sprint(got) != fmt.Sprint(want) {

@@ -76,66 +76,43 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	return s.page(ctx, op, " WHERE "+where, args, f.Limit, f.MaxBytes)
 }
 
-// DeadSummary implements store.Store.
-func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) ([]store.DeadGroup, error) {
+// DeadSummary implements store.Store. NULL and '' error codes are one
+// group; the window functions count every group before the LIMIT cuts
+// them. Text compares in byte order (BINARY), as Go strings do.
+func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.Summary, error) {
 	const op = "summarize dead tasks"
 	if err := s.check(op); err != nil {
-		return nil, err
+		return store.Summary{}, err
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT type, coalesce(last_error_code, ''), dead_reason,
-		count(*), min(updated_at), max(updated_at)
-		FROM tasks WHERE state = 'dead' AND updated_at >= ?
-		GROUP BY type, last_error_code, dead_reason`, tsNotNull(p.Since))
+	if err := store.CheckLimit(p.Limit); err != nil {
+		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
+	}
+	where, args := deadWhere(store.DeadFilter{Type: p.Type, ErrorCode: p.ErrorCode, NoErrorCode: p.NoErrorCode,
+		Reason: p.Reason, Since: p.Since})
+	rows, err := s.r.QueryContext(ctx, `SELECT type, coalesce(last_error_code, '') AS code, dead_reason,
+		count(*) AS n, min(updated_at), max(updated_at), count(*) OVER (), sum(count(*)) OVER ()
+		FROM tasks WHERE `+where+`
+		GROUP BY type, code, dead_reason
+		ORDER BY n DESC, type, code, dead_reason
+		LIMIT ?`, append(args, sqlLimit(p.Limit))...)
 	if err != nil {
-		return nil, translate(op, err)
+		return store.Summary{}, translate(op, err)
 	}
 	defer rows.Close()
-	out := []store.DeadGroup{}
+	out := store.Summary{Groups: []store.DeadGroup{}}
 	for rows.Next() {
 		var g store.DeadGroup
 		var oldest, newest int64
-		if err := rows.Scan(&g.Type, &g.ErrorCode, &g.Reason, &g.Count, &oldest, &newest); err != nil {
-			return nil, translate(op, err)
+		if err := rows.Scan(&g.Type, &g.ErrorCode, &g.Reason, &g.Count, &oldest, &newest, &out.GroupCount, &out.TaskCount); err != nil {
+			return store.Summary{}, translate(op, err)
 		}
 		g.Oldest, g.Newest = fromMicros(oldest), fromMicros(newest)
-		out = append(out, g)
+		out.Groups = append(out.Groups, g)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate(op, err)
+		return store.Summary{}, translate(op, err)
 	}
-	// NULL and '' error codes are one group.
-	merged := out[:0]
-	idx := map[[3]string]int{}
-	for _, g := range out {
-		k := [3]string{g.Type, g.ErrorCode, g.Reason}
-		if i, ok := idx[k]; ok {
-			m := &merged[i]
-			m.Count += g.Count
-			if g.Oldest.Before(m.Oldest) {
-				m.Oldest = g.Oldest
-			}
-			if g.Newest.After(m.Newest) {
-				m.Newest = g.Newest
-			}
-			continue
-		}
-		idx[k] = len(merged)
-		merged = append(merged, g)
-	}
-	sort.SliceStable(merged, func(i, j int) bool {
-		a, b := merged[i], merged[j]
-		if a.Count != b.Count {
-			return a.Count > b.Count
-		}
-		if a.Type != b.Type {
-			return a.Type < b.Type
-		}
-		if a.ErrorCode != b.ErrorCode {
-			return a.ErrorCode < b.ErrorCode
-		}
-		return a.Reason < b.Reason
-	})
-	return merged, nil
+	return out, nil
 }
 
 // RedriveDead implements store.Store.

@@ -19,6 +19,7 @@ var deadTests = []testCase{
 	{"Dead/NoErrorCode", testDeadNoErrorCode},
 	{"Dead/IDsBound", testDeadIDsBound},
 	{"Dead/SummaryTieOrder", testDeadSummaryTies},
+	{"Dead/SummaryFilterAndLimit", testDeadSummaryFilterAndLimit},
 	{"Dead/RedrivesAndPurgeRacing", testRedrivesAndPurgeRacing},
 }
 
@@ -72,8 +73,9 @@ func testDeadSummaryTies(e *env) {
 		e.mustRecord(died, kill(t, g.ErrorCode, g.Reason))
 		g.Count, g.Oldest, g.Newest = 1, died, died
 	}
-	got, err := e.s.DeadSummary(e.ctx, store.SummaryParams{})
+	sum, err := e.s.DeadSummary(e.ctx, store.SummaryParams{})
 	e.noErr("DeadSummary", err)
+	got := sum.Groups
 	for i := range got {
 		got[i].Oldest, got[i].Newest = got[i].Oldest.UTC(), got[i].Newest.UTC()
 	}
@@ -148,8 +150,9 @@ func testDeadSummary(e *env) {
 	e.deadFixture()
 	sum := func(since time.Time) []store.DeadGroup {
 		e.t.Helper()
-		gs, err := e.s.DeadSummary(e.ctx, store.SummaryParams{Since: since})
+		s, err := e.s.DeadSummary(e.ctx, store.SummaryParams{Since: since})
 		e.noErr("DeadSummary", err)
+		gs := s.Groups
 		for i := 1; i < len(gs); i++ {
 			if gs[i-1].Count < gs[i].Count {
 				e.t.Fatalf("DeadSummary not ordered largest group first: %+v", gs)
@@ -408,7 +411,7 @@ func testDeadNoErrorCode(e *env) {
 	var groups int
 	sum, err := e.s.DeadSummary(e.ctx, store.SummaryParams{})
 	e.noErr("DeadSummary", err)
-	for _, g := range sum {
+	for _, g := range sum.Groups {
 		if g.ErrorCode == "" {
 			groups++
 			e.eq("tasks in the no-code group", g.Count, 3)
