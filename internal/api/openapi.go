@@ -66,6 +66,7 @@ var (
 	pID       = pp("id", "Task id.")
 	pType     = pp("type", "Task type name (may contain '/').")
 	pLease    = pp("lease_id", "Lease id returned by POST /v1/leases.")
+	qTypes    = qp("limit", "Most types listed, those with the largest totals, 1..1000 (default 100).", map[string]any{"type": "integer", "minimum": 1, "maximum": 1000})
 	qGroups   = qp("limit", "Most groups returned, the largest, 1..1000 (default 100).", map[string]any{"type": "integer", "minimum": 1, "maximum": 1000})
 	qLimit    = qp("limit", "Page size, 1..1000 (default 100). A page also stops once its payloads pass 4 MiB (it holds at least one task): page until next_cursor is null.", map[string]any{"type": "integer", "minimum": 1, "maximum": 1000})
 	qCursor   = qp("cursor", "next_cursor of the previous page.", str(""))
@@ -103,7 +104,7 @@ func openAPIOps() []openAPIOp {
 		{method: "POST", path: "/v1/dlq/redrive", tag: "dlq", summary: "Put matching dead tasks back to pending. An empty filter matches every dead task.", body: "DLQFilter", bodyOptional: true, status: 200, resp: "RedriveResponse"},
 		{method: "POST", path: "/v1/dlq/purge", tag: "dlq", summary: "Delete matching dead tasks and their history. An empty filter matches every dead task.", body: "PurgeRequest", bodyOptional: true, status: 200, resp: "PurgeResponse"},
 
-		{method: "GET", path: "/v1/stats", tag: "stats", summary: "Counts by state, DLQ size, retry rate and mean retries per task over the last hour, per type and overall.", status: 200, resp: "Stats"},
+		{method: "GET", path: "/v1/stats", tag: "stats", summary: "Counts by state, DLQ size, retry rate and mean retries per task over the last hour, per type and overall.", params: []any{qTypes}, status: 200, resp: "Stats"},
 		{method: "GET", path: "/v1/nodes", tag: "stats", summary: "Registered retryq nodes.", params: []any{qNodeSnce}, status: 200, resp: "NodeList"},
 
 		{method: "POST", path: "/v1/leases", tag: "leases", summary: "Lease due tasks to a pull worker, long-polling up to wait_seconds.", body: "LeaseRequest", status: 200, resp: "LeaseResponse"},

@@ -175,7 +175,10 @@ func openAPISchemas() map[string]any {
 		"PurgeRequest":    obj(filterProps(map[string]any{"older_than_seconds": secs("Only tasks dead for at least this long")})),
 		"RedriveResponse": obj(map[string]any{"redriven": integer("")}, "redriven"),
 		"PurgeResponse":   obj(map[string]any{"purged": integer("")}, "purged"),
-		"Stats":           obj(map[string]any{"window_seconds": num(""), "overall": statsObj, "types": arr(statsObj)}, "window_seconds", "overall", "types"),
+		"Stats": obj(map[string]any{"window_seconds": num(""), "overall": statsObj,
+			"types":      withDesc(arr(statsObj), "At most limit types, those with the largest totals, in name order."),
+			"type_count": integer("Types in all; overall covers every one of them."),
+		}, "window_seconds", "overall", "types", "type_count"),
 		"NodeList": obj(map[string]any{"nodes": arr(obj(map[string]any{
 			"id": str(""), "host": str(""), "version": str(""), "role": enum("leader", "standby", "worker", "stopped"),
 			"started_at": timeT(""), "last_seen": timeT(""), "alive": boolean("Seen in the last 30 seconds and not stopped."),

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
@@ -84,9 +87,16 @@ func (st *statsJSON) add(ts *store.TypeStats) {
 	}
 }
 
-// stats handles GET /v1/stats.
+// stats handles GET /v1/stats. Types are whatever clients enqueue, so the
+// answer lists at most ?limit= of them (default 100): the largest by
+// total, in name order; overall and type_count cover them all.
 func (s *server) stats(w http.ResponseWriter, r *http.Request) error {
-	if _, err := parseQuery(r); err != nil {
+	q, err := parseQuery(r, "limit")
+	if err != nil {
+		return err
+	}
+	limit, err := q.limit()
+	if err != nil {
 		return err
 	}
 	tss, err := s.e.Stats(r.Context(), statsWindow)
@@ -104,9 +114,28 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, map[string]any{
 		"window_seconds": statsWindow.Seconds(),
 		"overall":        overall,
-		"types":          types,
+		"types":          largestTypes(types, limit),
+		"type_count":     len(types),
 	})
 	return nil
+}
+
+// largestTypes returns the limit types with the largest totals (ties by
+// name), in name order, as the store listed them.
+func largestTypes(types []*statsJSON, limit int) []*statsJSON {
+	if len(types) <= limit {
+		return types
+	}
+	bySize := slices.Clone(types)
+	slices.SortStableFunc(bySize, func(a, b *statsJSON) int {
+		if a.Total != b.Total {
+			return cmp.Compare(b.Total, a.Total)
+		}
+		return strings.Compare(a.Type, b.Type)
+	})
+	keep := bySize[:limit]
+	slices.SortFunc(keep, func(a, b *statsJSON) int { return strings.Compare(a.Type, b.Type) })
+	return keep
 }
 
 // nodeJSON is one registered node.

@@ -39,6 +39,7 @@ type apiStatsAnswer struct {
 	WindowSeconds float64    `json:"window_seconds"`
 	Overall       apiStats   `json:"overall"`
 	Types         []apiStats `json:"types"`
+	TypeCount     int        `json:"type_count"`
 }
 
 func runStats(ctx context.Context, env *Env, args []string) int {
@@ -73,7 +74,7 @@ func writeStats(w io.Writer, s *apiStatsAnswer) {
 	for i := range s.Types {
 		row(fitCell(s.Types[i].Type, 40), &s.Types[i])
 	}
-	if len(s.Types) != 1 {
+	if len(s.Types) != 1 || s.TypeCount > 1 {
 		row("TOTAL", &s.Overall)
 	}
 	tb.write(w)
@@ -82,6 +83,9 @@ func writeStats(w io.Writer, s *apiStatsAnswer) {
 		window = time.Hour
 	}
 	fmt.Fprintf(w, "\nStates are current; attempts, retries and the retry rate cover the last %v.\n", window)
+	if s.TypeCount > len(s.Types) {
+		fmt.Fprintf(w, "%d of %d types shown, those with the most tasks; TOTAL counts them all.\n", len(s.Types), s.TypeCount)
+	}
 	writeRetentionDeleted(w, rd)
 	if s.Overall.DLQSize > 0 {
 		fmt.Fprintf(w, "%d task(s) in the dead-letter queue: retryq dlq summary\n", s.Overall.DLQSize)
