@@ -27,7 +27,11 @@ import (
 // clocks are. Timers still use this process's clock, converted. Until a
 // first measurement succeeds (when the database was out of reach at
 // Start, it is tried every second) the node neither takes the leadership
-// nor leases tasks.
+// nor leases tasks. When the Clock steps between two measurements (it
+// moves apart from the process's monotonic clock: an NTP correction, a
+// date -s), the engine carries its time forward on the monotonic clock
+// instead, measures again at once, and until that succeeds neither takes
+// or renews the leadership nor leases tasks nor extends leases.
 type ClockSyncMode int
 
 const (
@@ -60,29 +64,59 @@ const (
 )
 
 // clockSyncRetryUnsynced is how often the offset is measured while no
-// measurement has succeeded yet: until one does, the engine neither leads
-// nor leases (clockReady).
+// measurement has succeeded yet, or none since the Clock stepped: until
+// one does, the engine neither leads nor leases (clockReady).
 const clockSyncRetryUnsynced = time.Second
 
 // errClockUnsynced is why a node whose clock is to be synced does not take
-// the leadership before the first measurement succeeded.
-var errClockUnsynced = errors.New("this node's clock is not yet synced with the database server's (its time could not be read)")
+// the leadership before the first measurement succeeded, nor after its
+// clock stepped until a measurement succeeded again.
+var errClockUnsynced = errors.New("this node's clock is not synced with the database server's (its time could not be read since the node started or its clock stepped)")
+
+// clockStepTolerance is how far this node's Clock may move apart from the
+// process's monotonic clock since the last measurement before the engine
+// takes it for a step (an NTP correction, a date -s, a VM resumed and then
+// set right): it stops trusting the offset, works on the monotonic clock
+// and measures again at once. Both clocks follow NTP's slewing alike, so
+// only a step moves them this far apart.
+const clockStepTolerance = 100 * time.Millisecond
 
 // clockSync holds the offset added to the engine's Clock.
 type clockSync struct {
 	db     store.DatabaseClock // nil: no correction
-	offset atomic.Int64        // nanoseconds added to the Clock's time
-	synced atomic.Bool         // a measurement has succeeded
+	system bool                // the Clock is the system clock
+	// anchor is the last measurement that succeeded (nil: none yet).
+	anchor atomic.Pointer[clockAnchor]
+	// stepped is anchor once the Clock was found to have stepped since
+	// it; it is ignored once a newer measurement replaced anchor.
+	stepped atomic.Pointer[clockAnchor]
+	// resync wakes clockLoop to measure at once (after a step).
+	resync chan struct{}
+}
+
+// clockAnchor is a measurement of the offset: the Clock's and the
+// process's readings at one instant, and the offset in force from then on.
+type clockAnchor struct {
+	local  time.Time     // time.Now(), with its monotonic reading
+	clock  time.Time     // the Clock's time then, wall reading only
+	offset time.Duration // added to the Clock's time
 }
 
 // clockReady reports whether the engine's time is on the database's
 // timeline: always when it does not sync its clock, else once a
-// measurement succeeded. Until then the engine neither leads nor leases
-// tasks: a node whose clock is minutes off and whose first measurement
-// failed (the database was out of reach as it started) would otherwise
-// reap the leases other nodes hold, or write leases that are already
-// expired on the database's timeline, and tasks would run twice at once.
-func (e *Engine) clockReady() bool { return e.clock.db == nil || e.clock.synced.Load() }
+// measurement succeeded and as long as the Clock has not stepped since.
+// Until then the engine neither leads nor leases tasks nor extends leases:
+// a node whose clock is minutes off and whose first measurement failed
+// (the database was out of reach as it started) would otherwise reap the
+// leases other nodes hold, or write leases that are already expired on the
+// database's timeline, and tasks would run twice at once.
+func (e *Engine) clockReady() bool {
+	if e.clock.db == nil {
+		return true
+	}
+	_, ok := e.clockTime()
+	return ok
+}
 
 // setupClockSync decides whether the engine corrects its clock.
 func (e *Engine) setupClockSync() {
@@ -91,6 +125,8 @@ func (e *Engine) setupClockSync() {
 		return
 	}
 	_, system := e.cfg.Clock.(systemClock)
+	e.clock.system = system
+	e.clock.resync = make(chan struct{}, 1)
 	switch e.cfg.ClockSync {
 	case ClockSyncOn:
 		e.clock.db = dc
@@ -109,18 +145,52 @@ func (e *Engine) Now() time.Time { return e.now() }
 
 // now returns the engine's time (Now).
 func (e *Engine) now() time.Time {
-	t := e.cfg.Clock.Now()
-	if off := e.clock.offset.Load(); off != 0 {
-		t = t.Add(time.Duration(off))
-	}
+	t, _ := e.clockTime()
 	return t
+}
+
+// clockTime returns the engine's time, and whether it is on the database's
+// timeline as last measured (clockReady). The time is the Clock's plus the
+// offset, unless the Clock stepped since the measurement (it moved apart
+// from the process's monotonic clock by more than clockStepTolerance): then
+// the offset no longer holds, the time is the measurement's carried
+// forward on the monotonic clock, and a new measurement is asked for.
+func (e *Engine) clockTime() (time.Time, bool) {
+	t := e.cfg.Clock.Now()
+	a := e.clock.anchor.Load()
+	if a == nil {
+		return t, e.clock.db == nil
+	}
+	local := t
+	if !e.clock.system {
+		local = time.Now()
+	}
+	elapsed := local.Sub(a.local)
+	if step := t.Round(0).Sub(a.clock) - elapsed; step.Abs() <= clockStepTolerance {
+		if a.offset != 0 {
+			t = t.Add(a.offset)
+		}
+		return t, e.clock.stepped.Load() != a
+	}
+	if old := e.clock.stepped.Swap(a); old != a {
+		select {
+		case e.clock.resync <- struct{}{}:
+		default:
+		}
+	}
+	return a.clock.Add(a.offset + elapsed), false
 }
 
 // ClockOffset returns the correction the engine adds to its Clock's time:
 // the database server's clock minus this node's, as last measured and
 // applied (0 when the engine does not sync its clock, or the two agree to
 // within a few milliseconds).
-func (e *Engine) ClockOffset() time.Duration { return time.Duration(e.clock.offset.Load()) }
+func (e *Engine) ClockOffset() time.Duration {
+	if a := e.clock.anchor.Load(); a != nil {
+		return a.offset
+	}
+	return 0
+}
 
 // localTime converts at, a time of the engine's clock (a due time or lease
 // expiry read from the store), to this process's clock, for a timer: as
@@ -135,51 +205,65 @@ func (e *Engine) localTime(at time.Time) time.Time {
 // and the engine's Clock: of clockSyncSamples round trips, the one that
 // took the least time, assuming the server read its clock halfway through.
 // The uncertainty is half that round trip (plus the server clock's
-// microsecond resolution). A sample that fails (the measurement's time ran
-// out over a long round trip) ends it with the samples taken so far; it
-// fails only when none was.
-func (e *Engine) measureClock(ctx context.Context) (offset, uncertainty time.Duration, err error) {
+// microsecond resolution). Round trips are timed on the process's
+// monotonic clock, so a step of the Clock during one does not distort it.
+// at is the Clock's and the process's readings as the chosen round trip
+// began. A sample that fails (the measurement's time ran out over a long
+// round trip) ends it with the samples taken so far; it fails only when
+// none was.
+func (e *Engine) measureClock(ctx context.Context) (at clockAnchor, uncertainty time.Duration, err error) {
 	best := time.Duration(-1)
 	for range clockSyncSamples {
-		t0 := e.cfg.Clock.Now()
+		local := time.Now()
+		clock := local
+		if !e.clock.system {
+			clock = e.cfg.Clock.Now()
+		}
 		db, err := e.clock.db.DatabaseNow(ctx)
-		t1 := e.cfg.Clock.Now()
+		rtt := time.Since(local)
 		if err != nil {
 			if best >= 0 {
 				break
 			}
-			return 0, 0, err
+			return clockAnchor{}, 0, err
 		}
-		rtt := max(t1.Sub(t0), 0)
 		if best >= 0 && rtt >= best {
 			continue
 		}
 		best = rtt
-		offset = db.Sub(t0.Add(rtt / 2))
+		at = clockAnchor{local: local, clock: clock.Round(0), offset: db.Sub(clock.Round(0).Add(rtt / 2))}
 	}
-	return offset, best/2 + time.Microsecond, nil
+	return at, best/2 + time.Microsecond, nil
 }
 
 // syncClock measures the offset and applies it when it differs from the
-// one in force by more than the measurement can tell apart. It reports
-// whether the measurement succeeded.
+// one in force by more than the measurement can tell apart, or when the
+// Clock stepped since the last measurement. It reports whether the
+// measurement succeeded.
 func (e *Engine) syncClock(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, clockSyncTimeout)
 	defer cancel()
-	est, unc, err := e.measureClock(ctx)
+	m, unc, err := e.measureClock(ctx)
 	if err != nil {
 		e.log.Debug("clock sync: could not read the database's time", "err", err)
 		return false
 	}
-	cur := time.Duration(e.clock.offset.Load())
+	est := m.offset
+	var cur time.Duration
+	prev := e.clock.anchor.Load()
+	if prev != nil {
+		cur = prev.offset
+	}
 	if diff := est - cur; diff.Abs() <= unc+clockSyncTolerance {
-		e.clock.synced.Store(true)
+		// The offset in force (0 before the first measurement) still
+		// holds: keep it exactly, from this measurement's readings on.
+		m.offset = cur
+		e.clock.anchor.Store(&m)
 		return true
 	}
-	e.clock.offset.Store(int64(est))
-	e.clock.synced.Store(true)
+	e.clock.anchor.Store(&m)
 	level := slog.LevelInfo
-	if est.Abs() >= clockSkewWarn {
+	if est.Abs() >= clockSkewWarn || (est-cur).Abs() >= clockSkewWarn {
 		level = slog.LevelWarn
 	}
 	e.log.Log(ctx, level, "clock sync: this node's clock differs from the database server's; the engine uses the database's time",
@@ -189,8 +273,9 @@ func (e *Engine) syncClock(ctx context.Context) bool {
 
 // clockLoop measures the offset again every clockSyncInterval (after a
 // failure, every tenth of it; every clockSyncRetryUnsynced while none has
-// succeeded yet), so that the engine follows a node clock that drifts or
-// is stepped.
+// succeeded yet or since the Clock stepped), and at once when the engine
+// finds its Clock stepped, so that the engine follows a node clock that
+// drifts or is stepped.
 func (e *Engine) clockLoop(ctx context.Context, synced bool) {
 	timer := time.NewTimer(e.clockSyncWait(synced))
 	defer timer.Stop()
@@ -199,6 +284,8 @@ func (e *Engine) clockLoop(ctx context.Context, synced bool) {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
+		case <-e.clock.resync:
+			timer.Stop()
 		}
 		timer.Reset(e.clockSyncWait(e.syncClock(ctx)))
 	}
@@ -210,7 +297,7 @@ func (e *Engine) clockSyncWait(ok bool) time.Duration {
 	switch {
 	case ok:
 		return clockSyncInterval
-	case !e.clock.synced.Load():
+	case !e.clockReady():
 		return clockSyncRetryUnsynced
 	}
 	return clockSyncInterval / 10

@@ -385,6 +385,12 @@ func (e *Engine) heartbeat(ctx context.Context, timeout time.Duration, logFailur
 	if len(refs) == 0 {
 		return true
 	}
+	if !e.clockReady() {
+		// The clock stepped and is being measured again: an expiry
+		// written now could be far off on the database's timeline. The
+		// leases keep their last expiry until the retry.
+		return false
+	}
 	ok = true
 	for start := 0; start < len(refs) && ctx.Err() == nil; start += 1000 {
 		end := min(start+1000, len(refs))
