@@ -199,7 +199,10 @@ func WithDelay(d time.Duration) EnqueueOption {
 }
 
 // WithRunAt makes the task due at t (a time in the past: due at once). t
-// must be within years 1 to 9999.
+// must be within years 1 to 9999. t is judged on the engine's clock, which
+// on PostgreSQL is the database server's (the engine corrects this node's
+// clock by their measured offset): on a node whose clock is off, a t read
+// from it is off as much, and WithDelay gives a time relative to now.
 func WithRunAt(t time.Time) EnqueueOption {
 	return option(func(r *engine.EnqueueRequest) { r.RunAt = t })
 }
