@@ -76,8 +76,8 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	return s.page(ctx, op, " WHERE "+where, args, f.Limit, f.MaxBytes)
 }
 
-// DeadSummary implements store.Store. NULL and ” error codes are one
-// group; the window functions count every group before the LIMIT cuts
+// DeadSummary implements store.Store. A NULL and an empty error code are
+// one group; the window functions count every group before the LIMIT cuts
 // them. Text compares in byte order (BINARY), as Go strings do.
 func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.Summary, error) {
 	const op = "summarize dead tasks"
