@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,7 +43,10 @@ second of two types:
 
 It prints progress every second and, after --duration or on Ctrl-C, a
 summary per type and state, the dead-letter queue by reason, and the commands
-to inspect it. With --db the data stays for "retryq server --db ...".
+to inspect it. With --db the data stays for "retryq server --db ..."; its
+unfinished tasks wait there for the next demo on it (nothing else runs
+them), whose counts are its own. Ctrl-C during the summary skips it; the
+temporary database is removed all the same.
 `
 
 // The demo's task types.
@@ -110,16 +112,29 @@ func runDemo(ctx context.Context, env *Env, args []string) int {
 	if o == nil {
 		return st
 	}
-	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	runCtx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	d := &demo{o: o, env: env}
-	if err := d.boot(ctx); err != nil {
+	if err := d.boot(runCtx); err != nil {
 		d.cleanup()
+		if runCtx.Err() != nil {
+			// Ctrl-C while starting: the stop asked for, not a failure
+			// (as for the server); boot's error is only its consequence.
+			fmt.Fprintln(env.Stdout, "interrupted before the demo started")
+			return exitOK
+		}
 		return fail(env, "demo", err)
 	}
-	d.run(ctx)
-	stopSignals() // a second Ctrl-C now interrupts the shutdown
-	return d.finish()
+	d.run(runCtx)
+	// A Ctrl-C from now on (the second, or the first after --duration)
+	// cuts the summary short; the shutdown that follows is bounded and
+	// removes the temporary database, so Ctrl-C stays caught until the
+	// end: dying of it would leave the database behind. Caught before the
+	// run's catch is let go, so that none falls through to the default.
+	hurry, stopHurry := signal.NotifyContext(context.WithoutCancel(ctx), os.Interrupt, syscall.SIGTERM)
+	defer stopHurry()
+	stopSignals()
+	return d.finish(hurry)
 }
 
 // demo is one run of "retryq demo".
@@ -133,8 +148,15 @@ type demo struct {
 	srv     *runningServer
 	sim     *simAPI
 	hc      *http.Client
-	began   time.Time
+	since   time.Time // before the server started: its attempts are this run's
+	began   time.Time // the simulated API's start and the enqueue clock
 	elapsed time.Duration
+
+	// before holds, per demo type, the tasks --db held in a final state
+	// when the run began: the counts are this run's, not the database's.
+	before   map[string]map[store.State]int
+	found    int // tasks of the demo types --db held
+	leftover int // of them, unfinished: this run takes them over
 
 	workerStop context.CancelFunc
 	workerDone chan struct{}
@@ -172,12 +194,16 @@ func (d *demo) boot(ctx context.Context) error {
 		d.logOut, logW = f, f
 	}
 	log := slog.New(slog.NewTextHandler(logW, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	d.since = time.Now()
 	srv, err := startServer(ctx, &serverOptions{db: d.dbDSN, listen: d.o.listen, nodeID: "demo",
 		logFormat: "text", logLevel: "warn", maxBody: api.DefaultMaxBodyBytes, poll: 250 * time.Millisecond}, log)
 	if err != nil {
 		return err
 	}
 	d.srv = srv
+	if err := d.countBefore(ctx); err != nil {
+		return err
+	}
 	d.began = time.Now()
 	// The simulated API's rate limit: a bit above the steady request rate,
 	// so that the retries piling up after the outage meet 429s.
@@ -250,6 +276,7 @@ func (d *demo) printIntro() {
 	fmt.Fprintf(w, "  retryq API    http://%s (%s)\n", d.srv.addr, where)
 	fmt.Fprintf(w, "  %-13s pushed by the server to %s/v1/summarize; %s\n", demoPushType, d.sim.url, policyWords(&demoPushPolicy))
 	fmt.Fprintf(w, "  %-13s run by an in-process Go worker calling %s/v1/embed; %s\n\n", demoWorkerType, d.sim.url, policyWords(&demoWorkerPolicy))
+	d.printFound()
 	fmt.Fprintf(w, "While it runs, try in another terminal:\n  retryq stats --server http://%s\n  retryq dlq summary --server http://%s\n\n", d.srv.addr, d.srv.addr)
 	fmt.Fprintln(w, "Press Ctrl-C to stop early.")
 	fmt.Fprintln(w)
@@ -330,41 +357,6 @@ func (d *demo) enqueueDue(ctx context.Context, e time.Duration) {
 	d.enqueued = want
 }
 
-// demoCounts are the task counts of all demo types.
-type demoCounts struct {
-	byType          map[string]map[store.State]int
-	total           map[store.State]int
-	first, retries  int
-	perTypeAttempts map[string][2]int // first attempts, retries
-}
-
-func (d *demo) counts(ctx context.Context) (*demoCounts, error) {
-	tss, err := d.srv.eng.Stats(ctx, time.Hour)
-	if err != nil {
-		return nil, err
-	}
-	c := &demoCounts{byType: map[string]map[store.State]int{}, total: map[store.State]int{}, perTypeAttempts: map[string][2]int{}}
-	for _, ts := range tss {
-		m := map[store.State]int{}
-		for s, n := range ts.Counts {
-			m[s] += n
-			c.total[s] += n
-		}
-		c.byType[ts.Type] = m
-		c.first += ts.FirstAttempts
-		c.retries += ts.Retries
-		c.perTypeAttempts[ts.Type] = [2]int{ts.FirstAttempts, ts.Retries}
-	}
-	return c, nil
-}
-
-func retryRate(first, retries int) string {
-	if first+retries == 0 {
-		return "-"
-	}
-	return fmtPercent(float64(retries) / float64(first+retries))
-}
-
 func (d *demo) progress(ctx context.Context, e time.Duration) {
 	c, err := d.counts(ctx)
 	if err != nil {
@@ -374,135 +366,65 @@ func (d *demo) progress(ctx context.Context, e time.Duration) {
 		return
 	}
 	t := c.total
-	inFlight := t[store.StatePending] + t[store.StateRunning] + t[store.StateScheduled]
 	fmt.Fprintf(d.env.Stdout, "[%3ds] enqueued %5d  succeeded %5d  retrying %4d  dead %4d  in flight %4d  retry rate %6s  upstream: %s\n",
 		int(e.Round(time.Second)/time.Second), d.enqueued, t[store.StateSucceeded], t[store.StateRetryWaiting], t[store.StateDead],
-		inFlight, retryRate(c.first, c.retries), phaseAt(e, d.o.duration))
+		inFlight(t), retryRate(c.first, c.retries), phaseAt(e, d.o.duration))
 }
 
-// finish stops the worker, prints the summary and shuts everything down.
-func (d *demo) finish() int {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// finish stops the worker and the push deliveries, prints the summary and
+// shuts everything down. When hurry ends (a Ctrl-C) it skips what is left
+// of the summary.
+func (d *demo) finish(hurry context.Context) int {
+	ctx, cancel := context.WithTimeout(hurry, 30*time.Second)
 	defer cancel()
 	d.workerStop()
 	select {
 	case <-d.workerDone:
 	case <-ctx.Done():
 	}
-	c, err := d.counts(ctx)
+	// The simulated API goes away with the demo: a server run on a kept
+	// --db afterwards would deliver the unfinished tasks to its closed
+	// port and fill the dead-letter queue with connection_refused. Without
+	// a target they wait for the next demo, which sets it again. Done
+	// after a Ctrl-C too, within a bound of its own.
+	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err := d.srv.eng.PutType(tctx, engine.TypeSpec{Type: demoPushType, Policy: demoPushPolicy, Timeout: 5 * time.Second})
+	tcancel()
+	if err != nil {
+		err = fmt.Errorf("remove the push target of %s: %w", demoPushType, err)
+	}
+	var c *demoCounts
+	if err == nil {
+		c, err = d.counts(ctx)
+	}
 	var dead []store.DeadGroup
+	since := d.runStart()
 	if err == nil {
 		var sum store.Summary
-		sum, err = d.srv.eng.DeadSummary(ctx, store.SummaryParams{})
+		sum, err = d.srv.eng.DeadSummary(ctx, store.SummaryParams{Since: since})
 		dead = sum.Groups
 	}
 	sampleID := ""
 	if err == nil && len(dead) > 0 {
 		var ts []store.Task
-		ts, _, err = d.srv.eng.ListDead(ctx, store.DeadFilter{Type: dead[0].Type, ErrorCode: dead[0].ErrorCode, Limit: 1})
+		ts, _, err = d.srv.eng.ListDead(ctx, store.DeadFilter{Type: dead[0].Type, ErrorCode: dead[0].ErrorCode,
+			NoErrorCode: dead[0].ErrorCode == "", Since: since, Limit: 1})
 		if len(ts) > 0 {
 			sampleID = ts[0].ID
 		}
 	}
 	status := exitOK
-	if err != nil {
+	switch {
+	case hurry.Err() != nil:
+		fmt.Fprintln(d.env.Stdout, "\ninterrupted: stopping without the summary")
+	case err != nil:
 		fmt.Fprintf(d.env.Stderr, "retryq demo: read the final counts: %v\n", err)
 		status = exitFailure
-	} else {
+	default:
 		d.printSummary(c, dead, sampleID)
 	}
 	d.cleanup()
 	return status
-}
-
-func (d *demo) printSummary(c *demoCounts, dead []store.DeadGroup, sampleID string) {
-	w := d.env.Stdout
-	fmt.Fprintf(w, "\nSummary after %v: %d tasks enqueued, %d attempts, retry rate %s\n\n",
-		d.elapsed.Round(100*time.Millisecond), d.enqueued, c.first+c.retries, retryRate(c.first, c.retries))
-	tb := newTable("TYPE", "RUN BY", "SUCCEEDED", "RETRYING", "DEAD", "IN FLIGHT", "RETRY RATE").alignRight(2, 3, 4, 5, 6)
-	types := []string{demoPushType, demoWorkerType}
-	for typ := range c.byType {
-		if !slices.Contains(types, typ) {
-			types = append(types, typ)
-		}
-	}
-	for _, typ := range types {
-		m := c.byType[typ]
-		by := map[string]string{demoPushType: "push delivery", demoWorkerType: "in-process Go worker"}[typ]
-		a := c.perTypeAttempts[typ]
-		tb.add(typ, orDash(by), strconv.Itoa(m[store.StateSucceeded]), strconv.Itoa(m[store.StateRetryWaiting]),
-			strconv.Itoa(m[store.StateDead]), strconv.Itoa(m[store.StatePending]+m[store.StateRunning]+m[store.StateScheduled]),
-			retryRate(a[0], a[1]))
-	}
-	t := c.total
-	tb.add("TOTAL", "", strconv.Itoa(t[store.StateSucceeded]), strconv.Itoa(t[store.StateRetryWaiting]), strconv.Itoa(t[store.StateDead]),
-		strconv.Itoa(t[store.StatePending]+t[store.StateRunning]+t[store.StateScheduled]), retryRate(c.first, c.retries))
-	tb.write(w)
-	fmt.Fprintf(w, "\nsucceeded %d, dead %d, still retrying %d\n", t[store.StateSucceeded], t[store.StateDead], t[store.StateRetryWaiting])
-
-	fmt.Fprintln(w, "\nDead-letter queue by reason:")
-	if len(dead) == 0 {
-		fmt.Fprintln(w, "  (empty)")
-	} else {
-		dt := newTable("TYPE", "ERROR", "REASON", "COUNT").alignRight(3)
-		for _, g := range dead {
-			dt.add(g.Type, orDash(g.ErrorCode), g.Reason, strconv.Itoa(g.Count))
-		}
-		dt.write(w)
-	}
-	fmt.Fprintf(w, "\nSimulated API: %s\n", d.sim.summary())
-
-	d.printInspect(dead, sampleID)
-}
-
-// printInspect tells how to look at the dead-letter queue with the CLI,
-// with commands built from this run's largest DLQ group and one of its tasks.
-func (d *demo) printInspect(dead []store.DeadGroup, sampleID string) {
-	w := d.env.Stdout
-	listCmd, redriveCmd := "retryq dlq list", ""
-	if len(dead) > 0 {
-		g := dead[0]
-		filter := " --type " + shellQuote(g.Type)
-		if g.ErrorCode != "" {
-			filter += " --error-code " + shellQuote(g.ErrorCode)
-		}
-		listCmd += filter
-		redriveCmd = "retryq dlq redrive" + filter
-	}
-	getCmd := "retryq tasks get ID"
-	if sampleID != "" {
-		getCmd = "retryq tasks get " + sampleID
-	}
-	lines := [][2]string{}
-	if d.o.db != "" {
-		fmt.Fprintln(w, "\nThe data is kept. Inspect the dead-letter queue with the CLI:")
-		lines = append(lines, [2]string{"retryq server --db " + shellQuote(d.o.db), "# serves it on 127.0.0.1:7420; then, in another terminal:"})
-	} else {
-		fmt.Fprintln(w, "\nThis run's database was temporary and is now removed. To keep one and inspect its")
-		fmt.Fprintln(w, "dead-letter queue with the CLI:")
-		lines = append(lines,
-			[2]string{"retryq demo --db sqlite:demo.db", ""},
-			[2]string{"retryq server --db sqlite:demo.db", "# afterwards; then, in another terminal:"})
-	}
-	lines = append(lines,
-		[2]string{"retryq dlq summary", "# dead tasks by type, error and reason"},
-		[2]string{listCmd, "# the tasks of the largest group"})
-	if d.o.db != "" {
-		lines = append(lines, [2]string{getCmd, "# one of them, with its attempt history"})
-		if redriveCmd != "" {
-			lines = append(lines, [2]string{redriveCmd, "# back to pending, once the cause is fixed"})
-		}
-	} else {
-		lines = append(lines, [2]string{"retryq tasks get ID", "# a task with its attempt history"})
-	}
-	width := 0
-	for _, l := range lines {
-		width = max(width, len(l[0]))
-	}
-	for _, l := range lines {
-		fmt.Fprintf(w, "  %s\n", strings.TrimRight(fmt.Sprintf("%-*s  %s", width, l[0], l[1]), " "))
-	}
-	fmt.Fprintf(w, "While a demo runs, add --server with the API address it printed at the start.\n")
 }
 
 // cleanup shuts the server and the simulated API down and removes the

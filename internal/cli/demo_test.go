@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"bytes"
+	"context"
+	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +73,114 @@ func TestDemoRefusesPublicListenWithoutNamingTokens(t *testing.T) {
 	}
 	if st, _, errOut := runMain("demo", "--listen", "127.0.0.1", "--duration", "1s"); st != exitUsage || !strings.Contains(errOut, "--listen") {
 		t.Errorf("demo --listen without a port: status %d, stderr %q; want %d naming --listen", st, errOut, exitUsage)
+	}
+}
+
+// demoLine matches a live progress line and the summary's last count line.
+var (
+	demoLine      = regexp.MustCompile(`(?m)^\[ *(\d+)s\] enqueued +(\d+) +succeeded +(\d+) +retrying +(\d+) +dead +(\d+) +in flight +(\d+) `)
+	demoFinalLine = regexp.MustCompile(`(?m)^succeeded (\d+), dead (\d+), still retrying (\d+), in flight (\d+)$`)
+	demoEnqueued  = regexp.MustCompile(`Summary after [^:]+: (\d+) tasks enqueued, (\d+) attempts`)
+	demoLeftover  = regexp.MustCompile(`plus the (\d+) it left unfinished`)
+	demoRequests  = regexp.MustCompile(`Simulated API: (\d+) requests`)
+)
+
+// atoi parses a number the regexps above matched.
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// checkDemoCounts checks the counts of a demo's output: in every progress
+// line and in the summary, succeeded + retrying + dead + in flight is the
+// number of tasks enqueued plus those an earlier run left unfinished, and
+// the attempts are this run's (no more than the simulated API's requests
+// and the attempts of the tasks found unfinished).
+func checkDemoCounts(t *testing.T, run, out string) {
+	t.Helper()
+	leftover := 0
+	if m := demoLeftover.FindStringSubmatch(out); m != nil {
+		leftover = atoi(t, m[1])
+	}
+	lines := demoLine.FindAllStringSubmatch(out, -1)
+	if len(lines) == 0 {
+		t.Fatalf("%s: no progress lines:\n%s", run, out)
+	}
+	for _, m := range lines {
+		enq, sum := atoi(t, m[2]), atoi(t, m[3])+atoi(t, m[4])+atoi(t, m[5])+atoi(t, m[6])
+		if sum != enq+leftover {
+			t.Errorf("%s: %q: succeeded+retrying+dead+in flight = %d, want %d enqueued + %d left unfinished before", run, m[0], sum, enq, leftover)
+		}
+	}
+	e, f := demoEnqueued.FindStringSubmatch(out), demoFinalLine.FindStringSubmatch(out)
+	r := demoRequests.FindStringSubmatch(out)
+	if e == nil || f == nil || r == nil {
+		t.Errorf("%s: no summary counts (enqueued %q, final line %q, requests %q)", run, e, f, r)
+		return
+	}
+	if sum := atoi(t, f[1]) + atoi(t, f[2]) + atoi(t, f[3]) + atoi(t, f[4]); sum != atoi(t, e[1])+leftover {
+		t.Errorf("%s: %q adds up to %d, want %s enqueued + %d left unfinished before", run, f[0], sum, e[1], leftover)
+	}
+	// Each attempt of this run is one request to its simulated API, but
+	// for the unfinished tasks the run found: one of their attempts may
+	// go to the previous run's address before the type is updated.
+	if attempts, reqs := atoi(t, e[2]), atoi(t, r[1]); attempts > reqs+leftover {
+		t.Errorf("%s: %d attempts, more than the %d requests to the simulated API (+%d left unfinished before)", run, attempts, reqs, leftover)
+	}
+}
+
+// TestDemoAgainOnItsDatabase runs the demo twice on one --db, as its
+// summary suggests: the second run's counts are its own (plus the
+// unfinished tasks of the first it takes over), not the database's totals
+// (its first line said "succeeded 73" with 20 tasks enqueued); its
+// attempts and retry rate are its own, not the last hour's. After each
+// run the pushed type keeps no push target: the simulated API is gone, so
+// a "retryq server --db" run afterwards would deliver the unfinished tasks
+// to a closed port and fill the dead-letter queue with connection_refused,
+// which the simulated API never answered.
+func TestDemoAgainOnItsDatabase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds")
+	}
+	clearServerEnv(t)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "demo.db")
+	for _, run := range []string{"first run", "second run"} {
+		st, out, errOut := cli(t, "", "demo", "--duration", "2s", "--rate", "50", "--db", db)
+		t.Logf("%s:\n%s", run, out)
+		if st != 0 || errOut != "" {
+			t.Fatalf("%s: status %d\nstderr: %s", run, st, errOut)
+		}
+		checkDemoCounts(t, run, out)
+		if run == "second run" && !strings.Contains(out, "Found 100 tasks of an earlier run in "+db) {
+			t.Errorf("%s: the intro does not say the database held the first run's 100 tasks", run)
+		}
+	}
+	s := startAPIServer(t, func(o *serverOptions) { o.db = db })
+	if out := s.cliOK(t, "types", "get", demoPushType); strings.Contains(out, "http://127.0.0.1:") {
+		t.Errorf("after the demo %s still pushes to the simulated API:\n%s", demoPushType, out)
+	}
+}
+
+// TestDemoInterruptedWhileStartingExitsZero: Ctrl-C (here, the command's
+// context) while the demo still opens its database stops it with status
+// 0, as a Ctrl-C at any later time does, leaves no temporary directory
+// and reports no error. It printed "context canceled" and exited 1.
+func TestDemoInterruptedWhileStartingExitsZero(t *testing.T) {
+	clearServerEnv(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	st := Main(ctx, []string{"demo", "--duration", "1s"}, strings.NewReader(""), &out, &errOut)
+	if st != exitOK || errOut.String() != "" || !strings.Contains(out.String(), "interrupted") {
+		t.Errorf("interrupted while starting: status %d\nstdout: %q\nstderr: %q; want 0, saying interrupted, no error", st, out.String(), errOut.String())
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("left behind in TMPDIR: %v", left)
 	}
 }
