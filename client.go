@@ -89,6 +89,12 @@ func checkNodeText(field, v string) error {
 // API: a larger one is refused with ErrInvalid naming the payload.
 const MaxPayloadBytes = engine.MaxPayloadBytes
 
+// MaxPayloadDepth bounds how deeply a task's payload nests arrays and
+// objects (512), as in the HTTP API: a deeper one is refused with
+// ErrInvalid naming the payload, since answers holding it could not be
+// read by workers in some languages.
+const MaxPayloadDepth = engine.MaxPayloadDepth
+
 // Client enqueues and manages tasks. It also hosts the engine's commit and
 // scheduler loops: call Start before use and Close when done. Enqueue and
 // Worker.Run need the loops, and return ErrNotStarted before Start. Once

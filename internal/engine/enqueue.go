@@ -50,6 +50,13 @@ const (
 	// 64 MiB: a larger payload would be a task no CLI pull worker can
 	// lease and no `retryq tasks get` can show.
 	MaxPayloadBytes = 8 << 20
+	// MaxPayloadDepth bounds how deeply a task's payload nests arrays and
+	// objects. Answers hold the payload a few levels down, and decoders
+	// stop at a depth of their own: Go's at 10000, Python's near 1000 (its
+	// recursion limit). A payload past theirs would be a task whose every
+	// list page and lease answer (with the other tasks in it) no worker in
+	// that language could read.
+	MaxPayloadDepth = 512
 )
 
 // EnqueueRequest describes a task to enqueue.
@@ -103,6 +110,8 @@ func (e *Engine) prepare(ctx context.Context, prefix string, r EnqueueRequest, n
 		// Stored as given, it would be written back raw in every answer
 		// holding it, which would then not be JSON (RFC 8259: UTF-8).
 		return store.NewTask{}, fieldErr(prefix+"payload", "must be UTF-8 (it holds bytes that are not)")
+	case jsonDepth(payload) > MaxPayloadDepth:
+		return store.NewTask{}, fieldErr(prefix+"payload", "nests arrays and objects more than %d deep", MaxPayloadDepth)
 	}
 	if r.MaxAttempts < 0 || r.MaxAttempts > MaxMaxAttempts {
 		return store.NewTask{}, fieldErr(prefix+"max_attempts", "must be between 0 and %d (got %d)", MaxMaxAttempts, r.MaxAttempts)
@@ -350,4 +359,29 @@ func (e *Engine) afterInsert(res []store.InsertResult, now time.Time, counted bo
 	if !earliest.IsZero() {
 		e.sched.poke(earliest)
 	}
+}
+
+// jsonDepth returns how deeply the valid JSON text b nests arrays and
+// objects (0 for a scalar). Brackets inside strings do not count.
+func jsonDepth(b []byte) int {
+	depth, deepest, inString := 0, 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case inString:
+			if c == '\\' {
+				i++ // the escaped character cannot end the string
+			} else if c == '"' {
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }
