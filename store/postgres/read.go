@@ -214,7 +214,9 @@ func (s *Store) page(ctx context.Context, op, cond string, args []any, limit, ma
 	if maxBytes > 0 {
 		bound = int64(maxBytes)
 	}
-	args = append(args, limit+1, bound)
+	// One candidate more than the page tells whether more follow; the
+	// largest limit cannot have one more (it wrapped to a negative LIMIT).
+	args = append(args, min(limit, math.MaxInt-1)+1, bound)
 	n := len(args)
 	// run has each candidate's place, the payload bytes up to and
 	// including it, and how many candidates there are.
