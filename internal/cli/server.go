@@ -387,7 +387,11 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 		st.Close()
 		return nil, err
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// net/http's own messages (a failed accept, at the file limit, say)
+	// go through the server's logger: on the standard logger they were
+	// plain text lines in a JSON log.
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
 	rs := &runningServer{eng: eng, http: hs, addr: ln.Addr().String(), done: make(chan struct{}), log: log}
 	go func() {
 		defer close(rs.done)

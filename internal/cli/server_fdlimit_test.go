@@ -1,0 +1,103 @@
+//go:build linux
+
+package cli
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestServerAtTheFileLimitLogsThroughItsLogger: a server whose clients
+// hold every file descriptor it may open logs the failed accepts through
+// its own logger (JSON lines with --log-format json), backs off between
+// them rather than spinning, and serves again once the connections close.
+// net/http's accept errors used to go to the standard logger as plain
+// text, which broke a JSON log.
+func TestServerAtTheFileLimitLogsThroughItsLogger(t *testing.T) {
+	clearServerEnv(t)
+	// The shell's limit is the hard one too, so the Go runtime of the
+	// child cannot raise it.
+	cmd := exec.Command("sh", "-c", `ulimit -n 64 && exec "$0" "$@"`, os.Args[0],
+		"server", "--db", "sqlite:"+filepath.Join(t.TempDir(), "fd.db"), "--listen", "127.0.0.1:0", "--log-format", "json")
+	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1")
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	diag := func() string { return "server log:\n" + stderr.String() }
+	var addr string
+	pollUntil(t, 20*time.Second, "the server to start", func() bool {
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "retryq server started" {
+				addr, _ = m["listen"].(string)
+			}
+		}
+		return addr != ""
+	}, diag)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 100 { // more than the server may open; the kernel queues the rest
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	pollUntil(t, 10*time.Second, "the server to fail an accept", func() bool {
+		return strings.Contains(stderr.String(), "too many open files")
+	}, diag)
+	time.Sleep(2 * time.Second) // the window in which accepts keep failing
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	log := stderr.String()
+	accepts := 0
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("a log line that is not JSON: %s", line)
+		}
+		if strings.Contains(line, "too many open files") {
+			accepts++
+		}
+	}
+	// net/http waits 5 ms after the first failure, doubling up to 1 s.
+	if accepts > 30 {
+		t.Errorf("%d failed accepts logged in about 2 s: the accept loop spins\n%s", accepts, diag())
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	pollUntil(t, 15*time.Second, "the server to answer again", func() bool {
+		res, err := hc.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	}, diag)
+}
