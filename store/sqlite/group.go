@@ -380,22 +380,33 @@ func (s *Store) mergeInserts(ctx context.Context, tx *sql.Tx, batch []*writeReq,
 }
 
 // noteWrite records how a write transaction ended, for Ping: committed
-// clears a full disk; a transaction that failed with SQLITE_FULL (in a
-// statement, a savepoint or its commit) sets it. Other failures change
-// nothing.
+// clears a full disk and a lock held by another process; a transaction
+// that failed with SQLITE_FULL (in a statement, a savepoint or its commit)
+// sets the first, one that failed with SQLITE_BUSY (the busy timeout run
+// out) the second. Other failures change nothing.
 func (s *Store) noteWrite(committed bool, errs []error) {
 	if committed {
 		if s.full.Load() != nil {
 			s.full.Store(nil)
 		}
+		if s.busy.Load() != nil {
+			s.busy.Store(nil)
+		}
 		return
 	}
 	for _, err := range errs {
-		if isFull(err) {
+		switch {
+		case isFull(err):
 			if !errors.Is(err, ErrDiskFull) { // not yet translated
 				err = fmt.Errorf("%w: %w: %w", store.ErrUnavailable, ErrDiskFull, err)
 			}
 			s.full.Store(&err)
+			return
+		case isBusy(err):
+			if !errors.Is(err, store.ErrUnavailable) { // not yet translated
+				err = fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+			}
+			s.busy.Store(&err)
 			return
 		}
 	}

@@ -65,6 +65,10 @@ type Store struct {
 	// full holds the SQLITE_FULL error of the most recent write
 	// transaction while none has committed since (noteWrite); nil else.
 	full atomic.Pointer[error]
+	// busy holds the SQLITE_BUSY error of the most recent write
+	// transaction (another process held the write lock past the busy
+	// timeout) while none has committed since (noteWrite); nil else.
+	busy atomic.Pointer[error]
 
 	writeCh       chan *writeReq
 	submitting    atomic.Int64 // submits between their closed check and their send (group.go)
@@ -246,6 +250,10 @@ func (s *Store) Ping(ctx context.Context) error {
 	// Reads still work on a full file system; writes do not.
 	if full := s.full.Load(); full != nil {
 		return fmt.Errorf("ping sqlite: no write has committed since one failed: %w", *full)
+	}
+	// Reads also work while another process holds the write lock.
+	if busy := s.busy.Load(); busy != nil {
+		return fmt.Errorf("ping sqlite: no write has committed since one waited out the busy timeout: %w", *busy)
 	}
 	// A file that answers reads may still refuse writes: its file system
 	// was remounted read-only (as Linux does after I/O errors), or its
