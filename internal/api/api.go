@@ -68,6 +68,10 @@ type server struct {
 	mux          *http.ServeMux
 	routes       []route
 	clock        engine.Clock
+	// dbDown and notReady log the database's outages once: the first
+	// answered 503 unavailable, and /readyz's (see outage).
+	dbDown   outage
+	notReady outage
 }
 
 // now is the engine clock's time.
@@ -139,7 +143,7 @@ func newServer(cfg Config) (*server, error) {
 	}
 	s.routes = s.routeTable()
 	for _, rt := range s.routes {
-		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt.h))
+		s.mux.Handle(rt.method+" "+rt.pattern, s.wrap(rt.h, rt.method != http.MethodGet || rt.pattern == "/readyz"))
 	}
 	return s, nil
 }
@@ -185,11 +189,21 @@ var publicPaths = map[string]bool{
 	"/v1/openapi.json": true,
 }
 
-// wrap turns a handlerFunc into an http.Handler that writes returned errors.
-func (s *server) wrap(h handlerFunc) http.Handler {
+// wrap turns a handlerFunc into an http.Handler that writes returned
+// errors. A success of a route that writes to the database, or of
+// /readyz (writes), ends an outage the API logged; reads do not: on SQLite
+// they still work while another process holds the write lock, and one
+// between two failed writes would log the outage again each time.
+func (s *server) wrap(h handlerFunc, writes bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
+		err := h(w, r)
+		if err != nil {
 			s.writeError(w, r, err)
+			return
+		}
+		if writes && s.dbDown.ok() {
+			s.log.Info("api: database available again", "request_id", requestIDFrom(r.Context()),
+				"method", r.Method, "path", r.URL.Path)
 		}
 	})
 }

@@ -210,7 +210,7 @@ func TestUncleanPathOfAChangeIsNotRedirected(t *testing.T) {
 func TestInternalErrors(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	// A panicking handler becomes a 500 carrying the request id.
-	e.srv.mux.Handle("GET /v1/panic", e.srv.wrap(func(w http.ResponseWriter, r *http.Request) error { panic("boom") }))
+	e.srv.mux.Handle("GET /v1/panic", e.srv.wrap(func(w http.ResponseWriter, r *http.Request) error { panic("boom") }, false))
 	r := e.mustErr(http.StatusInternalServerError, CodeInternal, "", "GET", "/v1/panic", nil)
 	if id := str2(r.m, "error", "request_id"); id == "" || id != r.header.Get("X-Request-Id") {
 		t.Fatalf("request_id %q, header %q", id, r.header.Get("X-Request-Id"))

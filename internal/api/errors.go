@@ -122,7 +122,18 @@ func classify(err error) (ae *apiError, internal bool) {
 func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae, internal := classify(err)
 	id := requestIDFrom(r.Context())
-	if internal {
+	switch {
+	case internal && ae.Code == CodeUnavailable:
+		// Logged once per outage: every request fails alike until the
+		// database is back (wrap logs its return).
+		if s.dbDown.fail() {
+			s.log.Warn("api: database unavailable; answering 503 until it is back", "request_id", id,
+				"method", r.Method, "path", r.URL.Path, "err", err)
+		} else {
+			s.log.Debug("api request failed", "request_id", id, "method", r.Method, "path", r.URL.Path,
+				"status", ae.Status, "err", err)
+		}
+	case internal:
 		s.log.Error("api request failed", "request_id", id, "method", r.Method, "path", r.URL.Path,
 			"status", ae.Status, "err", err)
 	}

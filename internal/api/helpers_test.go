@@ -52,6 +52,9 @@ type envOpts struct {
 	sqliteDir string
 	// maxLongPolls is the engine's MaxLongPolls (0: the default).
 	maxLongPolls int
+	// store, when set, is the open store to serve (closed when the test
+	// ends) instead of a new database of backend.
+	store store.Store
 }
 
 // env is an API server over a real store (SQLite unless envOpts.backend
@@ -77,7 +80,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 		o.backend = backendtest.SQLite
 	}
 	var st store.Store
-	if o.sqliteDir != "" && o.backend == backendtest.SQLite {
+	if o.store != nil {
+		st = o.store
+	} else if o.sqliteDir != "" && o.backend == backendtest.SQLite {
 		s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(o.sqliteDir, "retryq.db"), Synchronous: o.sync})
 		if err != nil {
 			t.Fatalf("open sqlite store: %v", err)

@@ -211,9 +211,17 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
-		s.log.Warn("not ready", "request_id", requestIDFrom(r.Context()), "err", err)
+		// Logged once per outage: a load balancer probes every few seconds.
+		if s.notReady.fail() {
+			s.log.Warn("not ready", "request_id", requestIDFrom(r.Context()), "err", err)
+		} else {
+			s.log.Debug("not ready", "request_id", requestIDFrom(r.Context()), "err", err)
+		}
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady,
 			Message: "not ready: the database is unreachable, refuses writes, is missing tables, or its migrations are not current (see the server log)"}
+	}
+	if s.notReady.ok() {
+		s.log.Info("ready again", "request_id", requestIDFrom(r.Context()))
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil
