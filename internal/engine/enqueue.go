@@ -369,9 +369,10 @@ func jsonDepth(b []byte) int {
 		c := b[i]
 		switch {
 		case inString:
-			if c == '\\' {
+			switch c {
+			case '\\':
 				i++ // the escaped character cannot end the string
-			} else if c == '"' {
+			case '"':
 				inString = false
 			}
 		case c == '"':
