@@ -73,7 +73,8 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 		where += " AND id < ?"
 		args = append(args, f.Cursor)
 	}
-	return s.page(ctx, op, " WHERE "+where, args, f.Limit, f.MaxBytes)
+	q, args := walkPage(" WHERE "+where, args, f.Limit) // tasks_dead_id, in id order
+	return s.page(ctx, op, q, args, f.Limit, f.MaxBytes)
 }
 
 // DeadSummary implements store.Store. A NULL and an empty error code are

@@ -142,7 +142,8 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 }
 
 // ListTasks implements store.Store. The cursor is the id of the last task
-// of the previous page.
+// of the previous page. A filter on states that each have an index
+// reads those indexes (listPage); any other filter walks the primary key.
 func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task, string, error) {
 	const op = "list tasks"
 	if p.Limit <= 0 {
@@ -151,24 +152,32 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task
 	if err := store.CheckCursor(p.Cursor); err != nil {
 		return nil, "", fmt.Errorf("%s: %w", op, err)
 	}
+	var states []store.State
+	seen := map[store.State]bool{} // repeats add nothing (and could pass SQLite's variable limit)
+	for _, st := range p.States {
+		if !st.Valid() {
+			return nil, "", fmt.Errorf("%s: %w: unknown state %q", op, store.ErrInvalid, st)
+		}
+		if !seen[st] {
+			seen[st] = true
+			states = append(states, st)
+		}
+	}
+	if indexedStates(states) {
+		q, args := listPage(states, p.Type, p.Cursor, p.Limit)
+		return s.page(ctx, op, q, args, p.Limit, p.MaxBytes)
+	}
 	var where []string
 	var args []any
 	if p.Type != "" {
 		where = append(where, "type = ?")
 		args = append(args, p.Type)
 	}
-	if len(p.States) > 0 {
-		seen := map[store.State]bool{} // repeats add nothing (and could pass SQLite's variable limit)
-		for _, st := range p.States {
-			if !st.Valid() {
-				return nil, "", fmt.Errorf("%s: %w: unknown state %q", op, store.ErrInvalid, st)
-			}
-			if !seen[st] {
-				seen[st] = true
-				args = append(args, string(st))
-			}
+	if len(states) > 0 {
+		where = append(where, "state IN ("+inList(len(states))+")")
+		for _, st := range states {
+			args = append(args, string(st))
 		}
-		where = append(where, "state IN ("+inList(len(seen))+")")
 	}
 	if p.Cursor != "" {
 		where = append(where, "id < ?")
@@ -178,17 +187,28 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task
 	if len(where) > 0 {
 		cond = " WHERE " + strings.Join(where, " AND ")
 	}
-	return s.page(ctx, op, cond, args, p.Limit, p.MaxBytes)
+	q, args := walkPage(cond, args, p.Limit)
+	return s.page(ctx, op, q, args, p.Limit, p.MaxBytes)
 }
 
-// page lists the tasks that the conditions cond (" WHERE ..." or "")
-// select, newest id first: at most limit, and only as many as fit in
-// maxBytes of payload (0 = no bound), but at least one. It returns the
-// cursor of the next page: the id of the page's last task when more
-// follow. The payload sizes are summed in SQL over the ids of the
-// limit+1 candidates, so that the payloads of the tasks past the cut are
-// never read.
-func (s *Store) page(ctx context.Context, op, cond string, args []any, limit, maxBytes int) ([]store.Task, string, error) {
+// walkPage returns the common table expression page(pid, size) of page
+// for the tasks that the conditions cond (" WHERE ..." or "") select: the
+// limit+1 newest, read by walking the primary key down from the newest
+// id, with its arguments.
+func walkPage(cond string, args []any, limit int) (string, []any) {
+	return `page(pid, size) AS (SELECT id, coalesce(length(payload), 0) FROM tasks` + cond + `
+			ORDER BY id DESC LIMIT ?)`, append(args, limit+1)
+}
+
+// page lists the tasks that the common table expression pageCTE selects,
+// newest id first: pageCTE defines page(pid, size), the ids and payload
+// sizes of the limit+1 candidates, and args are its arguments. It returns
+// at most limit tasks, and only as many as fit in maxBytes of payload
+// (0 = no bound), but at least one, and the cursor of the next page: the
+// id of the page's last task when more follow. The payload sizes are
+// summed in SQL over the candidates, so that the payloads of the tasks
+// past the cut are never read.
+func (s *Store) page(ctx context.Context, op, pageCTE string, args []any, limit, maxBytes int) ([]store.Task, string, error) {
 	if maxBytes < 0 {
 		return nil, "", fmt.Errorf("%s: %w: MaxBytes must not be negative", op, store.ErrInvalid)
 	}
@@ -199,12 +219,11 @@ func (s *Store) page(ctx context.Context, op, cond string, args []any, limit, ma
 	// run has each candidate's place, the payload bytes up to and
 	// including it, and how many candidates there are. length() of a BLOB
 	// reads no overflow pages.
-	q := `WITH page(pid, size) AS (SELECT id, coalesce(length(payload), 0) FROM tasks` + cond + `
-			ORDER BY id DESC LIMIT ?),
+	q := `WITH ` + pageCTE + `,
 		run(rid, n, total, found) AS (SELECT pid, row_number() OVER w, sum(size) OVER w, count(*) OVER ()
 			FROM page WINDOW w AS (ORDER BY pid DESC ROWS UNBOUNDED PRECEDING))
 		SELECT ` + taskCols + `, found FROM run JOIN tasks ON id = rid WHERE n = 1 OR total <= ?`
-	args = append(args, limit+1, bound)
+	args = append(args, bound)
 	if err := s.check(op); err != nil {
 		return nil, "", err
 	}
