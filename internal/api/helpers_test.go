@@ -80,15 +80,16 @@ func newEnv(t testing.TB, o envOpts) *env {
 		o.backend = backendtest.SQLite
 	}
 	var st store.Store
-	if o.store != nil {
+	switch {
+	case o.store != nil:
 		st = o.store
-	} else if o.sqliteDir != "" && o.backend == backendtest.SQLite {
+	case o.sqliteDir != "" && o.backend == backendtest.SQLite:
 		s, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(o.sqliteDir, "retryq.db"), Synchronous: o.sync})
 		if err != nil {
 			t.Fatalf("open sqlite store: %v", err)
 		}
 		st = s
-	} else {
+	default:
 		st = backendtest.Open(t, o.backend, o.sync)
 	}
 	if o.poll == 0 {
