@@ -64,7 +64,7 @@ func probeRows(limit int) int {
 // cost the rows of the states they read, however large the table.
 func listPage(states []store.State, typ, cursor string, limit int) (string, []any) {
 	// ?1 = limit+1, ?2 = probe size, ?3 = type, ?4 = cursor, then states.
-	args := []any{limit + 1, probeRows(limit), typ, cursor}
+	args := []any{candidates(limit), probeRows(limit), typ, cursor}
 	var b strings.Builder
 	b.WriteString(`probe(pid, st, ty) AS (SELECT id, state, type FROM tasks`)
 	if cursor != "" {

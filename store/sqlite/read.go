@@ -197,7 +197,14 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task
 // id, with its arguments.
 func walkPage(cond string, args []any, limit int) (string, []any) {
 	return `page(pid, size) AS (SELECT id, coalesce(length(payload), 0) FROM tasks` + cond + `
-			ORDER BY id DESC LIMIT ?)`, append(args, limit+1)
+			ORDER BY id DESC LIMIT ?)`, append(args, candidates(limit))
+}
+
+// candidates is how many tasks a page of limit tasks reads: one more
+// tells whether more follow. The largest limit cannot have one more (it
+// would wrap around to a negative count).
+func candidates(limit int) int {
+	return min(limit, math.MaxInt-1) + 1
 }
 
 // page lists the tasks that the common table expression pageCTE selects,
