@@ -76,7 +76,8 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 		args = append(args, f.Cursor)
 		where += " AND t.id < $" + strconv.Itoa(len(args))
 	}
-	return s.page(ctx, op, where, args, f.Limit, f.MaxBytes)
+	q, args := walkPage(where, args, f.Limit)
+	return s.page(ctx, op, "", q, args, f.Limit, f.MaxBytes)
 }
 
 // DeadSummary groups dead tasks by type, last error code and reason. Ties
