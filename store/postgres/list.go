@@ -44,45 +44,22 @@ func probeRows(limit int) int {
 
 // listPage returns the common table expression page(pid, size) of page
 // for the tasks below cursor ("" = none) in the given states (distinct,
-// indexedStates) and of type typ ("" = any), with its arguments. As on
-// SQLite (see its listPage), it reads both ways, each bounded, in one
-// statement: probe, the probeRows newest tasks below the cursor through
-// the primary key, and hit, those that match, which is the page when it
-// fills it or when probe read every task below the cursor; otherwise edge
-// holds the oldest probed id, and for each state its index gives the
-// limit+1 newest matching tasks below it. The page is the limit+1 newest
-// of hit and those reads.
-//
-// The planner is cost-based and, right after a bulk load, without
-// statistics: it would walk the primary key for the states too (a
-// generic plan did, reading 65,000 rows per state for 20 tasks). Each
-// state's read sorts under "POSIX" (byte order, as "C"), an order no index
-// gives, so reading the state's partial index is its cheapest plan; and
-// it runs only when edge has a row (a one-time filter).
+// indexedStates) and of type typ ("" = any), with its arguments: a
+// probePage with one index read per state.
 func listPage(states []store.State, typ, cursor string, limit int) (string, []any) {
-	args := []any{candidates(limit), probeRows(limit)} // $1, $2
 	names := make([]string, len(states))
 	for i, st := range states {
 		names[i] = string(st)
 	}
-	args = append(args, names) // $3
-	var b strings.Builder
-	b.WriteString(`probe AS MATERIALIZED (SELECT t.id, t.state, t.type FROM tasks t`)
-	if cursor != "" {
-		args = append(args, cursor)
-		b.WriteString(` WHERE t.id < $` + strconv.Itoa(len(args)))
-	}
-	b.WriteString(` ORDER BY t.id DESC LIMIT $2),
-hit AS MATERIALIZED (SELECT id FROM probe WHERE state = ANY($3)`)
+	args := []any{names}
+	match := "t.state = ANY($1)"
 	typeTerm := ""
 	if typ != "" {
 		args = append(args, typ)
-		typeTerm = " AND t.type = $" + strconv.Itoa(len(args))
-		b.WriteString(` AND type = $` + strconv.Itoa(len(args)))
+		typeTerm = " AND t.type = $2"
+		match += typeTerm
 	}
-	b.WriteString(` ORDER BY id DESC LIMIT $1),
-edge AS MATERIALIZED (SELECT min(id) AS e FROM probe HAVING count(*) = $2 AND (SELECT count(*) FROM hit) < $1),
-cand AS (SELECT id FROM hit`)
+	var arms []string
 	both := slices.Contains(states, store.StateScheduled) && slices.Contains(states, store.StateRetryWaiting)
 	dueRead := false
 	for _, st := range states {
@@ -94,12 +71,53 @@ cand AS (SELECT id FROM hit`)
 			dueRead = true
 			term = "t.state IN ('scheduled', 'retry_waiting')"
 		}
+		arms = append(arms, term+typeTerm)
+	}
+	return probePage(match, arms, args, cursor, limit)
+}
+
+// probePage returns the common table expression page(pid, size) of page
+// for the tasks (aliased t) below cursor ("" = none) that match selects,
+// with its arguments: args are those of match and arms, conditions that
+// together select the same tasks as match, each served by an index.
+//
+// The tasks may be few among many others, where walking the primary key
+// down would read the whole table to fill a page, or they may be most of
+// the newest (a backlog of a million pending tasks, a dead-letter queue
+// an outage filled), where sorting them all by id would take seconds. As
+// on SQLite (see its listPage), it reads both ways, each bounded, in one
+// statement: probe, the probeRows newest tasks below the cursor through
+// the primary key, and hit, those that match, which is the page when it
+// fills it or when probe read every task below the cursor; otherwise edge
+// holds the oldest probed id, and each arm gives the limit+1 newest of its
+// tasks below it. The page is the limit+1 newest of hit and those reads.
+//
+// The planner is cost-based and, right after a bulk load, without
+// statistics: it would walk the primary key for the arms too (a generic
+// plan did, reading 65,000 rows per state for 20 tasks). Each arm sorts
+// under "POSIX" (byte order, as "C"), an order no index gives, so reading
+// its own index is its cheapest plan; and it runs only when edge has a
+// row (a one-time filter).
+func probePage(match string, arms []string, args []any, cursor string, limit int) (string, []any) {
+	args = append(args, candidates(limit), probeRows(limit))
+	n1, k := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
+	var b strings.Builder
+	b.WriteString(`probe AS MATERIALIZED (SELECT t.id, ` + match + ` AS m FROM tasks t`)
+	if cursor != "" {
+		args = append(args, cursor)
+		b.WriteString(` WHERE t.id < $` + strconv.Itoa(len(args)))
+	}
+	b.WriteString(` ORDER BY t.id DESC LIMIT ` + k + `),
+hit AS MATERIALIZED (SELECT id FROM probe WHERE m ORDER BY id DESC LIMIT ` + n1 + `),
+edge AS MATERIALIZED (SELECT min(id) AS e FROM probe HAVING count(*) = ` + k + ` AND (SELECT count(*) FROM hit) < ` + n1 + `),
+cand AS (SELECT id FROM hit`)
+	for _, arm := range arms {
 		b.WriteString(`
-	UNION ALL (SELECT t.id FROM tasks t WHERE ` + term + typeTerm + ` AND (SELECT e FROM edge) IS NOT NULL
-		AND t.id < (SELECT e FROM edge) ORDER BY t.id COLLATE "POSIX" DESC LIMIT $1)`)
+	UNION ALL (SELECT t.id FROM tasks t WHERE ` + arm + ` AND (SELECT e FROM edge) IS NOT NULL
+		AND t.id < (SELECT e FROM edge) ORDER BY t.id COLLATE "POSIX" DESC LIMIT ` + n1 + `)`)
 	}
 	b.WriteString(`),
 page AS (SELECT t.id AS pid, coalesce(octet_length(t.payload), 0) AS size
-	FROM (SELECT id FROM cand ORDER BY id DESC LIMIT $1) c JOIN tasks t ON t.id = c.id)`)
+	FROM (SELECT id FROM cand ORDER BY id DESC LIMIT ` + n1 + `) c JOIN tasks t ON t.id = c.id)`)
 	return b.String(), args
 }

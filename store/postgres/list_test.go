@@ -19,8 +19,10 @@ import (
 
 // TestListPlans: on a table of 100k mostly succeeded tasks, with and
 // without statistics (right after a bulk load, autovacuum off), and with
-// custom and generic plans, a listing by states that have partial indexes
-// reads those indexes and the primary key only for its bounded probe; any
+// custom and generic plans, a listing by states that have partial indexes,
+// and a listing of dead tasks, read those indexes and the primary key only
+// for the bounded probe (a dead-letter queue of 1M was sorted whole for a
+// page, 300 ms); any
 // other listing walks the primary key (no sequential or bitmap scan, which
 // read every matching task to sort them: 757 ms for the newest succeeded
 // tasks of 1M rows without statistics, 180-650 ms for the newest pending
@@ -78,6 +80,20 @@ FROM generate_series(1, 100000) x`); err != nil { // ARRAY[0] and past [6] are N
 							}
 						}
 					}
+					for _, f := range []store.DeadFilter{{Type: typ}, {Type: typ, ErrorCode: "x"}, {Type: typ, Since: t0},
+						{Type: typ, NoErrorCode: true, Reason: "r"}} {
+						where, args := deadWhere(f, nil)
+						q, args := probePage(where, []string{where}, args, cursor, 100)
+						plan := explainPage(ctx, t, s, listSettings, mode, q, args)
+						name := fmt.Sprintf("dead type=%q code=%q no code=%v reason=%q since=%v %s", f.Type, f.ErrorCode, f.NoErrorCode, f.Reason, !f.Since.IsZero(), at)
+						checkPlan(t, name, plan)
+						if n := strings.Count(plan, "Index Scan Backward using tasks_pkey"); n != 1 {
+							t.Errorf("%s: the primary key is walked %d times, want once (the probe):\n%s", name, n, plan)
+						}
+						if !strings.Contains(plan, " tasks_dead_idx ") && !strings.Contains(plan, " tasks_finished_idx ") {
+							t.Errorf("%s: plan reads neither tasks_dead_idx nor tasks_finished_idx:\n%s", name, plan)
+						}
+					}
 					for _, states := range walks {
 						if indexedStates(states) {
 							t.Fatalf("%v: read through the states' indexes, want the walk", states)
@@ -122,6 +138,8 @@ func explainPage(ctx context.Context, t *testing.T, s *Store, settings, mode, pa
 			lits[i] = strconv.FormatInt(v, 10)
 		case string:
 			lits[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+		case time.Time:
+			lits[i] = "'" + v.Format(time.RFC3339Nano) + "'::timestamptz"
 		case []string:
 			lits[i] = "'{" + strings.Join(v, ",") + "}'"
 		default:
@@ -156,7 +174,8 @@ func explainPage(ctx context.Context, t *testing.T, s *Store, settings, mode, pa
 	return strings.Join(plan, "\n")
 }
 
-// TestListIndexedPages: listings read through the states' indexes return
+// TestListIndexedPages: listings read through the states' indexes, and
+// dead-letter listings, return
 // what the primary-key walk returns, page by page, whether the matching
 // tasks are dense among the newest (the probe fills the page), sparse (the
 // indexes do) or both, and past the probe's bound (1024 rows for the
@@ -187,6 +206,32 @@ func TestListIndexedPages(t *testing.T) {
 SELECT id, type, '{}'::bytea, 0, 0, state, now(), now(), now() FROM unnest($1::text[], $2::text[], $3::text[]) AS u(id, state, type)`,
 		ids, sts, types); err != nil {
 		t.Fatal(err)
+	}
+	for _, typ := range []string{"", "type1"} {
+		for _, limit := range []int{25, math.MaxInt} {
+			var want, got []string
+			for i := len(ids) - 1; i >= 0; i-- {
+				if sts[i] == string(store.StateDead) && (typ == "" || types[i] == typ) {
+					want = append(want, ids[i])
+				}
+			}
+			for f := (store.DeadFilter{Type: typ, NoErrorCode: true, Limit: limit}); ; {
+				ts, next, err := s.ListDead(ctx, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, task := range ts {
+					got = append(got, task.ID)
+				}
+				if next == "" || len(got) > len(ids) {
+					break
+				}
+				f.Cursor = next
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("ListDead type %q limit %d: got %d tasks, want %d", typ, limit, len(got), len(want))
+			}
+		}
 	}
 	filters := [][]store.State{{store.StatePending}, {store.StateDead},
 		{store.StateScheduled, store.StateRetryWaiting}, {store.StateRunning, store.StateCancelled, store.StateDead},
