@@ -35,6 +35,21 @@ func (s *syncBuffer) String() string {
 
 // linesAt returns the log lines at level (as slog's text handler writes
 // it: "level=WARN").
+// checkOutageWarnedOnce checks that the log holds one warning or error for
+// the outage from the API and one from /readyz, each naming it.
+func checkOutageWarnedOnce(t *testing.T, out string) {
+	t.Helper()
+	warns := append(linesAt(out, "WARN"), linesAt(out, "ERROR")...)
+	if len(warns) != 2 {
+		t.Fatalf("%d warnings and errors for one outage, want 2 (the API's, /readyz's):\n%s", len(warns), out)
+	}
+	for _, w := range warns {
+		if !strings.Contains(w, "database unavailable") && !strings.Contains(w, "not ready") {
+			t.Errorf("warning does not name the outage: %s", w)
+		}
+	}
+}
+
 func linesAt(logs, level string) []string {
 	var out []string
 	for _, l := range strings.Split(logs, "\n") {
@@ -98,15 +113,7 @@ func TestOutageLoggedOncePerOutage(t *testing.T) {
 	e.must(http.StatusOK, "GET", "/readyz", nil)
 
 	out := logs.String()
-	warns := append(linesAt(out, "WARN"), linesAt(out, "ERROR")...)
-	if len(warns) != 2 {
-		t.Fatalf("%d warnings and errors for one outage, want 2 (the API's, /readyz's):\n%s", len(warns), out)
-	}
-	for _, w := range warns {
-		if !strings.Contains(w, "database unavailable") && !strings.Contains(w, "not ready") {
-			t.Errorf("warning does not name the outage: %s", w)
-		}
-	}
+	checkOutageWarnedOnce(t, out)
 	if infos := linesAt(out, "INFO"); len(infos) != 2 {
 		t.Fatalf("%d Info lines after the outage, want 2 (the API's, /readyz's):\n%s", len(infos), out)
 	}

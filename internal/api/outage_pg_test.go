@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -84,14 +83,5 @@ func TestPostgresStoppedAnswers503(t *testing.T) {
 	}
 	e.must(http.StatusOK, "GET", "/readyz", nil)
 
-	out := logs.String()
-	warns := append(linesAt(out, "WARN"), linesAt(out, "ERROR")...)
-	if len(warns) != 2 {
-		t.Fatalf("%d warnings and errors for one outage, want 2 (the API's, /readyz's):\n%s", len(warns), out)
-	}
-	for _, w := range warns {
-		if !strings.Contains(w, "database unavailable") && !strings.Contains(w, "not ready") {
-			t.Errorf("warning does not name the outage: %s", w)
-		}
-	}
+	checkOutageWarnedOnce(t, logs.String())
 }
