@@ -15,6 +15,7 @@ import (
 
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/storetest"
 )
 
 // TestListPlans: on a table of 100k mostly succeeded tasks, with and
@@ -245,32 +246,7 @@ SELECT id, type, '{}'::bytea, 0, 0, state, now(), now(), now() FROM unnest($1::t
 						want = append(want, ids[i])
 					}
 				}
-				var got []string
-				cursor := ""
-				for page := 0; ; page++ {
-					if page > 2500 {
-						t.Fatalf("%v %q limit %d: paging does not end", f, typ, limit)
-					}
-					ts, next, err := s.ListTasks(ctx, store.ListParams{States: f, Type: typ, Limit: limit, Cursor: cursor})
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, task := range ts {
-						got = append(got, task.ID)
-					}
-					if next == "" {
-						break
-					}
-					cursor = next
-				}
-				if !slices.Equal(got, want) {
-					i := 0
-					for i < len(got) && i < len(want) && got[i] == want[i] {
-						i++
-					}
-					t.Fatalf("%v type %q limit %d: got %d tasks, want %d; they differ from the %dth on:\ngot  %v\nwant %v",
-						f, typ, limit, len(got), len(want), i+1, got[i:min(i+5, len(got))], want[i:min(i+5, len(want))])
-				}
+				storetest.CheckTaskPages(ctx, t, s, store.ListParams{States: f, Type: typ, Limit: limit}, want)
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/storetest"
 )
 
 // TestListPlans: a listing by states that have partial indexes reads those
@@ -158,32 +159,7 @@ func TestListIndexedPages(t *testing.T) {
 						want = append(want, r.id)
 					}
 				}
-				var got []string
-				cursor := ""
-				for page := 0; ; page++ {
-					if page > 2500 {
-						t.Fatalf("%v %q limit %d: paging does not end", f, typ, limit)
-					}
-					ts, next, err := s.ListTasks(ctx, store.ListParams{States: f, Type: typ, Limit: limit, Cursor: cursor})
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, task := range ts {
-						got = append(got, task.ID)
-					}
-					if next == "" {
-						break
-					}
-					cursor = next
-				}
-				if !slices.Equal(got, want) {
-					i := 0
-					for i < len(got) && i < len(want) && got[i] == want[i] {
-						i++
-					}
-					t.Fatalf("%v type %q limit %d: got %d tasks, want %d; they differ from the %dth on:\ngot  %v\nwant %v",
-						f, typ, limit, len(got), len(want), i+1, got[i:min(i+5, len(got))], want[i:min(i+5, len(want))])
-				}
+				storetest.CheckTaskPages(ctx, t, s, store.ListParams{States: f, Type: typ, Limit: limit}, want)
 			}
 		}
 	}
