@@ -102,6 +102,21 @@ func (f *dlqFilter) check(now time.Time) string {
 	return ""
 }
 
+// query is the filter as the query parameters of GET /v1/dlq and
+// GET /v1/dlq/summary (its ids aside: they take none).
+func (f *dlqFilter) query() url.Values {
+	q := url.Values{}
+	for k, v := range map[string]string{"type": f.typ, "error_code": f.errorCode, "reason": f.reason, "since": f.sinceRFC3339()} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.noErrorCode {
+		q.Set("no_error_code", "true")
+	}
+	return q
+}
+
 // empty reports whether the filter selects every dead task.
 func (f *dlqFilter) empty() bool {
 	return f.typ == "" && f.errorCode == "" && !f.noErrorCode && f.reason == "" && f.since == "" && len(f.ids) == 0
@@ -259,14 +274,10 @@ func runDLQList(ctx context.Context, env *Env, args []string) int {
 	if err := f.resolveSince(ctx, c); err != nil {
 		return fail(env, name, err)
 	}
-	q := url.Values{"limit": {strconv.Itoa(limit)}}
-	for k, v := range map[string]string{"type": f.typ, "error_code": f.errorCode, "reason": f.reason, "since": f.sinceRFC3339(), "cursor": cursor} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	if f.noErrorCode {
-		q.Set("no_error_code", "true")
+	q := f.query()
+	q.Set("limit", strconv.Itoa(limit))
+	if cursor != "" {
+		q.Set("cursor", cursor)
 	}
 	var page apiTaskPage
 	raw, err := c.call(ctx, "GET", "/v1/dlq", q, nil, &page)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -28,15 +27,7 @@ type apiDLQSummary struct {
 // aside: the summary takes none), at most limit groups (0: the server's
 // default).
 func fetchDLQSummary(ctx context.Context, c *apiClient, f *dlqFilter, limit int) (*apiDLQSummary, []byte, error) {
-	q := url.Values{}
-	for k, v := range map[string]string{"type": f.typ, "error_code": f.errorCode, "reason": f.reason, "since": f.sinceRFC3339()} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
-	if f.noErrorCode {
-		q.Set("no_error_code", "true")
-	}
+	q := f.query()
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
