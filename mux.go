@@ -51,7 +51,11 @@ type Middleware func(Handler) Handler
 // Mux routes tasks to handlers by type. The zero Mux is empty and ready to
 // use, as NewMux's is.
 type Mux struct {
-	mu      sync.RWMutex
+	// reg serializes Handle and Use. It is held while middleware wraps a
+	// handler, and mu is not, so a middleware may call the Mux's readers
+	// (Types, ProcessTask) without deadlock.
+	reg     sync.Mutex
+	mu      sync.RWMutex // guards the fields below; written only under reg too
 	m       map[string]Handler
 	mw      []Middleware
 	wrapped map[string]Handler // m wrapped in mw, rebuilt on Handle and Use
@@ -71,8 +75,10 @@ func (m *Mux) Handle(typ string, h Handler) {
 	if err := engine.ValidateType("type", typ); err != nil {
 		panic(fmt.Sprintf("retryq: handler for type %q: %v", typ, err))
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.reg.Lock()
+	defer m.reg.Unlock()
+	// Under reg nothing else writes the fields, so they are read here
+	// without mu, and mu is held only to write them.
 	if _, dup := m.m[typ]; dup {
 		panic("retryq: multiple registrations for type " + typ)
 	}
@@ -80,6 +86,8 @@ func (m *Mux) Handle(typ string, h Handler) {
 	if err != "" {
 		panic(err)
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.m == nil { // a zero Mux
 		m.m, m.wrapped = make(map[string]Handler), make(map[string]Handler)
 	}
@@ -135,8 +143,8 @@ func (m *Mux) Use(mw ...Middleware) {
 			panic("retryq: nil middleware")
 		}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.reg.Lock()
+	defer m.reg.Unlock()
 	all := make([]Middleware, 0, len(m.mw)+len(mw))
 	all = append(append(all, m.mw...), mw...)
 	wrapped := make(map[string]Handler, len(m.m))
@@ -147,6 +155,8 @@ func (m *Mux) Use(mw ...Middleware) {
 		}
 		wrapped[typ] = w
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.mw, m.wrapped = all, wrapped
 }
 

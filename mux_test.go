@@ -223,3 +223,34 @@ func TestZeroMuxIsReadyToUse(t *testing.T) {
 		t.Fatalf("zero Mux without handlers: class %s code %q (%v)", class, code, err)
 	}
 }
+
+// TestMuxMiddlewareMayReadTheMux: a middleware runs when a handler is
+// registered (Handle) and when middleware is added (Use); one that reads
+// the Mux it wraps, to log the registered types say, must not deadlock.
+func TestMuxMiddlewareMayReadTheMux(t *testing.T) {
+	m := retryq.NewMux()
+	var seen [][]string
+	m.Use(func(h retryq.Handler) retryq.Handler {
+		seen = append(seen, m.Types())
+		return h
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.HandleFunc("a", func(context.Context, *retryq.Task) error { return nil })
+		m.Use(func(h retryq.Handler) retryq.Handler { return h })
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Handle or Use deadlocked on a middleware that calls Mux.Types")
+	}
+	// Handle runs the middleware before "a" is registered; Use runs it
+	// again over the registered "a".
+	if len(seen) != 2 || len(seen[0]) != 0 || len(seen[1]) != 1 || seen[1][0] != "a" {
+		t.Fatalf("middleware saw %v, want [[] [a]]", seen)
+	}
+	if err := m.ProcessTask(context.Background(), &retryq.Task{Type: "a"}); err != nil {
+		t.Fatalf("ProcessTask: %v", err)
+	}
+}
