@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -66,16 +65,9 @@ func NewBouncer(t testing.TB, upstreamURL string, settings ...string) *Bouncer {
 	if err != nil {
 		t.Fatalf("pgtest: pgbouncer: parse upstream URL: %v", err)
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		// PgBouncer refuses to run as root.
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			t.Fatalf("pgtest: running as root and there is no 'postgres' user to run pgbouncer as (run .ci/install-postgres.sh): %v", err)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	as, err := programAccount("pgbouncer")
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
 	// A directory of our own rather than t.TempDir: when running as root it
 	// must be reachable by the postgres user, and t.TempDir's parent is not.
@@ -84,10 +76,8 @@ func NewBouncer(t testing.TB, upstreamURL string, settings ...string) *Bouncer {
 		t.Fatalf("pgtest: pgbouncer: %v", err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			t.Fatalf("pgtest: pgbouncer: %v", err)
-		}
+	if err := as.chown(dir); err != nil {
+		t.Fatalf("pgtest: pgbouncer: %v", err)
 	}
 	b := &Bouncer{user: up.User, password: up.Password, dir: dir}
 	// With auth_type=trust clients are not asked for a password, but the
@@ -106,7 +96,7 @@ func NewBouncer(t testing.TB, upstreamURL string, settings ...string) *Bouncer {
 		if err := os.WriteFile(filepath.Join(dir, "pgbouncer.ini"), []byte(b.config(up, settings)), 0o644); err != nil {
 			t.Fatalf("pgtest: pgbouncer: %v", err)
 		}
-		lastErr = b.start(bin, cred, b.URL(upstreamURL))
+		lastErr = b.start(bin, as, b.URL(upstreamURL))
 		if lastErr == nil {
 			break
 		}
@@ -208,16 +198,14 @@ var errExited = errors.New("pgbouncer exited")
 
 // start runs pgbouncer in the foreground and waits until clientURL accepts
 // connections.
-func (b *Bouncer) start(bin string, cred *syscall.Credential, clientURL string) error {
+func (b *Bouncer) start(bin string, as *account, clientURL string) error {
 	log, err := os.OpenFile(filepath.Join(b.dir, "pgbouncer.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer log.Close()
-	if cred != nil {
-		if err := log.Chown(int(cred.Uid), int(cred.Gid)); err != nil {
-			return err
-		}
+	if err := as.chown(log.Name()); err != nil {
+		return err
 	}
 	cmd := exec.Command(bin, filepath.Join(b.dir, "pgbouncer.ini"))
 	cmd.Dir = b.dir
@@ -228,9 +216,7 @@ func (b *Bouncer) start(bin string, cred *syscall.Credential, clientURL string) 
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	if cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	}
+	as.prepare(cmd, false)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -241,7 +227,7 @@ func (b *Bouncer) start(bin string, cred *syscall.Credential, clientURL string) 
 		b.waitErr = cmd.Wait()
 		close(exited)
 	}()
-	b.startWatchdog(cred)
+	b.startWatchdog(as)
 
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -277,15 +263,12 @@ func ping(ctx context.Context, u string) error {
 
 // startWatchdog starts a shell that stops pgbouncer if this process dies
 // without running its cleanup (as for the clusters, see startWatchdog).
-func (b *Bouncer) startWatchdog(cred *syscall.Credential) {
+func (b *Bouncer) startWatchdog(as *account) {
 	script := `while [ -d "/proc/$1" ] || kill -0 "$1" 2>/dev/null; do sleep 1; done; ` +
 		`kill -TERM "$2" 2>/dev/null; rm -rf "$3"`
 	cmd := exec.Command("/bin/sh", "-c", script, "pgtest-pgbouncer-watchdog",
 		strconv.Itoa(os.Getpid()), strconv.Itoa(b.cmd.Process.Pid), b.dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if cred != nil {
-		cmd.SysProcAttr.Credential = cred
-	}
+	as.prepare(cmd, true)
 	if err := cmd.Start(); err == nil {
 		b.watcher = cmd.Process
 		go func() { _ = cmd.Wait() }()

@@ -31,7 +31,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -136,7 +135,7 @@ type Cluster struct {
 	bin     string // directory of initdb, pg_ctl, postgres
 	dir     string // temporary directory (data, socket, log)
 	port    int
-	cred    *syscall.Credential // non-nil when running as another user
+	as      *account // nil when running as this process's user
 	watcher *os.Process
 
 	mu      sync.Mutex
@@ -210,24 +209,16 @@ func startCluster() (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{bin: bin}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root and there is no 'postgres' user to run initdb as (run .ci/install-postgres.sh): %w", err)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if c.as, err = programAccount("initdb"); err != nil {
+		return nil, err
 	}
 	c.dir, err = os.MkdirTemp("", "retryq-pgtest-")
 	if err != nil {
 		return nil, err
 	}
-	if c.cred != nil {
-		if err := os.Chown(c.dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
-			os.RemoveAll(c.dir)
-			return nil, err
-		}
+	if err := c.as.chown(c.dir); err != nil {
+		os.RemoveAll(c.dir)
+		return nil, err
 	}
 	// initdb --no-sync only skips initdb's own final flush; the server keeps
 	// fsync at its default (on).
@@ -262,9 +253,7 @@ func (c *Cluster) command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(filepath.Join(c.bin, name), args...)
 	cmd.Dir = c.dir
 	cmd.Env = append(os.Environ(), "LC_ALL=C", "PGTZ=UTC")
-	if c.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
-	}
+	c.as.prepare(cmd, false)
 	return cmd
 }
 
@@ -278,10 +267,7 @@ func (c *Cluster) startWatchdog() {
 		`"$2/pg_ctl" -D "$3/data" -m immediate -w stop >/dev/null 2>&1; rm -rf "$3"`
 	cmd := exec.Command("/bin/sh", "-c", script, "pgtest-watchdog",
 		strconv.Itoa(os.Getpid()), c.bin, c.dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if c.cred != nil {
-		cmd.SysProcAttr.Credential = c.cred
-	}
+	c.as.prepare(cmd, true)
 	if err := cmd.Start(); err == nil {
 		c.watcher = cmd.Process
 		go func() { _ = cmd.Wait() }()
