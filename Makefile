@@ -41,9 +41,10 @@ fuzz-smoke: ## Run each fuzz target for FUZZTIME (default 10s)
 	done
 
 .PHONY: lint
-lint: ## gofmt check, go vet, staticcheck, and golangci-lint when installed
+lint: ## gofmt check, go vet (also for darwin, freebsd and windows), staticcheck, and golangci-lint when installed
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
+	@for os in darwin freebsd windows; do echo "GOOS=$$os go vet"; GOOS=$$os $(GO) vet $(PKGS) || exit 1; done
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 	@if command -v golangci-lint >/dev/null 2>&1; then golangci-lint run; else echo "golangci-lint not installed; skipped"; fi
 
