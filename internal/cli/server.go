@@ -276,8 +276,21 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 	// A hangup (the terminal the server was started from closed, an SSH
 	// session dropped) stops it as cleanly as SIGTERM: killed outright, it
 	// would leave its leases to expire and its leadership to time out.
-	ctx, stop := signal.NotifyContext(ctx, slices.Concat([]os.Signal{os.Interrupt, syscall.SIGTERM}, hangupSignals)...)
-	defer stop()
+	// The first signal starts the shutdown; the second is read below. One
+	// channel takes both, so that none falls through to the default action
+	// between them.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, slices.Concat([]os.Signal{os.Interrupt, syscall.SIGTERM}, hangupSignals)...)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	log := newLogger(env, o.logFormat, o.logLevel)
 	srv, err := startServer(ctx, o, log)
 	if err != nil {
@@ -291,9 +304,24 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 		return 1
 	}
 	<-ctx.Done()
-	stop() // a second SIGINT or SIGTERM now ends the process at once
-	log.Info("shutting down")
-	srv.shutdown()
+	began := time.Now()
+	log.Info("shutting down; a second signal exits at once")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.shutdown()
+	}()
+	select {
+	case <-done:
+	case sig := <-sigs:
+		// The operator will not wait: leave now, with the status of a
+		// death by that signal. What the node still holds (leases,
+		// the leadership) comes back when it expires, as after a crash.
+		log.Warn("second signal: exiting without finishing the shutdown; this node's leases and leadership expire on their own",
+			"signal", sig.String(), "after", time.Since(began).Round(time.Millisecond))
+		return signalStatus(sig)
+	}
+	log.Info("shut down", "took", time.Since(began).Round(time.Millisecond))
 	return exitOK
 }
 

@@ -1,0 +1,115 @@
+//go:build unix
+
+package cli
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+	"github.com/retryq/retryq/store/sqlite"
+)
+
+// TestServerSecondSignalExitsAtOnce: a second SIGTERM while the server
+// drains (here, a push delivery the target never answers, which the
+// shutdown waits for) ends the process at once, with the status of a death
+// by that signal (128+15) and a log line saying the drain was cut short;
+// the database opens cleanly afterwards and still holds the task. The
+// second signal used to kill the process by the signal's default action,
+// the log ending at "shutting down" with no word of why.
+func TestServerSecondSignalExitsAtOnce(t *testing.T) {
+	clearServerEnv(t)
+	received := make(chan struct{}, 1)
+	release := make(chan struct{})
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case received <- struct{}{}:
+		default:
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer target.Close()
+	defer close(release)
+	path := filepath.Join(t.TempDir(), "sig.db")
+	proc := startCLIProcess(t, nil, nil, "server", "--db", "sqlite:"+path, "--listen", "127.0.0.1:0")
+	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
+	diag := func() string { return "server log:\n" + stderr.String() }
+	var addr string
+	re := regexp.MustCompile(`msg="retryq server started".* listen=(\S+)`)
+	pollUntil(t, 20*time.Second, "the server to start", func() bool {
+		m := re.FindStringSubmatch(stderr.String())
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	}, diag)
+	call := func(method, path, body string) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(context.Background(), method, "http://"+addr+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("%s %s: status %d\n%s", method, path, resp.StatusCode, diag())
+		}
+	}
+	call(http.MethodPut, "/v1/types/hook", `{"target":{"url":"`+target.URL+`"}}`)
+	call(http.MethodPost, "/v1/tasks", `{"type":"hook"}`)
+	select {
+	case <-received:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the push delivery never reached the target\n%s", diag())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	pollUntil(t, 10*time.Second, "the server to begin its shutdown", func() bool {
+		return strings.Contains(stderr.String(), "shutting down")
+	}, diag)
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the server did not exit within 5s of a second SIGTERM\n%s", diag())
+	}
+	if took := time.Since(sent); took > 3*time.Second {
+		t.Errorf("the server took %v to exit after the second SIGTERM", took)
+	}
+	var ee *exec.ExitError
+	if !errors.As(proc.waitErr, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit after a second SIGTERM: %v, want status %d\n%s", proc.waitErr, 128+int(syscall.SIGTERM), diag())
+	}
+	if !strings.Contains(stderr.String(), "second signal") {
+		t.Errorf("the log does not say a second signal cut the shutdown short\n%s", diag())
+	}
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatalf("open the database after a forced exit: %v", err)
+	}
+	defer st.Close()
+	tasks, _, err := st.ListTasks(context.Background(), store.ListParams{Type: "hook", Limit: 10})
+	if err != nil || len(tasks) != 1 {
+		t.Errorf("tasks after a forced exit: %d, %v; want the one task", len(tasks), err)
+	}
+}
