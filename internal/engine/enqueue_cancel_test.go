@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,7 +143,9 @@ func TestEnqueueCancelledWhileQueuedIsToldTheTruth(t *testing.T) {
 
 func testEnqueueCancelledWhileQueuedIsToldTheTruth(t *testing.T, backend string) {
 	ls := openLockableStore(t, backend)
-	e := startWorkerEngine(t, ls.Store, Config{NoScheduler: true, LeaseDuration: time.Minute})
+	gauge := &insertGauge{Store: ls.Store}
+	e := startWorkerEngine(t, gauge, Config{NoScheduler: true, LeaseDuration: time.Minute})
+	loops := int64(insertLoops(gauge))
 	prio := 0
 	if _, err := e.Enqueue(context.Background(), EnqueueRequest{Type: "warm", Priority: &prio}); err != nil {
 		t.Fatalf("enqueue: %v", err)
@@ -157,7 +160,11 @@ func testEnqueueCancelledWhileQueuedIsToldTheTruth(t *testing.T, backend string)
 
 	// Enqueues that wait out the lock hold every insert loop (a store that
 	// groups commits gets several), until one of them has to queue. All
-	// callers give up while the lock is held.
+	// callers give up while the lock is held. An enqueue in the queue does
+	// not by itself show that every loop is held: on a loaded machine a
+	// loop that has just taken one may not have drained the queue yet, and
+	// would then take the enqueues below with it. Once every loop waits in
+	// InsertTasks, none takes anything before the unlock.
 	ctx, cancel := context.WithCancel(context.Background())
 	var held sync.WaitGroup
 	var heldErrs [64]error
@@ -167,7 +174,7 @@ func testEnqueueCancelledWhileQueuedIsToldTheTruth(t *testing.T, backend string)
 		held.Go(func() {
 			_, heldErrs[i] = e.Enqueue(ctx, EnqueueRequest{Type: fmt.Sprintf("held%d", i), Priority: &prio})
 		})
-		if pollUntil(100*time.Millisecond, func() bool { return len(e.inserts.ch) > 0 }) {
+		if pollUntil(100*time.Millisecond, func() bool { return gauge.inFlight.Load() == loops && len(e.inserts.ch) > 0 }) {
 			break
 		}
 		if i == len(heldErrs)-1 {
@@ -188,7 +195,18 @@ func testEnqueueCancelledWhileQueuedIsToldTheTruth(t *testing.T, backend string)
 	allQueued := pollUntil(10*time.Second, func() bool { return len(e.inserts.ch) >= queued+n })
 	cancel()
 	// Callers still queued return at once; those whose insert was sent
-	// wait for its commit, so wait for them only after unlocking.
+	// wait for its commit, so wait for them only after unlocking. When all
+	// were queued, they are waited for (10 s at most) before the unlock:
+	// on a loaded machine a freed loop could otherwise take a queued call
+	// before its caller, woken by the cancel, has run to give it up.
+	if allQueued {
+		goneDone := make(chan struct{})
+		go func() { gone.Wait(); close(goneDone) }()
+		select {
+		case <-goneDone:
+		case <-time.After(10 * time.Second):
+		}
+	}
 	unlock()
 	unlocked = true
 	gone.Wait()
@@ -231,6 +249,25 @@ func testEnqueueCancelledWhileQueuedIsToldTheTruth(t *testing.T, backend string)
 	if allQueued && cancelled != n {
 		t.Errorf("%d of %d enqueues queued behind busy insert loops were cancelled, want all", cancelled, n)
 	}
+}
+
+// insertGauge counts the InsertTasks calls under way; it passes on the
+// backend's GroupCommit, which sets how many insert loops an engine runs.
+type insertGauge struct {
+	store.Store
+	inFlight atomic.Int64
+}
+
+func (s *insertGauge) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.InsertResult, error) {
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	return s.Store.InsertTasks(ctx, p)
+}
+
+// GroupCommit reports whether the wrapped store groups commits.
+func (s *insertGauge) GroupCommit() bool {
+	gc, ok := s.Store.(store.GroupCommitter)
+	return ok && gc.GroupCommit()
 }
 
 // pollUntil polls cond every millisecond until it holds (true) or d has
