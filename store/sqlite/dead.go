@@ -11,7 +11,9 @@ import (
 	"github.com/retryq/retryq/store"
 )
 
-// deadWhere builds the conditions selecting the dead tasks of f.
+// deadWhere builds the conditions selecting the dead tasks of f, in the
+// forms that the indexes of ListDead's filters serve (tasks_dead_type,
+// _code, _reason).
 func deadWhere(f store.DeadFilter) (string, []any) {
 	conds := []string{"state = 'dead'"}
 	var args []any
@@ -19,12 +21,13 @@ func deadWhere(f store.DeadFilter) (string, []any) {
 		conds = append(conds, "type = ?")
 		args = append(args, f.Type)
 	}
+	// The code as tasks_dead_code indexes it: NULL (no last error) is ''.
 	if f.ErrorCode != "" {
-		conds = append(conds, "last_error_code = ?")
+		conds = append(conds, "coalesce(last_error_code, '') = ?")
 		args = append(args, f.ErrorCode)
 	}
 	if f.NoErrorCode {
-		conds = append(conds, "(last_error_code IS NULL OR last_error_code = '')")
+		conds = append(conds, "coalesce(last_error_code, '') = ''")
 	}
 	if f.Reason != "" {
 		conds = append(conds, "dead_reason = ?")
@@ -73,7 +76,9 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 		where += " AND id < ?"
 		args = append(args, f.Cursor)
 	}
-	q, args := walkPage(" WHERE "+where, args, f.Limit) // tasks_dead_id, in id order
+	// tasks_dead_id, or with a type, code or reason the index of one of
+	// them (tasks_dead_type, _code, _reason), in id order.
+	q, args := walkPage(" WHERE "+where, args, f.Limit)
 	return s.page(ctx, op, q, args, f.Limit, f.MaxBytes)
 }
 
@@ -113,12 +118,14 @@ func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.S
 
 // deadSummaryQuery is DeadSummary's statement over the dead tasks where
 // selects (deadWhere), its last parameter the LIMIT. It reads the covering
-// index tasks_dead_group; the groups are sorted by size in a temporary
-// B-tree, as they must be.
+// index tasks_dead_group (INDEXED BY: the indexes of ListDead's filters
+// would cost a table row per task, 12,375 tasks of an error code took 45 ms
+// through tasks_dead_code instead of 10); the groups are sorted by size in
+// a temporary B-tree, as they must be.
 func deadSummaryQuery(where string) string {
 	return `SELECT type, coalesce(last_error_code, '') AS code, dead_reason,
 		count(*) AS n, min(updated_at), max(updated_at), count(*) OVER (), sum(count(*)) OVER ()
-		FROM tasks WHERE ` + where + `
+		FROM tasks INDEXED BY tasks_dead_group WHERE ` + where + `
 		GROUP BY type, code, dead_reason
 		ORDER BY n DESC, type, code, dead_reason
 		LIMIT ?`

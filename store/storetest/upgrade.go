@@ -36,6 +36,15 @@ func CheckUpgradeFixture(ctx context.Context, t *testing.T, st store.Store, fini
 	if tc, err := st.GetType(ctx, "t"); err != nil || tc.Priority != 3 || tc.Timeout != 1000 || string(tc.Policy) != `{"max_attempts":5}` {
 		t.Errorf("GetType = %+v, %v", tc, err)
 	}
+	// The dead task is found by each filter, through the indexes a later
+	// migration built over the rows already there.
+	for _, f := range []store.DeadFilter{{}, {Type: "t"}, {ErrorCode: "E400"}, {Reason: "non_retryable"},
+		{Type: "t", ErrorCode: "E400", Reason: "non_retryable"}} {
+		f.Limit = 10
+		if ts, _, err := st.ListDead(ctx, f); err != nil || len(ts) != 1 || ts[0].ID != "bad" {
+			t.Errorf("ListDead(%+v) = %d tasks, %v; want the dead task", f, len(ts), err)
+		}
+	}
 	// Retention deletes the dead task and counts it in the newest table.
 	res, err := st.DeleteFinished(ctx, store.RetentionParams{DeadBefore: finished.Add(time.Hour), Limit: 10})
 	if err != nil || res.Dead != 1 {
