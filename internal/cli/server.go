@@ -282,6 +282,15 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, slices.Concat([]os.Signal{os.Interrupt, syscall.SIGTERM}, hangupSignals)...)
 	defer signal.Stop(sigs)
+	if len(brokenPipeSignals) > 0 {
+		// A log pipe whose reader went away (a log shipper restarted)
+		// makes the log's writes fail instead of killing the server at
+		// its next line (Go's default for standard error), which left its
+		// leases to expire and its leadership to time out.
+		pipes := make(chan os.Signal, 1) // never read: Notify drops what does not fit
+		signal.Notify(pipes, brokenPipeSignals...)
+		defer signal.Stop(pipes)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {

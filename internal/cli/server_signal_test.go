@@ -3,10 +3,12 @@
 package cli
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/store"
 	"github.com/retryq/retryq/store/sqlite"
 )
@@ -111,5 +114,94 @@ func TestServerSecondSignalExitsAtOnce(t *testing.T) {
 	tasks, _, err := st.ListTasks(context.Background(), store.ListParams{Type: "hook", Limit: 10})
 	if err != nil || len(tasks) != 1 {
 		t.Errorf("tasks after a forced exit: %d, %v; want the one task", len(tasks), err)
+	}
+}
+
+// TestServerSurvivesAClosedLogPipe: the server's log goes to a pipe whose
+// reader goes away (a log shipper restarted, `retryq server | tee` with
+// tee killed). Writing a log line then fails instead of killing the
+// server: SIGTERM still stops it cleanly, with status 0, the node recorded
+// as stopped and the leadership released. Go's default for a write to a
+// broken pipe on standard error is to die of SIGPIPE, which killed the
+// server at its next log line (here "shutting down") with its leases and
+// leadership left to expire.
+func TestServerSurvivesAClosedLogPipe(t *testing.T) {
+	if len(brokenPipeSignals) == 0 {
+		t.Skip("no broken-pipe signal on this system")
+	}
+	clearServerEnv(t)
+	path := filepath.Join(t.TempDir(), "pipe.db")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "server", "--db", "sqlite:"+path, "--listen", "127.0.0.1:0", "--node-id", "piped")
+	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1")
+	cmd.Stderr = w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	// Read the log until the server leads, then close the pipe.
+	started := make(chan bool, 1)
+	go func() {
+		br := bufio.NewReader(r)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				started <- false
+				return
+			}
+			if strings.Contains(line, "elected leader") {
+				started <- true
+				return
+			}
+		}
+	}()
+	select {
+	case ok := <-started:
+		if !ok {
+			t.Fatal("the server's log ended before it was elected leader")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server was not elected leader within 20s")
+	}
+	r.Close()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		if waitErr != nil {
+			t.Errorf("server exit after SIGTERM with its log pipe closed: %v, want status 0", waitErr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server did not exit within 20s of SIGTERM")
+	}
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	nodes, err := st.ListNodes(context.Background(), time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes) != 1 || nodes[0].Role != engine.RoleStopped {
+		t.Errorf("registry after the shutdown: %+v, want the node recorded as stopped", nodes)
+	}
+	if _, err := st.GetLeader(context.Background(), "scheduler"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("leader lease after the shutdown: %v, want it released (not found)", err)
 	}
 }
