@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/retryq/retryq/store"
@@ -103,7 +104,7 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		var tasks []store.Task
 		var err error
 		if e.clockReady() { // nothing leased on a clock not yet synced
-			tasks, err = e.st.FetchTasks(ctx, store.FetchParams{Types: r.Types, Limit: r.Max, WorkerID: r.WorkerID, LeaseDuration: r.LeaseDuration, Now: e.now(), MaxBytes: DefaultFetchBytes})
+			tasks, err = e.fetchForPull(ctx, &r)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("lease tasks: %w", err)
@@ -165,14 +166,51 @@ func (e *Engine) shuttingDown() bool {
 	}
 }
 
+// fetchForPull leases due tasks for r. The fetch does not end when ctx
+// does: cut after the store committed (a driver answering a cancel that
+// came with the commit), it would leave the tasks leased under lease ids
+// nobody was told, until they expire. It is bounded instead by the lease
+// duration, after which what it leased has expired anyway, but never
+// below the bound of an in-process worker's fetch (Config.LeaseDuration):
+// a lease of a microsecond must not cut the fetch that takes it.
+func (e *Engine) fetchForPull(ctx context.Context, r *LeaseRequest) ([]store.Task, error) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.LeaseDuration, e.cfg.LeaseDuration))
+	defer cancel()
+	return e.st.FetchTasks(fctx, store.FetchParams{Types: r.Types, Limit: r.Max, WorkerID: r.WorkerID,
+		LeaseDuration: r.LeaseDuration, Now: e.now(), MaxBytes: DefaultFetchBytes})
+}
+
+// ReleaseLeased gives back the leases of tasks Lease handed out whose
+// answer did not reach the worker (the HTTP API's client left before it
+// was written, or its write failed): the tasks are pending again at once,
+// their attempts not counted and their priorities unchanged, and the
+// lease ids handed out are no longer valid (Complete, Fail and Heartbeat
+// with one are ErrLeaseLost). It returns once the releases are committed
+// (or refused: a lease that was already gone).
+func (e *Engine) ReleaseLeased(tasks []store.Task) {
+	<-e.releaseUnclaimed(tasks)
+}
+
 // releaseUnclaimed puts tasks leased for a caller that is gone back to
-// pending, their attempts not counted, without waiting for the commit.
-func (e *Engine) releaseUnclaimed(tasks []store.Task) {
+// pending, their attempts not counted, without waiting for the commit:
+// the channel it returns is closed once every release is settled.
+func (e *Engine) releaseUnclaimed(tasks []store.Task) <-chan struct{} {
+	settled := make(chan struct{})
+	var left sync.WaitGroup
+	left.Add(len(tasks))
 	for i := range tasks {
 		t := &tasks[i]
 		out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StatePending}
-		e.outcomes.submit(out, func(_ struct{}, err error) { e.logOutcome(t, &out, err) })
+		e.outcomes.submit(out, func(_ struct{}, err error) {
+			e.logOutcome(t, &out, err)
+			left.Done()
+		})
 	}
+	go func() {
+		left.Wait()
+		close(settled)
+	}()
+	return settled
 }
 
 // pullLeaseDefault is the lease of a pull request or heartbeat without
