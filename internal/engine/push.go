@@ -324,6 +324,11 @@ func (p *pusher) stop() {
 			return
 		}
 		p.loops.Wait() // no delivery starts after this
+		if n := p.inFlight(); n > 0 {
+			// Said before the wait: a log silent for the whole grace
+			// reads as a shutdown that hangs.
+			p.e.log.Info("waiting for push deliveries in flight", "node", p.e.cfg.NodeID, "deliveries", n, "grace", p.grace)
+		}
 		done := make(chan struct{})
 		go func() {
 			p.deliveries.Wait()
@@ -347,6 +352,18 @@ func (p *pusher) stop() {
 		p.cancelDeliveries()
 		p.client.CloseIdleConnections()
 	})
+}
+
+// inFlight counts the deliveries leased and not yet recorded or released,
+// across the types.
+func (p *pusher) inFlight() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var n int64
+	for _, s := range p.slots {
+		n += s.inFlight.Load()
+	}
+	return n
 }
 
 // stopFetching cancels the refresh loop and the fetchers without waiting

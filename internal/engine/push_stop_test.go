@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -288,5 +290,32 @@ func testPushShutdownWhileReadingTheTypeReleasesAtOnce(t *testing.T, backend str
 	}
 	if n := hits.Load(); n != 0 {
 		t.Errorf("%d requests sent without the type's configuration", n)
+	}
+}
+
+// TestPushShutdownLogsTheDeliveriesItWaitsFor: Close, with a delivery in
+// flight, says that it waits for it and for how long before it waits: the
+// log of a node stopping used to say nothing for the whole grace (10 s),
+// as if the shutdown hung.
+func TestPushShutdownLogsTheDeliveriesItWaitsFor(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		hang(r)
+	})
+	var logBuf syncBuffer
+	p := newPushEnvWith(t, "sqlite", Config{Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
+	p.e.push.grace = 50 * time.Millisecond
+	p.putType("push.wait", fastPolicy(3), Target{URL: srv.URL, TimeoutSeconds: 60})
+	p.enqueue("push.wait", `{}`)
+	recvWithin(t, arrived, 10*time.Second, "the delivery")
+	if err := p.e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := logBuf.String()
+	waiting := strings.Index(out, `msg="waiting for push deliveries in flight" node=push-node deliveries=1 grace=50ms`)
+	cancelled := strings.Index(out, "push deliveries still running at shutdown")
+	if waiting < 0 || cancelled < waiting {
+		t.Errorf("want the wait for 1 delivery logged before the cancellation; log:\n%s", out)
 	}
 }
