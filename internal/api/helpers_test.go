@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -55,6 +56,10 @@ type envOpts struct {
 	// store, when set, is the open store to serve (closed when the test
 	// ends) instead of a new database of backend.
 	store store.Store
+	// engineLog, when set, is the engine's logger (else it logs nothing).
+	engineLog *slog.Logger
+	// connContext, when set, is the test server's ConnContext.
+	connContext func(context.Context, net.Conn) context.Context
 }
 
 // env is an API server over a real store (SQLite unless envOpts.backend
@@ -101,7 +106,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		engStore = o.wrap(st)
 	}
 	eng, err := engine.New(engine.Config{Store: engStore, Clock: clk, PollInterval: o.poll, NodeID: "test-node", Version: "test",
-		MaxLongPolls: o.maxLongPolls})
+		MaxLongPolls: o.maxLongPolls, Logger: o.engineLog})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
 	}
@@ -113,7 +118,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if err != nil {
 		t.Fatalf("api: %v", err)
 	}
-	ts := httptest.NewServer(srv)
+	ts := httptest.NewUnstartedServer(srv)
+	ts.Config.ConnContext = o.connContext
+	ts.Start()
 	e := &env{t: t, url: ts.URL, eng: eng, st: st, srv: srv, clock: clk, hc: &http.Client{Timeout: 60 * time.Second}}
 	if len(o.apiTokens) > 0 {
 		e.token = o.apiTokens[0]

@@ -26,6 +26,32 @@ import (
 // panics with it before writing anything, and the recovery in ServeHTTP
 // logs it and answers 500 with the request id.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	body := jsonAnswer(w, v)
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// deliverJSON writes v as a JSON answer whose length is declared and sends
+// it to the connection before returning. An error means the client did
+// not receive the answer whole: its connection failed (reset, closed, or
+// not read for the write timeout) before the last byte was handed to it.
+// A writer that cannot flush (a test recorder) keeps the answer as it is.
+func deliverJSON(w http.ResponseWriter, status int, v any) error {
+	body := jsonAnswer(w, v)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	if _, err := w.Write(body); err != nil {
+		return fmt.Errorf("write answer: %w", err)
+	}
+	if err := http.NewResponseController(w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return fmt.Errorf("send answer: %w", err)
+	}
+	return nil
+}
+
+// jsonAnswer encodes v as an answer's body and sets the answer's JSON
+// headers.
+func jsonAnswer(w http.ResponseWriter, v any) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -36,8 +62,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	return buf.Bytes()
 }
 
 // readBody reads and decodes the JSON request body into dst, rejecting

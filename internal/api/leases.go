@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/retryq/retryq/internal/engine"
@@ -67,7 +68,25 @@ func (s *server) lease(w http.ResponseWriter, r *http.Request) error {
 		out[i] = leasedTaskJSON{ID: t.ID, Type: t.Type, RawPayload: rawJSON(t.Payload), Attempt: t.Attempt,
 			LeaseID: engine.LeaseToken(t), LeaseExpiresAt: jsonTime(t.LeaseExpiresAt)}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"tasks": out})
+	if len(ts) == 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"tasks": out})
+		return nil
+	}
+	// Tasks leased for an answer that cannot reach the worker would wait,
+	// leased to no one, until their leases expire: give them back at once
+	// when the client is known to be gone before the answer is written
+	// (its connection closed, its request timed out), or the answer fails
+	// to leave. An answer that left whole may still be lost on the way;
+	// the server cannot know, and its leases expire.
+	if err := r.Context().Err(); err != nil {
+		s.e.ReleaseLeased(ts)
+		return fmt.Errorf("answer lease: %w", err)
+	}
+	if err := deliverJSON(w, http.StatusOK, map[string]any{"tasks": out}); err != nil {
+		s.e.ReleaseLeased(ts)
+		s.log.Debug("api: lease answer not delivered; tasks released", "request_id", requestIDFrom(r.Context()),
+			"tasks", len(ts), "err", err)
+	}
 	return nil
 }
 
