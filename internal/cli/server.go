@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -279,9 +278,18 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 	// The first signal starts the shutdown; the second is read below. One
 	// channel takes both, so that none falls through to the default action
 	// between them.
+	// A hangup ignored at start (nohup) stays ignored: catching it would
+	// stop the server at the logout nohup was meant to outlive.
+	stopSigs := []os.Signal{os.Interrupt, syscall.SIGTERM}
+	for _, s := range hangupSignals {
+		if !signal.Ignored(s) {
+			stopSigs = append(stopSigs, s)
+		}
+	}
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, slices.Concat([]os.Signal{os.Interrupt, syscall.SIGTERM}, hangupSignals)...)
+	signal.Notify(sigs, stopSigs...)
 	defer signal.Stop(sigs)
+	first := make(chan os.Signal, 1) // the signal that began the shutdown, for its log line
 	if len(brokenPipeSignals) > 0 {
 		// A log pipe whose reader went away (a log shipper restarted)
 		// makes the log's writes fail instead of killing the server at
@@ -295,7 +303,8 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 	defer cancel()
 	go func() {
 		select {
-		case <-sigs:
+		case sig := <-sigs:
+			first <- sig
 			cancel()
 		case <-ctx.Done():
 		}
@@ -314,7 +323,13 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 	}
 	<-ctx.Done()
 	began := time.Now()
-	log.Info("shutting down; a second signal exits at once")
+	var why []any
+	select {
+	case sig := <-first:
+		why = []any{"signal", sig.String()}
+	default: // the caller's context ended
+	}
+	log.Info("shutting down; a second signal exits at once", why...)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

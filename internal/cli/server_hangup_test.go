@@ -3,6 +3,10 @@
 package cli
 
 import (
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,6 +21,9 @@ import (
 func TestServerStopsCleanlyOnHangup(t *testing.T) {
 	if len(hangupSignals) == 0 {
 		t.Skip("no hangup signal on this system")
+	}
+	if signal.Ignored(syscall.SIGHUP) {
+		t.Skip("SIGHUP is ignored here (nohup): the server started from here ignores it too")
 	}
 	clearServerEnv(t)
 	proc := startCLIProcess(t, nil, nil, "server", "--db", "sqlite:"+filepath.Join(t.TempDir(), "hup.db"), "--listen", "127.0.0.1:0")
@@ -38,5 +45,62 @@ func TestServerStopsCleanlyOnHangup(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "shutting down") {
 		t.Errorf("the server did not shut down cleanly on SIGHUP\n%s", diag())
+	}
+}
+
+// TestServerUnderNohupIgnoresHangup: started with SIGHUP ignored (nohup),
+// the server keeps ignoring it, as the operator asked: a SIGHUP followed by
+// a SIGTERM is stopped by the SIGTERM, which the log names. The server
+// used to catch SIGHUP whatever its disposition, so logging out of the
+// session a server was started from with nohup stopped it.
+func TestServerUnderNohupIgnoresHangup(t *testing.T) {
+	if len(hangupSignals) == 0 {
+		t.Skip("no hangup signal on this system")
+	}
+	nohup, err := exec.LookPath("nohup")
+	if err != nil {
+		t.Skip("no nohup command")
+	}
+	clearServerEnv(t)
+	stderr := &lockedBuffer{}
+	cmd := exec.Command(nohup, os.Args[0], "server", "--db", "sqlite:"+filepath.Join(t.TempDir(), "nohup.db"), "--listen", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1")
+	cmd.Stdout, cmd.Stderr = io.Discard, stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	diag := func() string { return "server log:\n" + stderr.String() }
+	pollUntil(t, 20*time.Second, "the server to start", func() bool {
+		return strings.Contains(stderr.String(), "retryq server started")
+	}, diag)
+	// nohup runs the server in its own process (exec): signal it.
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the server did not exit after SIGTERM\n%s", diag())
+	}
+	if waitErr != nil {
+		t.Errorf("server exit: %v, want status 0\n%s", waitErr, diag())
+	}
+	if !strings.Contains(stderr.String(), `msg="shutting down; a second signal exits at once" signal=terminated`) {
+		t.Errorf("want the shutdown begun by SIGTERM, the SIGHUP ignored\n%s", diag())
 	}
 }
