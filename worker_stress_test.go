@@ -307,9 +307,16 @@ func testWorkerStressEveryTaskEndsAsScripted(t *testing.T, backend string) {
 
 func stressOnce(t *testing.T, backend string, seed uint64, tasks int) {
 	ctx := context.Background()
-	st := backendtest.Open(t, backend, "")
-	defer func() { _ = st.Close() }()
+	// The goroutine baseline is taken before the store opens, and the
+	// store is closed before the count is compared with it: a PostgreSQL
+	// pool's idle connection may keep a background reader goroutine
+	// (pgx starts one on a write slower than 15 ms, as on a loaded
+	// machine) until the connection closes. Database starts the
+	// throwaway cluster and makes the database before the baseline.
+	openStore := backendtest.Database(t, backend, "")
 	baseline := runtime.NumGoroutine()
+	st := openStore()
+	defer func() { _ = st.Close() }() // a second Close does nothing
 	// The lease bounds every store call the workers make (enqueue
 	// batches, outcomes, heartbeats): it is long enough that a loaded
 	// machine's slow SQLite writes (-race, 2 cores shared with another
@@ -487,10 +494,13 @@ func stressOnce(t *testing.T, backend string, seed uint64, tasks int) {
 		t.Fatalf("workers still running 5s after Close returned")
 	}
 	r.check(ctx, st)
+	if err := st.Close(); err != nil {
+		t.Fatalf("close store: %v", err)
+	}
 	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > baseline; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines 10s after Close, %d before the client started:\n%s",
+			t.Fatalf("%d goroutines 10s after Close, %d before the store opened:\n%s",
 				runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
 		}
 	}
