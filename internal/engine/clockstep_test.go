@@ -67,7 +67,11 @@ func TestClockStepOnAWorkerNodeKeepsItsLeases(t *testing.T) {
 		t.Run(step.String(), func(t *testing.T) {
 			t.Parallel()
 			url := pgtest.URL(t)
-			leader := startWorkerEngine(t, openPG(t, url), Config{NodeID: "leader", LeaderTTL: time.Second})
+			// The default leader TTL (10 s): the leader takes the lease at
+			// once, and its renewals, each cut off after TTL/4, do not time
+			// out on a loaded machine and leave no leader to run the reaper
+			// passes the test waits for, as 250 ms ones did.
+			leader := startWorkerEngine(t, openPG(t, url), Config{NodeID: "leader"})
 			waitFor(t, "the leader to lead", leader.IsLeader)
 			clk := new(steppedClock)
 			st := openPG(t, url)

@@ -101,7 +101,10 @@ func TestLeaseHeartbeatedUntilOutcomeCommits(t *testing.T) {
 }
 
 func testLeaseHeartbeatedUntilOutcomeCommits(t *testing.T, backend string) {
-	const lease = 600 * time.Millisecond
+	// Heartbeats every second; the commit waits up to 2.4 s for one. A
+	// 600 ms lease left a loaded machine's heartbeat (200 ms apart, the
+	// wait 480 ms) too little room.
+	const lease = 3 * time.Second
 	st := newSlowOutcomeCommit(openWorkerStoreOn(t, backend), lease)
 	e := startWorkerEngine(t, st, Config{LeaseDuration: lease})
 	runWorker(t, e, WorkerConfig{Types: []string{"inproc"}, Concurrency: 1,
