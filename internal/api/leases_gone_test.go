@@ -74,27 +74,33 @@ func (c *connCancels) cancel(client net.Conn) {
 // and before the answer was written was answered into a closed connection.
 func TestLeaseAnswerToAGoneClientReleasesTasks(t *testing.T) {
 	var cc connCancels
-	var client net.Conn
+	// The hook runs on the server's goroutine: it is handed the client's
+	// connection and the store through a channel.
+	type gone struct {
+		client net.Conn
+		st     store.Store
+	}
+	handoff := make(chan gone, 1)
 	var token string // the lease id of the answer that was not delivered
 	leased := make(chan struct{})
-	var e *env
 	hook := func() {
+		g := <-handoff
 		// The client hangs up just as its task is leased.
-		_ = client.Close()
-		cc.cancel(client)
-		ts, _, err := e.st.ListTasks(context.Background(), store.ListParams{Type: "gone.lease", Limit: 10})
+		_ = g.client.Close()
+		cc.cancel(g.client)
+		ts, _, err := g.st.ListTasks(context.Background(), store.ListParams{Type: "gone.lease", Limit: 10})
 		if err == nil && len(ts) == 1 && ts[0].State == store.StateRunning {
 			token = ts[0].ID + "." + ts[0].LeaseID
 		}
 		close(leased)
 	}
-	e = newEnv(t, envOpts{engineLog: slog.New(leasedHook{once: new(sync.Once), f: hook}), connContext: cc.connContext})
+	e := newEnv(t, envOpts{engineLog: slog.New(leasedHook{once: new(sync.Once), f: hook}), connContext: cc.connContext})
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	client = conn
 	defer conn.Close()
+	handoff <- gone{client: conn, st: e.st}
 	body := `{"worker_id":"gone","types":["gone.lease"],"wait_seconds":10,"lease_seconds":600}`
 	req := fmt.Sprintf("POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 	if _, err := conn.Write([]byte(req)); err != nil {
