@@ -179,9 +179,13 @@ func (c *mnCluster) pullRun(ctx context.Context, s *mnSlot, t *store.Task) {
 }
 
 // reporter returns the engine a pull worker reports to: its own or,
-// half the time, another live one (a token is good on any node).
+// half the time, another live one (a token is good on any node). While
+// the last engines close none is live: then its own.
 func (c *mnCluster) reporter(s *mnSlot) *engine.Engine {
 	live := c.thawed()
+	if len(live) == 0 {
+		return s.e
+	}
 	c.mu.Lock()
 	pick := c.rng.IntN(2 * len(live))
 	c.mu.Unlock()
@@ -361,7 +365,11 @@ func mnPolicy() retry.Policy {
 
 // restart closes an engine (the leader if one leads and the coin says so)
 // and opens a new one in its place; when it closed the leader, another
-// engine must lead within mnTakeoverWait.
+// engine must lead within mnTakeoverWait: a lease left behind runs out
+// and the next attempt takes it, plus 5 s of slack for a loaded 2-core
+// machine under -race, where a standby's attempts, each cut off after
+// TTL/4, can time out several in a row (1 s of slack failed there). A
+// stalled election still fails it.
 func (c *mnCluster) restart(rng *rand.Rand, live []*mnSlot) {
 	i := rng.IntN(mnSlots)
 	wasLeader := false
