@@ -24,11 +24,12 @@ func deadWhere(f store.DeadFilter, args []any) (string, []any) {
 	if f.Type != "" {
 		add("t.type = ?", f.Type)
 	}
+	// The code as tasks_dead_code_idx indexes it: NULL (no last error) is ''.
 	if f.ErrorCode != "" {
-		add("t.last_error_code = ?", f.ErrorCode)
+		add("coalesce(t.last_error_code, '') = ?", f.ErrorCode)
 	}
 	if f.NoErrorCode {
-		conds = append(conds, "(t.last_error_code IS NULL OR t.last_error_code = '')")
+		conds = append(conds, "coalesce(t.last_error_code, '') = ''")
 	}
 	if f.Reason != "" {
 		add("t.dead_reason = ?", f.Reason)
@@ -76,8 +77,17 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	// filled without sorting them all (300 ms at 1M dead tasks).
 	where, args := deadWhere(f, nil)
 	q, args := probePage(where, []string{where}, args, f.Cursor, f.Limit)
-	return s.page(ctx, op, listSettings, q, args, f.Limit, f.MaxBytes)
+	return s.page(ctx, op, deadListSettings, q, args, f.Limit, f.MaxBytes)
 }
+
+// deadListSettings are ListDead's listSettings, with bitmap scans and
+// sorts off for the statement: without statistics (right after a bulk
+// load) the planner expects a few dead tasks and would rather read all of
+// them through a bitmap and sort them than read the page in order from
+// the dead tasks' index that gives it (tasks_dead_idx, _id_idx, _code_idx,
+// _reason_idx).
+const deadListSettings = `SELECT set_config('max_parallel_workers_per_gather', '0', true), set_config('jit', 'off', true),
+	set_config('enable_bitmapscan', 'off', true), set_config('enable_sort', 'off', true)`
 
 // DeadSummary groups dead tasks by type, last error code and reason. Ties
 // are in byte order, as on SQLite: the code and reason columns have the

@@ -95,9 +95,13 @@ func listPage(states []store.State, typ, cursor string, limit int) (string, []an
 // The planner is cost-based and, right after a bulk load, without
 // statistics: it would walk the primary key for the arms too (a generic
 // plan did, reading 65,000 rows per state for 20 tasks). Each arm sorts
-// under "POSIX" (byte order, as "C"), an order no index gives, so reading
-// its own index is its cheapest plan; and it runs only when edge has a
-// row (a one-time filter).
+// under "POSIX" (byte order, as "C"), an order the primary key does not
+// give, so reading its own index is its cheapest plan; and it runs only
+// when edge has a row (a one-time filter). The partial indexes of dead
+// tasks hold the id under "POSIX" (migration 6) and so give that order:
+// an arm of dead tasks reads its page, not every matching task sorted;
+// its bound on the id is compared under "POSIX" too, to be their index
+// condition.
 func probePage(match string, arms []string, args []any, cursor string, limit int) (string, []any) {
 	args = append(args, candidates(limit), probeRows(limit))
 	n1, k := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
@@ -114,7 +118,7 @@ cand AS (SELECT id FROM hit`)
 	for _, arm := range arms {
 		b.WriteString(`
 	UNION ALL (SELECT t.id FROM tasks t WHERE ` + arm + ` AND (SELECT e FROM edge) IS NOT NULL
-		AND t.id < (SELECT e FROM edge) ORDER BY t.id COLLATE "POSIX" DESC LIMIT ` + n1 + `)`)
+		AND t.id COLLATE "POSIX" < (SELECT e FROM edge) ORDER BY t.id COLLATE "POSIX" DESC LIMIT ` + n1 + `)`)
 	}
 	b.WriteString(`),
 page AS (SELECT t.id AS pid, coalesce(octet_length(t.payload), 0) AS size
