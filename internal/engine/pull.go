@@ -98,8 +98,15 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		}
 	}
 	deadline := time.Now().Add(r.Wait)
-	sub := e.wake.subscribe()
-	defer e.wake.unsubscribe(sub)
+	// A waiting request joins the group of its types: a wake-up goes to
+	// one waiter of a group, which passes it on if its fetch leased tasks
+	// (see broadcaster).
+	var sub chan struct{}
+	key := typeSetKey(r.Types)
+	if r.Wait > 0 {
+		sub = e.wake.joinGroup(key)
+		defer e.wake.leaveGroup(key, sub)
+	}
 	for {
 		var tasks []store.Task
 		var err error
@@ -126,6 +133,9 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			return nil, nil
 		}
 		if len(tasks) > 0 || r.Wait == 0 {
+			if len(tasks) > 0 && sub != nil {
+				e.wake.pass(key, sub, 2) // more may be due
+			}
 			for i := range tasks {
 				if e.debugging() {
 					e.log.Debug("task leased", "task_id", tasks[i].ID, "type", tasks[i].Type, "attempt", tasks[i].Attempt, "worker", r.WorkerID)
