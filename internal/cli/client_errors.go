@@ -29,6 +29,9 @@ type apiCallError struct {
 	// RetryAfter is the answer's Retry-After in seconds (a 503's or a
 	// 429's), 0 when it has none.
 	RetryAfter time.Duration
+	// Foreign is set when the answer is not the API's error body (a
+	// proxy's page, say): its 403 says nothing about the token.
+	Foreign bool
 }
 
 func (e *apiCallError) Error() string {
@@ -43,7 +46,10 @@ func (e *apiCallError) Error() string {
 	case http.StatusUnauthorized:
 		b.WriteString("; pass --token or set RETRYQ_API_TOKEN")
 	case http.StatusForbidden:
-		b.WriteString("; this token is read-only, use a full-access token")
+		if !e.Foreign {
+			// The API's message already says the token is read-only.
+			b.WriteString("; pass a full-access token with --token or RETRYQ_API_TOKEN")
+		}
 	}
 	return b.String()
 }
@@ -74,6 +80,7 @@ func decodeAPIError(resp *http.Response, data []byte) error {
 		}
 		return e
 	}
+	e.Foreign = true
 	e.Code = strings.ToLower(strings.ReplaceAll(http.StatusText(resp.StatusCode), " ", "_"))
 	if e.Code == "" {
 		e.Code = "error"

@@ -194,6 +194,32 @@ func TestCLIAuth(t *testing.T) {
 	}
 }
 
+// TestCLIForbiddenSaysItOnce: a read-only token's 403 says what to do
+// without repeating the server's "this token is read-only", and a 403 that
+// is not the API's (a proxy's page) is not blamed on the token.
+func TestCLIForbiddenSaysItOnce(t *testing.T) {
+	s := startAPIServer(t, func(o *serverOptions) {
+		o.apiTokens = []string{"full-secret"}
+		o.readTokens = []string{"read-secret"}
+	})
+	st, _, errOut := cli(t, "", "enqueue", "a.b", "--server", s.url, "--token", "read-secret")
+	if st != exitFailure || strings.Count(errOut, "read-only") != 1 || !strings.Contains(errOut, "full-access token") ||
+		!strings.Contains(errOut, "--token") || !strings.Contains(errOut, "RETRYQ_API_TOKEN") {
+		t.Errorf("enqueue with a read-only token: status %d, stderr: %s", st, errOut)
+	}
+
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, "<html><head><title>Access denied</title></head></html>")
+	}))
+	defer proxy.Close()
+	st, _, errOut = cli(t, "", "stats", "--server", proxy.URL, "--token", "full-secret")
+	if st != exitFailure || !strings.Contains(errOut, `"Access denied"`) || strings.Contains(errOut, "read-only") {
+		t.Errorf("stats answered by a proxy's 403 page: status %d, stderr: %s", st, errOut)
+	}
+}
+
 // TestCLIUsageErrors: bad flags and arguments exit 2 before any request,
 // naming the flag.
 func TestCLIUsageErrors(t *testing.T) {
