@@ -21,9 +21,9 @@ databases are migrated here, or by the server unless it runs with
 "retryq server --no-migrate". Of several migrate commands run at once, one
 applies the migrations and the others wait for it. A database newer than
 this binary is refused, and so is a schema_migrations table another tool
-wrote. On PostgreSQL a migration
-waits at most 10s for a lock another session holds on a table it changes,
-then rolls back and fails (allow longer with ?lock_timeout=60s in the URL).
+wrote. On PostgreSQL a migration waits at most 10s for a lock another
+session holds on a table it changes, then rolls back and fails (allow
+longer with ?lock_timeout=60s in the URL).
 `
 
 func runMigrate(ctx context.Context, env *Env, args []string) int {

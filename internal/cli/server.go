@@ -82,7 +82,7 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	fs.StringVar(&o.db, "db", "", "database: sqlite:PATH or postgres://... (env RETRYQ_DB; default "+defaultDB+")")
 	fs.StringVar(&o.listen, "listen", "", "HTTP API address (env RETRYQ_LISTEN; default 127.0.0.1:7420)")
 	fs.Var(stringsValue{&o.apiTokens}, "api-token", "bearer `token` with full access; repeatable (env RETRYQ_API_TOKEN, comma-separated)")
-	fs.Var(stringsValue{&o.readTokens}, "read-token", "bearer `token` with read-only access; repeatable (env RETRYQ_READ_TOKEN)")
+	fs.Var(stringsValue{&o.readTokens}, "read-token", "bearer `token` with read-only access; repeatable (env RETRYQ_READ_TOKEN, comma-separated)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&o.nodeID, "node-id", "", "this node's id in the registry and leases, up to 200 bytes (default host-pid-random)")

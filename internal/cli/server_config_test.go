@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -187,6 +188,34 @@ func TestServerHelpNamesNoArgumentForNoMigrate(t *testing.T) {
 	status, stdout, _ := runMain("server", "-h")
 	if status != exitOK || !strings.Contains(stdout, "\n  --no-migrate\n") {
 		t.Errorf("server -h: status %d, --no-migrate not shown as a switch:\n%s", status, stdout)
+	}
+}
+
+// TestServerHelpSaysBothTokenVariablesTakeLists: RETRYQ_API_TOKEN and
+// RETRYQ_READ_TOKEN both take comma-separated tokens, and `retryq server
+// -h` says so of both (it said it of RETRYQ_API_TOKEN only).
+func TestServerHelpSaysBothTokenVariablesTakeLists(t *testing.T) {
+	clearServerEnv(t)
+	_, help, _ := runMain("server", "-h")
+	var stdout strings.Builder
+	env := &Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stdout, Getenv: func(k string) string {
+		return map[string]string{"RETRYQ_API_TOKEN": "a1,a2", "RETRYQ_READ_TOKEN": "r1,r2"}[k]
+	}}
+	o, st := parseServer(env, []string{"--db", "sqlite:" + filepath.Join(t.TempDir(), "d.db")})
+	if o == nil {
+		t.Fatalf("server with token lists in the environment: status %d\n%s", st, stdout.String())
+	}
+	for _, f := range []struct {
+		flag, env string
+		got       []string
+	}{{"api-token", "RETRYQ_API_TOKEN", o.apiTokens}, {"read-token", "RETRYQ_READ_TOKEN", o.readTokens}} {
+		if len(f.got) != 2 {
+			t.Errorf("%s with two comma-separated tokens gave %q", f.env, f.got)
+		}
+		line := regexp.MustCompile(`(?m)^  --` + f.flag + ` .*\n\s+(.*)$`).FindStringSubmatch(help)
+		if line == nil || !strings.Contains(line[1], "env "+f.env+", comma-separated") {
+			t.Errorf("retryq server -h: --%s does not say %s takes a comma-separated list: %q", f.flag, f.env, line)
+		}
 	}
 }
 
