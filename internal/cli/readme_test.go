@@ -57,6 +57,7 @@ var readmeRun = map[string][]string{
 	"retryq dlq summary":                             {"ocr.page", "max_attempts", "1 dead task(s)"},
 	"retryq dlq redrive --reason max_attempts --yes": {"redriven 1 dead task(s)"},
 	"retryq help":                                    {"Commands:", "worker", "dlq"},
+	"retryq help worker":                             {"RETRYQ_TASK_ID", "sh -c"},
 	"retryq stats":                                   {"ocr.page", "RETRY RATE"},
 	"retryq nodes":                                   {"leader", "ALIVE", "yes"},
 }
