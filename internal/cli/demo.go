@@ -55,6 +55,9 @@ const (
 	demoWorkerType = "ai.embed"
 )
 
+// demoPushTimeoutSeconds bounds each push delivery of demoPushType.
+const demoPushTimeoutSeconds = 2
+
 // demoBadEvery: every demoBadEvery-th task carries an input the simulated
 // API rejects with 400.
 const demoBadEvery = 25
@@ -214,7 +217,7 @@ func (d *demo) boot(ctx context.Context) error {
 	d.hc = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
 
 	if _, err := srv.eng.PutType(ctx, engine.TypeSpec{Type: demoPushType, Policy: demoPushPolicy, Timeout: 5 * time.Second,
-		Target: &engine.Target{URL: d.sim.url + "/v1/summarize", Method: "POST", TimeoutSeconds: 2, Concurrency: 16}}); err != nil {
+		Target: &engine.Target{URL: d.sim.url + "/v1/summarize", Method: "POST", TimeoutSeconds: demoPushTimeoutSeconds, Concurrency: 16}}); err != nil {
 		return fmt.Errorf("configure %s: %w", demoPushType, err)
 	}
 	if _, err := srv.eng.PutType(ctx, engine.TypeSpec{Type: demoWorkerType, Policy: demoWorkerPolicy, Timeout: 5 * time.Second}); err != nil {
@@ -393,6 +396,9 @@ func (d *demo) finish(hurry context.Context) int {
 	if err != nil {
 		err = fmt.Errorf("remove the push target of %s: %w", demoPushType, err)
 	}
+	if err == nil {
+		d.awaitPushDeliveries(ctx)
+	}
 	var c *demoCounts
 	if err == nil {
 		c, err = d.counts(ctx)
@@ -425,6 +431,27 @@ func (d *demo) finish(hurry context.Context) int {
 	}
 	d.cleanup()
 	return status
+}
+
+// awaitPushDeliveries waits, for at most the push timeout and a margin,
+// until no delivery of the pushed type is in flight. Deliveries leased
+// before its target was removed go on and record their outcomes: counted
+// as running, they would make the summary's counts and its number of
+// unfinished tasks those of a moment before most of them succeeded.
+func (d *demo) awaitPushDeliveries(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, (demoPushTimeoutSeconds+2)*time.Second)
+	defer cancel()
+	for {
+		c, err := d.counts(ctx)
+		if err != nil || c.byType[demoPushType][store.StateRunning] == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // cleanup shuts the server and the simulated API down and removes the
