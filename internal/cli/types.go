@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -263,8 +264,15 @@ PUT /v1/types/TYPE (use --file - for standard input), for example:
    "target": {"url": "https://mailer.internal/send", "timeout_seconds": 10, "concurrency": 8}}
 
 Every field is optional; omitted retry fields take the defaults. The server
-validates the file and names the field at fault.
+validates the file and names the field at fault. To start from the stored
+configuration, take "retryq types get TYPE --json" (with a full-access
+token: a read-only one shows target secrets as REDACTED) and leave out its
+"type", "updated_at" and "stored".
 `
+
+// answerOnlyMembers are the members of a type's configuration that the
+// API's answers hold and a PUT body may not.
+var answerOnlyMembers = map[string]bool{"type": true, "updated_at": true, "stored": true, "unreadable": true}
 
 func runTypesSet(ctx context.Context, env *Env, args []string) int {
 	const name = "types set"
@@ -308,6 +316,11 @@ func runTypesSet(ctx context.Context, env *Env, args []string) int {
 	var t apiTypeConfig
 	raw, err := c.call(ctx, "PUT", "/v1/types/"+typePath(pos[0]), nil, body, &t)
 	if err != nil {
+		var ae *apiCallError
+		if errors.As(err, &ae) && ae.Status == 400 && ae.Code == "invalid_field" && answerOnlyMembers[ae.Field] {
+			return fail(env, name, fmt.Errorf("%s: %w; it looks like the output of \"retryq types get --json\": "+
+				"leave out \"type\", \"updated_at\" and \"stored\", which the answer adds", file, err))
+		}
 		if isAPIError(err, 400, "") {
 			return fail(env, name, fmt.Errorf("%s: %w", file, err))
 		}

@@ -76,3 +76,28 @@ func TestCLITypes(t *testing.T) {
 		t.Errorf("a rejected set changed the type: %+v", tc)
 	}
 }
+
+// TestCLITypesSetOfGetOutputSaysWhatToLeaveOut: the natural round trip
+// "types get --json > f; edit f; types set --file f" is refused by the
+// server (the answer's type, updated_at and stored are not fields of the
+// body); the error says which members to leave out rather than only
+// "type: unknown field", which names a member the answer itself holds.
+func TestCLITypesSetOfGetOutputSaysWhatToLeaveOut(t *testing.T) {
+	s := startAPIServer(t, nil)
+	f := filepath.Join(t.TempDir(), "t.json")
+	writeTestFile(t, f, `{"retry": {"max_attempts": 3}}`)
+	s.cliOK(t, "types", "set", "email.send", "--file", f)
+	out := s.cliOK(t, "types", "get", "email.send", "--json")
+	writeTestFile(t, f, out)
+	st, _, errOut := cli(t, "", "types", "set", "email.send", "--file", f, "--server", s.url)
+	if st != exitFailure || !strings.Contains(errOut, "HTTP 400 invalid_field") ||
+		!strings.Contains(errOut, `leave out "type", "updated_at" and "stored"`) {
+		t.Errorf("types set of types get's output: status %d, stderr: %s", st, errOut)
+	}
+	// Another field's error gets no such hint.
+	writeTestFile(t, f, `{"retry": {"max_attempts": 3}, "timeout": 30}`)
+	if st, _, errOut = cli(t, "", "types", "set", "email.send", "--file", f, "--server", s.url); st != exitFailure ||
+		strings.Contains(errOut, "leave out") {
+		t.Errorf("types set with an unknown field: status %d, stderr: %s", st, errOut)
+	}
+}
