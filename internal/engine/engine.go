@@ -283,6 +283,10 @@ type Engine struct {
 	pollsEnded   chan struct{}
 	endPollsOnce sync.Once
 	longPolls    atomic.Int64 // pull leases in their wait
+
+	// gracesEnded is closed by EndGraces: Close's graces end at once.
+	gracesEnded   chan struct{}
+	endGracesOnce sync.Once
 }
 
 // LongPolls returns how many pull leases (LeaseRequest.Wait > 0) are
@@ -307,6 +311,15 @@ func (e *Engine) BeginShutdown() {
 	e.EndLongPolls()
 	e.push.stopFetching()
 }
+
+// EndGraces ends the graces Close gives work in flight, now or when Close
+// comes to them: in-process workers' running handlers are cancelled as at
+// the end of their ShutdownGrace, and push deliveries as at the end of
+// theirs; each gives its task back (pending again, the attempt not
+// counted). A server calls it when its shutdown timeout nears, so that
+// what runs is released rather than left to its lease's expiry. It does
+// not wait (Close does) and is idempotent.
+func (e *Engine) EndGraces() { e.endGracesOnce.Do(func() { close(e.gracesEnded) }) }
 
 // track registers a worker about to run and returns the context it runs
 // under, which Close cancels; untrack is called when it has stopped. It
@@ -362,7 +375,8 @@ func New(cfg Config) (*Engine, error) {
 		sched:  newSchedPoke(),
 		leases: newLeaseTable(),
 
-		pollsEnded: make(chan struct{}),
+		pollsEnded:  make(chan struct{}),
+		gracesEnded: make(chan struct{}),
 	}
 	e.leading.changed = make(chan struct{}, 1)
 	e.holder = newHolder(c.NodeID)

@@ -64,8 +64,9 @@ package engine
 // the task as lease_expired.
 //
 // Shutdown (Engine.Close, before the commit loops stop): fetchers stop at
-// once; deliveries in flight get up to pushShutdownGrace to finish and
-// record their outcome; those still running are then cancelled and their
+// once; deliveries in flight get up to pushShutdownGrace (less once
+// Engine.EndGraces is called) to finish and record their outcome; those
+// still running are then cancelled and their
 // leases released (pending again, the attempt not counted) so another node
 // delivers them at once instead of waiting for the lease to expire. The
 // receiver may therefore see the same Retryq-Task-Id twice; that is what the
@@ -336,9 +337,15 @@ func (p *pusher) stop() {
 		}()
 		grace := time.NewTimer(p.grace)
 		defer grace.Stop()
+		cut := false
 		select {
 		case <-done:
 		case <-grace.C:
+			cut = true
+		case <-p.e.gracesEnded:
+			cut = true
+		}
+		if cut {
 			p.e.log.Info("push deliveries still running at shutdown; cancelling and releasing them", "node", p.e.cfg.NodeID)
 			p.cancelDeliveries()
 			wait := time.NewTimer(pushStopWait)

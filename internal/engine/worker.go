@@ -32,7 +32,8 @@ type WorkerConfig struct {
 	Handle HandleFunc
 	// ShutdownGrace is how long running handlers may finish after the worker
 	// is asked to stop, before their contexts are cancelled and their leases
-	// released for another worker. Default 10s.
+	// released for another worker. Default 10s. Engine.EndGraces ends it
+	// early.
 	ShutdownGrace time.Duration
 	// FetchBatch caps how many tasks one fetch leases. Default
 	// min(Concurrency+Prefetch, 500).
@@ -463,30 +464,41 @@ drain:
 		w.executors.Wait()
 		close(done)
 	}()
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	defer grace.Stop()
 	select {
 	case <-done:
-	case <-time.After(w.cfg.ShutdownGrace):
-		// Cancel what is still running. Each handler that stops releases
-		// its lease (execute) so another worker starts the task at once;
-		// releasing before the cancellation would let another worker start
-		// a task while its handler here still runs.
-		w.cancelHandlers(ErrWorkerStopped)
-		select {
-		case <-done:
-		case <-time.After(time.Second):
-			// Release the leases of handlers that ignore the cancellation
-			// anyway; whatever they return later is dropped.
-			w.mu.Lock()
-			var rel []*store.Task
-			for _, t := range w.active {
-				rel = append(rel, t)
-			}
-			w.mu.Unlock()
-			e.log.Warn("handlers ignored cancellation at shutdown; releasing their leases", "worker", w.cfg.ID, "handlers", len(rel))
-			w.release(rel)
-		}
+	case <-grace.C:
+		w.cancelRunning(done)
+	case <-e.gracesEnded:
+		w.cancelRunning(done)
 	}
 	w.pending.Wait()
+}
+
+// cancelRunning stops the handlers still running once the shutdown grace
+// is over; done is closed when they have all returned.
+func (w *workerRun) cancelRunning(done <-chan struct{}) {
+	e := w.e
+	// Cancel what is still running. Each handler that stops releases
+	// its lease (execute) so another worker starts the task at once;
+	// releasing before the cancellation would let another worker start
+	// a task while its handler here still runs.
+	w.cancelHandlers(ErrWorkerStopped)
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		// Release the leases of handlers that ignore the cancellation
+		// anyway; whatever they return later is dropped.
+		w.mu.Lock()
+		var rel []*store.Task
+		for _, t := range w.active {
+			rel = append(rel, t)
+		}
+		w.mu.Unlock()
+		e.log.Warn("handlers ignored cancellation at shutdown; releasing their leases", "worker", w.cfg.ID, "handlers", len(rel))
+		w.release(rel)
+	}
 }
 
 // giveBack releases the lease of a handler the lease watchdog stopped
