@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -35,6 +37,13 @@ Without API tokens the server only listens on loopback addresses.
 Retention durations need a unit: 30d (days), 1d12h, 12h or 90m; forever
 keeps a class; 0 takes the default. A plain number is refused, since
 elsewhere it means seconds. The start-up log shows the retention in force.
+
+SIGTERM, SIGINT or SIGHUP (unless ignored at start, as under nohup) stops
+the server within --shutdown-timeout: it drains HTTP requests, in-process
+handlers and push deliveries, cutting them short (their tasks released,
+attempts not counted) a quarter of the timeout (at most 5s) before it
+ends, then exits; status 1 if even that did not finish in time. A second
+signal exits at once.
 `
 
 // stringsValue is a repeatable string flag.
@@ -71,6 +80,7 @@ type serverOptions struct {
 	apiTokens, readTokens                   []string
 	noScheduler, pollOnly, noMigrate        bool
 	lease, poll, leaderTTL                  time.Duration
+	shutdownTimeout                         time.Duration
 	retention                               retentionOptions
 	maxBody                                 int64
 	maxLongPolls                            int
@@ -94,12 +104,17 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	fs.Var(durationValue{&o.leaderTTL}, "leader-ttl", "`duration` of the scheduler leadership lease: 1s to 1h (default 10s)")
 	o.retention.register(fs)
 	fs.Int64Var(&o.maxBody, "max-body", api.DefaultMaxBodyBytes, "largest accepted request body in bytes")
+	o.shutdownTimeout = defaultShutdownTimeout
+	fs.Var(durationValue{&o.shutdownTimeout}, "shutdown-timeout", "`bound` of the whole stop after SIGTERM, SIGINT or SIGHUP: 1s to 1h (env RETRYQ_SHUTDOWN_TIMEOUT)")
 	fs.IntVar(&o.maxLongPolls, "max-long-polls", engine.DefaultMaxLongPolls, "most pull lease requests waiting for work at once; one more is answered at once (503 when nothing is due)")
 	if st, ok := parseFlags(env, fs, args); !ok {
 		return nil, st
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError(env, "server", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	if err := o.shutdownTimeoutFrom(env, fs); err != nil {
+		return nil, usageError(env, "server", err.Error())
 	}
 	dbFrom := dsnSource(o.db, env)
 	o.db = firstNonEmpty(o.db, env.Getenv("RETRYQ_DB"), defaultDB)
@@ -187,6 +202,33 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 		}
 	}
 	return o, exitOK
+}
+
+// Bounds of --shutdown-timeout. The default leaves a node stopped by
+// Kubernetes (which kills it 30 s after SIGTERM by default) 10 s to spare.
+const (
+	defaultShutdownTimeout = 20 * time.Second
+	minShutdownTimeout     = time.Second
+	maxShutdownTimeout     = time.Hour
+)
+
+// shutdownTimeoutFrom takes --shutdown-timeout from RETRYQ_SHUTDOWN_TIMEOUT
+// unless the flag was given, and checks it, naming where it came from.
+func (o *serverOptions) shutdownTimeoutFrom(env *Env, fs *flag.FlagSet) error {
+	from, set := "--shutdown-timeout", false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "shutdown-timeout" })
+	if v := env.Getenv("RETRYQ_SHUTDOWN_TIMEOUT"); !set && v != "" {
+		from = "RETRYQ_SHUTDOWN_TIMEOUT"
+		d, err := parseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%s: %w", from, err)
+		}
+		o.shutdownTimeout = d
+	}
+	if d := o.shutdownTimeout; d < minShutdownTimeout || d > maxShutdownTimeout {
+		return fmt.Errorf("%s: must be between %v and %v (got %v)", from, minShutdownTimeout, fmtHours(maxShutdownTimeout), d)
+	}
+	return nil
 }
 
 // isSQLiteDSN reports whether openDB opens dsn as SQLite: "sqlite:PATH", or
@@ -335,8 +377,17 @@ func runServer(ctx context.Context, env *Env, args []string) int {
 		defer close(done)
 		srv.shutdown()
 	}()
+	// The shutdown ends its graces before the bound (see shutdown); what
+	// is still not done at the bound (the database not answering, say)
+	// is left to expire, as after a crash.
+	bound := time.NewTimer(srv.shutdownTimeout() - time.Since(began))
+	defer bound.Stop()
 	select {
 	case <-done:
+	case <-bound.C:
+		log.Error("shutdown timeout: exiting without finishing the shutdown; what this node still holds expires on its own",
+			"stage", srv.stageName(), "shutdown_timeout", srv.shutdownTimeout(), "after", time.Since(began).Round(time.Millisecond))
+		return exitFailure
 	case sig := <-sigs:
 		// The operator will not wait: leave now, with the status of a
 		// death by that signal. What the node still holds (leases,
@@ -381,12 +432,14 @@ func (s *Server) Shutdown() { s.rs.shutdown() }
 
 // runningServer is a started engine plus its HTTP listener.
 type runningServer struct {
-	eng  *engine.Engine
-	http *http.Server
-	addr string
-	done chan struct{}
-	log  *slog.Logger
-	stop func()
+	eng     *engine.Engine
+	http    *http.Server
+	addr    string
+	done    chan struct{}
+	log     *slog.Logger
+	closeDB func()
+	timeout time.Duration // --shutdown-timeout; 0 for the default
+	stage   atomic.Value  // string: what shutdown is doing, for the log
 }
 
 // startServer listens first, so that an address it cannot have fails the
@@ -444,34 +497,15 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 	// plain text lines in a JSON log.
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
-	rs := &runningServer{eng: eng, http: hs, addr: ln.Addr().String(), done: make(chan struct{}), log: log}
+	rs := &runningServer{eng: eng, http: hs, addr: ln.Addr().String(), done: make(chan struct{}), log: log, timeout: o.shutdownTimeout}
 	go func() {
 		defer close(rs.done)
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "err", err)
 		}
 	}()
-	rs.stop = func() {
-		_ = eng.Close()
-		_ = st.Close()
-	}
+	rs.closeDB = func() { _ = st.Close() }
 	log.Info("retryq server started", "node", eng.NodeID(), "version", version, "db", kind, "listen", rs.addr, "schema", applied,
 		"auth", len(o.apiTokens)+len(o.readTokens) > 0, "retention", eng.Retention())
 	return rs, nil
-}
-
-// shutdown stops accepting requests, answers waiting long polls at once
-// (they hold no task) and stops leasing push tasks (deliveries in flight go
-// on), lets the other requests finish for up to 10 s, then closes what is
-// left, and only then the engine and the database.
-func (rs *runningServer) shutdown() {
-	rs.eng.BeginShutdown()
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := rs.http.Shutdown(sctx); err != nil {
-		rs.log.Warn("http shutdown: requests still running after 10s; closing their connections", "err", err)
-		_ = rs.http.Close()
-	}
-	<-rs.done
-	rs.stop()
 }

@@ -81,6 +81,17 @@ func TestServerDefaultsAreDocumented(t *testing.T) {
 	if cfg.CancelledRetention != cfg.SucceededRetention {
 		t.Errorf("cancelled retention %v, succeeded %v: the help says the former defaults to the latter", cfg.CancelledRetention, cfg.SucceededRetention)
 	}
+	// The shutdown timeout is the server's own, not the engine's.
+	if m := regexp.MustCompile(`(?m)^  --shutdown-timeout \S+\n\s+.*\(default (\S+)\)`).FindStringSubmatch(help); m == nil {
+		t.Errorf("retryq server -h: no default for --shutdown-timeout in:\n%s", help)
+	} else if v, err := parseDuration(m[1]); err != nil || v != o.shutdownTimeout {
+		t.Errorf("retryq server -h: --shutdown-timeout default %s (%v, %v); a server without the flag runs with %v", m[1], v, err, o.shutdownTimeout)
+	}
+	if dm := regexp.MustCompile("`--shutdown-timeout` \\([^)]*default (\\S+?)[,;)]").FindSubmatch(docs); dm == nil {
+		t.Errorf("docs/operations.md: no default for --shutdown-timeout")
+	} else if v, err := parseDuration(string(dm[1])); err != nil || v != o.shutdownTimeout {
+		t.Errorf("docs/operations.md: --shutdown-timeout default %s (%v, %v); a server without the flag runs with %v", dm[1], v, err, o.shutdownTimeout)
+	}
 	want := strconv.Itoa(cfg.MaxLongPolls)
 	if m := regexp.MustCompile(`(?m)^  --max-long-polls int\n.*\(default (\d+)\)`).FindStringSubmatch(help); m == nil || m[1] != want {
 		t.Errorf("retryq server -h: --max-long-polls default %q; a server without the flag runs with %s", m, want)

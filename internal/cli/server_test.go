@@ -23,7 +23,7 @@ import (
 // read, so that the caller's shell cannot change what a test sees.
 func clearServerEnv(t *testing.T) {
 	t.Helper()
-	for _, k := range []string{"RETRYQ_DB", "RETRYQ_LISTEN", "RETRYQ_API_TOKEN", "RETRYQ_READ_TOKEN"} {
+	for _, k := range []string{"RETRYQ_DB", "RETRYQ_LISTEN", "RETRYQ_API_TOKEN", "RETRYQ_READ_TOKEN", "RETRYQ_SHUTDOWN_TIMEOUT"} {
 		t.Setenv(k, "")
 	}
 }
