@@ -254,6 +254,15 @@ func (e *Engine) syncClock(ctx context.Context) bool {
 	if prev != nil {
 		cur = prev.offset
 	}
+	// Fetchers woken while the clock was not ready leased nothing: wake
+	// them once it is, or the tasks wait for their poll interval. The
+	// check follows the store, so a step found against prev until then
+	// is seen.
+	defer func() {
+		if prev == nil || e.clock.stepped.Load() == prev {
+			e.wake.broadcast()
+		}
+	}()
 	if diff := est - cur; diff.Abs() <= unc+clockSyncTolerance {
 		// The offset in force (0 before the first measurement) still
 		// holds: keep it exactly, from this measurement's readings on.

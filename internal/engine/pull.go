@@ -101,12 +101,15 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 	// A waiting request joins the group of its types: a wake-up goes to
 	// one waiter of a group, which passes it on if its fetch leased tasks
 	// (see broadcaster).
-	var sub chan struct{}
+	var w *waiter
+	var sub chan struct{} // w's wake-ups; nil (never ready) without a wait
 	key := typeSetKey(r.Types)
 	if r.Wait > 0 {
-		sub = e.wake.joinGroup(key)
-		defer e.wake.leaveGroup(key, sub)
+		w = e.wake.joinGroup(key)
+		sub = w.ch
+		defer e.wake.leaveGroup(key, w)
 	}
+	woken := false // the fetch acts on a wake-up
 	for {
 		var tasks []store.Task
 		var err error
@@ -114,6 +117,12 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			tasks, err = e.fetchForPull(ctx, &r)
 		}
 		if err != nil {
+			if woken {
+				// The wake-up this fetch acted on goes to another waiter
+				// of the group (leaveGroup), or the tasks it was for wait
+				// for their poll interval.
+				w.requeue()
+			}
 			return nil, fmt.Errorf("lease tasks: %w", err)
 		}
 		if len(tasks) > 0 && ctx.Err() != nil {
@@ -133,8 +142,8 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			return nil, nil
 		}
 		if len(tasks) > 0 || r.Wait == 0 {
-			if len(tasks) > 0 && sub != nil {
-				e.wake.pass(key, sub, 2) // more may be due
+			if len(tasks) > 0 && w != nil {
+				e.wake.pass(key, w, 2) // more may be due
 			}
 			for i := range tasks {
 				if e.debugging() {
@@ -150,10 +159,15 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		if left <= 0 {
 			return nil, nil
 		}
+		e.wake.setFetching(w, false)
 		t := time.NewTimer(min(left, e.cfg.PollInterval))
 		select {
 		case <-sub:
+			woken = true
+			e.wake.setFetching(w, true)
 		case <-t.C:
+			woken = false
+			e.wake.setFetching(w, true)
 		case <-ctx.Done():
 			t.Stop()
 			return nil, nil

@@ -121,18 +121,22 @@ func TestBatchReachesEveryLongPoll(t *testing.T) {
 func TestGroupWakeUpIsHandedOn(t *testing.T) {
 	b := newBroadcaster()
 	plain := b.subscribe()
-	w := []chan struct{}{b.joinGroup("k"), b.joinGroup("k"), b.joinGroup("k"), b.joinGroup("k")}
+	var w []*waiter
+	for range 4 {
+		w = append(w, b.joinGroup("k"))
+		b.setFetching(w[len(w)-1], false) // waiting
+	}
 	other := b.joinGroup(typeSetKey([]string{"y", "x", "y"}))
-	woken := func(ch chan struct{}) bool {
+	woken := func(w *waiter) bool {
 		select {
-		case <-ch:
+		case <-w.ch:
 			return true
 		default:
 			return false
 		}
 	}
 	b.broadcast()
-	if !woken(plain) || !woken(other) {
+	if !woken(&waiter{ch: plain}) || !woken(other) {
 		t.Fatal("a broadcast did not wake a plain subscriber or the other group's waiter")
 	}
 	if b.groups[typeSetKey([]string{"x", "y"})] == nil {

@@ -14,20 +14,29 @@ import (
 // Plain subscribers (in-process workers, push loops: a few per node) are
 // all woken by each broadcast. Pull requests waiting in a long poll (up to
 // MaxLongPolls per node) join a group per set of types instead, and a
-// broadcast wakes one waiter per group: waking every waiter would make
-// each of them query the store for what one of them will get. A waiter
-// whose fetch leased tasks passes the wake-up on to two more of its group
-// (pass), since more may be due; one whose fetch found nothing ends the
-// chain. A waiter that leaves holding a wake-up it did not act on hands it
-// on (leaveGroup).
+// broadcast wakes one waiter per group (wakeOneLocked): waking every
+// waiter would make each of them query the store for what one of them will
+// get. A waiter whose fetch leased tasks passes the wake-up on to two more
+// of its group that are not fetching (pass), since more may be due; one
+// whose fetch found nothing ends the chain. A waiter that leaves holding a
+// wake-up it did not act on hands it on (leaveGroup), as does one whose
+// fetch failed (Lease).
 type broadcaster struct {
 	mu     sync.Mutex
 	subs   map[chan struct{}]struct{}
-	groups map[string][]chan struct{} // waiters by type set, longest waiting first
+	groups map[string][]*waiter // waiters by type set, longest waiting first
+}
+
+// waiter is a pull request waiting in a long poll.
+type waiter struct {
+	ch chan struct{} // one slot: a wake-up it has yet to act on
+	// fetching is set while the waiter fetches, or was woken and is about
+	// to: a wake-up passed on need not go to it. b.mu guards it.
+	fetching bool
 }
 
 func newBroadcaster() *broadcaster {
-	return &broadcaster{subs: make(map[chan struct{}]struct{}), groups: make(map[string][]chan struct{})}
+	return &broadcaster{subs: make(map[chan struct{}]struct{}), groups: make(map[string][]*waiter)}
 }
 
 func (b *broadcaster) subscribe() chan struct{} {
@@ -45,24 +54,42 @@ func (b *broadcaster) unsubscribe(ch chan struct{}) {
 }
 
 // joinGroup subscribes a waiter to the group key (its set of types, see
-// typeSetKey), last in line.
-func (b *broadcaster) joinGroup(key string) chan struct{} {
-	ch := make(chan struct{}, 1)
+// typeSetKey), last in line. The waiter is fetching: its first fetch
+// follows.
+func (b *broadcaster) joinGroup(key string) *waiter {
+	w := &waiter{ch: make(chan struct{}, 1), fetching: true}
 	b.mu.Lock()
-	b.groups[key] = append(b.groups[key], ch)
+	b.groups[key] = append(b.groups[key], w)
 	b.mu.Unlock()
-	return ch
+	return w
 }
 
-// leaveGroup unsubscribes ch from the group key. A wake-up ch holds and
-// did not act on goes to the next waiter of the group, so that leaving
+// requeue gives w back a wake-up it took but could not act on (its fetch
+// failed), for leaveGroup to hand on.
+func (w *waiter) requeue() {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+}
+
+// setFetching records whether w fetches (true: it was woken, or its poll
+// interval passed) or waits again (false).
+func (b *broadcaster) setFetching(w *waiter, fetching bool) {
+	b.mu.Lock()
+	w.fetching = fetching
+	b.mu.Unlock()
+}
+
+// leaveGroup unsubscribes w from the group key. A wake-up w holds and
+// did not act on goes to another waiter of the group, so that leaving
 // (a deadline, a caller gone, a lease answered) never swallows one.
-func (b *broadcaster) leaveGroup(key string, ch chan struct{}) {
+func (b *broadcaster) leaveGroup(key string, w *waiter) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	g := b.groups[key]
 	for i, c := range g {
-		if c == ch {
+		if c == w {
 			g = append(g[:i:i], g[i+1:]...)
 			break
 		}
@@ -73,37 +100,56 @@ func (b *broadcaster) leaveGroup(key string, ch chan struct{}) {
 		b.groups[key] = g
 	}
 	select {
-	case <-ch:
-		b.wakeLocked(g, nil, 1)
+	case <-w.ch:
+		b.wakeOneLocked(g)
 	default:
 	}
 }
 
-// pass wakes n waiters of the group key other than ch: ch's fetch leased
-// tasks, so more may be due.
-func (b *broadcaster) pass(key string, ch chan struct{}, n int) {
+// pass wakes n waiters of the group key other than w: w's fetch leased
+// tasks, so more may be due. Waiters fetching at the time are passed
+// over: each fetches what is due anyway, and passes the wake-up on in
+// turn if it leases tasks; passed to them, the wake-ups of a batch reached
+// one more waiter per round instead of twice as many.
+func (b *broadcaster) pass(key string, w *waiter, n int) {
 	b.mu.Lock()
-	b.wakeLocked(b.groups[key], ch, n)
-	b.mu.Unlock()
-}
-
-// wakeLocked wakes the first n waiters of g other than skip; a waiter
-// already holding a wake-up counts as woken, since it will fetch. b.mu is
-// held.
-func (b *broadcaster) wakeLocked(g []chan struct{}, skip chan struct{}, n int) {
-	for _, c := range g {
+	defer b.mu.Unlock()
+	for _, c := range b.groups[key] {
 		if n == 0 {
 			return
 		}
-		if c == skip {
+		if c == w || (c.fetching && len(c.ch) == 0) {
 			continue
 		}
-		select {
-		case c <- struct{}{}:
-		default:
-		}
+		b.wakeLocked(c)
 		n--
 	}
+}
+
+// wakeOneLocked makes one waiter of g fetch after now: the longest
+// waiting one that is not fetching (or already holds a wake-up), else the
+// longest waiting one, whose fetch may have begun before what the wake-up
+// is for. b.mu is held.
+func (b *broadcaster) wakeOneLocked(g []*waiter) {
+	for _, c := range g {
+		if !c.fetching || len(c.ch) > 0 {
+			b.wakeLocked(c)
+			return
+		}
+	}
+	if len(g) > 0 {
+		b.wakeLocked(g[0])
+	}
+}
+
+// wakeLocked gives w a wake-up, unless it holds one already (it will
+// fetch), and marks it fetching. b.mu is held.
+func (b *broadcaster) wakeLocked(w *waiter) {
+	select {
+	case w.ch <- struct{}{}:
+	default:
+	}
+	w.fetching = true
 }
 
 func (b *broadcaster) broadcast() {
@@ -115,7 +161,7 @@ func (b *broadcaster) broadcast() {
 		}
 	}
 	for _, g := range b.groups {
-		b.wakeLocked(g, nil, 1)
+		b.wakeOneLocked(g)
 	}
 	b.mu.Unlock()
 }
