@@ -46,11 +46,12 @@ is retried until the lease would expire.
 SIGINT, SIGTERM or SIGHUP stops leasing and lets running commands finish for up to
 --grace; commands still running then are stopped (SIGTERM, then SIGKILL to
 their process group) and their attempts failed as retryable. A second
-signal stops them at once.
+signal stops them at once. A SIGHUP ignored at start (nohup) stays ignored.
 
-Exit status: 0 after SIGINT, SIGTERM or SIGHUP; 1 when the server refuses the
-worker's lease requests (a bad token, an unknown route, a type that has a
-push target), once the running commands are done; 2 on a usage error.
+Exit status: 0 after SIGINT, SIGTERM or SIGHUP; 128+N after a second signal
+N; 1 when the server refuses the worker's lease requests (a bad token, an
+unknown route, a type that has a push target), once the running commands
+are done; 2 on a usage error.
 
 Example:
   retryq worker --types img.resize --exec './resize.sh' --concurrency 4 --permanent-exit 2,64
@@ -215,8 +216,9 @@ func (w *pullWorker) run(ctx context.Context) int {
 	// A hangup (the terminal closed, the SSH session dropped) stops the
 	// worker as gracefully as SIGTERM: its commands run in their own
 	// process groups, which the terminal does not signal, and would be
-	// left running unsupervised if it killed the worker.
-	signal.Notify(sigs, slices.Concat(terminationSignals, hangupSignals)...)
+	// left running unsupervised if it killed the worker. A hangup ignored
+	// at start (nohup) stays ignored, as by "retryq run" and the server.
+	signal.Notify(sigs, stopSignals()...)
 	defer signal.Stop(sigs)
 	if len(brokenPipeSignals) > 0 {
 		pipes := make(chan os.Signal, 1) // never read: Notify drops what does not fit
@@ -230,9 +232,12 @@ func (w *pullWorker) run(ctx context.Context) int {
 	defer kill()
 	w.killCtx = killCtx
 
-	// Signals: the first stops leasing, the second stops the commands.
+	// Signals: the first stops leasing, the second stops the commands and
+	// makes the exit status that of a death by it (128+N), as for the
+	// server: the stop was not the clean one the first signal asked for.
 	stopped := make(chan struct{})
 	defer close(stopped)
+	second := make(chan os.Signal, 1)
 	go func() {
 		select {
 		case s := <-sigs:
@@ -246,6 +251,7 @@ func (w *pullWorker) run(ctx context.Context) int {
 		select {
 		case s := <-sigs:
 			w.logf("received %v again: stopping running commands", s)
+			second <- s
 			kill()
 		case <-stopped:
 		}
@@ -278,6 +284,12 @@ func (w *pullWorker) run(ctx context.Context) int {
 		<-done
 	case <-killCtx.Done():
 		<-done
+	}
+	select {
+	case s := <-second:
+		w.logf("stopped by a second signal; exit status %d", signalStatus(s))
+		return signalStatus(s)
+	default:
 	}
 	w.logf("stopped")
 	return status
