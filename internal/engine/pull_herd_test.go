@@ -157,3 +157,25 @@ func TestGroupWakeUpIsHandedOn(t *testing.T) {
 		t.Fatal("an empty group is kept")
 	}
 }
+
+// TestPassReachesAFetchingWaiterWhenNoOtherIsIdle: a wake-up passed on
+// prefers waiters that are not fetching, but when too few are, it goes to
+// ones that are: their fetch may have begun before the tasks it is for
+// were committed, and they would then wait for the poll interval with
+// tasks due.
+func TestPassReachesAFetchingWaiterWhenNoOtherIsIdle(t *testing.T) {
+	b := newBroadcaster()
+	passer, busy, idle := b.joinGroup("k"), b.joinGroup("k"), b.joinGroup("k")
+	b.setFetching(idle, false)
+	held := func(w *waiter) bool { return len(w.ch) > 0 }
+	b.pass("k", passer, 1)
+	if !held(idle) || held(busy) || held(passer) {
+		t.Fatal("one wake-up passed on did not go to the idle waiter alone")
+	}
+	<-idle.ch
+	b.setFetching(idle, true)
+	b.pass("k", passer, 2)
+	if !held(busy) || !held(idle) || held(passer) {
+		t.Fatal("with no idle waiter left, wake-ups passed on did not reach the fetching ones")
+	}
+}

@@ -107,22 +107,27 @@ func (b *broadcaster) leaveGroup(key string, w *waiter) {
 }
 
 // pass wakes n waiters of the group key other than w: w's fetch leased
-// tasks, so more may be due. Waiters fetching at the time are passed
-// over: each fetches what is due anyway, and passes the wake-up on in
-// turn if it leases tasks; passed to them, the wake-ups of a batch reached
-// one more waiter per round instead of twice as many.
+// tasks, so more may be due. Waiters not fetching come first: passed to
+// waiters already fetching, the wake-ups of a batch reached one more
+// waiter per round instead of twice as many. Waiters fetching come next,
+// when there are too few others: a fetch that began before the tasks
+// were committed would miss them, and its waiter would wait for the poll
+// interval with tasks due.
 func (b *broadcaster) pass(key string, w *waiter, n int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, c := range b.groups[key] {
-		if n == 0 {
-			return
+	g := b.groups[key]
+	for _, busy := range []bool{false, true} {
+		for _, c := range g {
+			if n == 0 {
+				return
+			}
+			if c == w || (c.fetching && len(c.ch) == 0) != busy {
+				continue
+			}
+			b.wakeLocked(c)
+			n--
 		}
-		if c == w || (c.fetching && len(c.ch) == 0) {
-			continue
-		}
-		b.wakeLocked(c)
-		n--
 	}
 }
 
