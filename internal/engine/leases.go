@@ -135,6 +135,27 @@ func (lt *leaseTable) start(taskID, leaseID string, cancel context.CancelCauseFu
 	return true
 }
 
+// startInTime is start for a lease that must also be more than margin
+// from its last known expiry at now: one closer (its fetch answered late,
+// or it waited to start while heartbeats failed) is not started but marked
+// lost, as the watchdog would mark it on its next pass, and expiring
+// reports so. A handler started on it would run with its context live
+// until that pass, past the expiry on a loaded machine.
+func (lt *leaseTable) startInTime(taskID, leaseID string, cancel context.CancelCauseFunc, now time.Time, margin time.Duration) (started, expiring bool) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	h := lt.m[taskID]
+	if h == nil || h.leaseID != leaseID || h.lost {
+		return false, false
+	}
+	if !h.expires.IsZero() && now.After(h.expires.Add(-margin)) {
+		h.lost = true
+		return false, true
+	}
+	h.cancel = cancel
+	return true, false
+}
+
 // holds reports whether h is still the lease held for taskID.
 func (lt *leaseTable) holds(taskID string, h *heldLease) bool {
 	lt.mu.Lock()

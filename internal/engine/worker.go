@@ -348,9 +348,17 @@ func (w *workerRun) execute(t *store.Task) {
 		return
 	}
 	leaseCtx, cancelLease := context.WithCancelCause(w.handlerCtx)
-	if !e.leases.start(t.ID, t.LeaseID, cancelLease) {
+	started, expiring := e.leases.startInTime(t.ID, t.LeaseID, cancelLease, e.now(), watchdogMargin(e.cfg.LeaseDuration))
+	if !started {
 		cancelLease(nil)
 		e.leases.remove(t.ID, t.LeaseID)
+		if expiring {
+			// As after a watchdog stop: a heartbeat on its way may have
+			// kept the lease; give it back, the attempt not counted.
+			e.log.Warn("lease about to expire before the task started; giving it back", "task_id", t.ID, "type", t.Type, "lease_id", t.LeaseID)
+			w.giveBack(t)
+			return
+		}
 		e.log.Warn("lease lost before the task started; skipped", "task_id", t.ID, "type", t.Type, "lease_id", t.LeaseID)
 		return
 	}
