@@ -1,0 +1,88 @@
+//go:build unix
+
+package cli
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The helpers of the tests that run the CLI as a child process, on every
+// Unix: the signal tests (server_signal_test.go, server_timeout_test.go)
+// run there, not only on Linux.
+
+// lockedBuffer collects a process's output for concurrent readers.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// pollUntil calls cond every 20ms until it holds, for at most limit.
+func pollUntil(t *testing.T, limit time.Duration, what string, cond func() bool, diag func() string) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for i := 0; ; i++ {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) || i > int(limit/(20*time.Millisecond))+1 {
+			t.Fatalf("timed out after %v waiting for %s\n%s", limit, what, diag())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cliProcess is the retryq CLI run as a child process (this test binary).
+type cliProcess struct {
+	cmd    *exec.Cmd
+	stderr *lockedBuffer
+	exited chan struct{} // closed when the process has exited; then waitErr is set
+	// waitErr is the process's exit (nil for status 0); read it only once
+	// exited is closed.
+	waitErr error
+}
+
+// startCLIProcess runs "retryq args..." as a child process with env added
+// to the test's environment (RETRYQ_SERVER and RETRYQ_API_TOKEN cleared)
+// and its standard output going to stdout (discarded when nil). It is
+// killed at the end of the test if it is still running.
+func startCLIProcess(t *testing.T, env []string, stdout io.Writer, args ...string) *cliProcess {
+	t.Helper()
+	p := &cliProcess{cmd: exec.Command(os.Args[0], args...), stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	p.cmd.Env = append(append(os.Environ(), "RETRYQ_TEST_CLI=1", "RETRYQ_SERVER=", "RETRYQ_API_TOKEN="), env...)
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	p.cmd.Stdout, p.cmd.Stderr = stdout, p.stderr
+	p.cmd.WaitDelay = 5 * time.Second // commands left running must not hold the test
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.waitErr = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
