@@ -75,18 +75,20 @@ func TestEnginesRestartedAtRandom(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	m := newModel()
-	c := &mnCluster{t: t, url: dbURL, m: m, rng: rand.New(rand.NewPCG(seed, 4)), log: slog.New(slog.DiscardHandler)}
+	c := &mnCluster{t: t, url: dbURL, m: m, rng: rand.New(rand.NewPCG(seed, 4))}
 	for i := range c.proxies {
 		c.proxies[i] = newFreezeProxy(t, hostOf(t, dbURL))
 	}
+	logTo := slog.DiscardHandler
 	if path := os.Getenv(envEngineLog); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		c.log = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		logTo = slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo})
 	}
+	c.log = slog.New(outcomeLog{next: logTo, m: m})
 
 	// Migrate and configure the types once; the test's own pool stays.
 	{
@@ -98,6 +100,10 @@ func TestEnginesRestartedAtRandom(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = st.Close() })
 		c.admin = st
+		if err := watchReaps(ctx, st); err != nil {
+			cancel()
+			t.Fatalf("watch reaps: %v", err)
+		}
 		e, err := engine.New(engine.Config{Store: st, NoScheduler: true})
 		if err != nil {
 			t.Fatal(err)
@@ -287,5 +293,9 @@ func TestEnginesRestartedAtRandom(t *testing.T) {
 	if len(m.ids) != total {
 		t.Errorf("%d tasks enqueued, want %d", len(m.ids), total)
 	}
-	m.check(t, ctx, st)
+	reaps, err := reapedExpiries(ctx, st)
+	if err != nil {
+		t.Fatalf("read reaped expiries: %v", err)
+	}
+	m.check(t, ctx, st, reaps)
 }
