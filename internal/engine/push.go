@@ -346,7 +346,12 @@ func (p *pusher) stop() {
 			cut = true
 		}
 		if cut {
-			p.e.log.Info("push deliveries still running at shutdown; cancelling and releasing them", "node", p.e.cfg.NodeID)
+			// Counted, not taken from the select: with EndGraces called
+			// before, its case wins whenever done's goroutine has not run
+			// yet, with no delivery in flight as with some.
+			if n := p.inFlight(); n > 0 {
+				p.e.log.Info("push deliveries still running at shutdown; cancelling and releasing them", "node", p.e.cfg.NodeID, "deliveries", n)
+			}
 			p.cancelDeliveries()
 			wait := time.NewTimer(pushStopWait)
 			defer wait.Stop()

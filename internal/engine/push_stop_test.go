@@ -319,3 +319,29 @@ func TestPushShutdownLogsTheDeliveriesItWaitsFor(t *testing.T) {
 		t.Errorf("want the wait for 1 delivery logged before the cancellation; log:\n%s", out)
 	}
 }
+
+// TestPushStopAfterEndGracesWithNothingInFlight: a node whose shutdown
+// timeout ended the graces before Close reached the pusher, with no
+// delivery in flight, does not log that it cancels deliveries still
+// running. The grace's end was chosen over the deliveries' end whenever
+// the goroutine that reports the latter had not run yet, as is usual
+// with none to wait for.
+func TestPushStopAfterEndGracesWithNothingInFlight(t *testing.T) {
+	srv := target(t, func(w http.ResponseWriter, r *http.Request) {})
+	var logBuf syncBuffer
+	p := newPushEnvWith(t, "sqlite", Config{Logger: slog.New(slog.NewTextHandler(&logBuf, nil))})
+	p.putType("push.idle", fastPolicy(3), Target{URL: srv.URL})
+	p.wait(p.enqueue("push.idle", `{}`), store.StateSucceeded)
+	for deadline := time.Now().Add(10 * time.Second); p.e.push.inFlight() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the delivery's outcome was not recorded within 10s")
+		}
+	}
+	p.e.EndGraces()
+	if err := p.e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out := logBuf.String(); strings.Contains(out, "still running") {
+		t.Errorf("with no delivery in flight, the log says some are cancelled:\n%s", out)
+	}
+}
