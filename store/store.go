@@ -81,9 +81,10 @@ type Store interface {
 	// at most p.Limit groups, with the totals of all of them.
 	DeadSummary(ctx context.Context, p SummaryParams) (Summary, error)
 	// RedriveDead retries (as RetryTask) up to Limit dead tasks matching the
-	// filter in one transaction and returns how many moved. With an error
-	// it returns how many moved in transactions that committed before it
-	// (a backend may fill a Limit in several), 0 when none did.
+	// filter and returns how many moved. A backend may take them in
+	// several transactions (SQLite does, 500 tasks each); with an error it
+	// returns how many moved in transactions that committed before it, 0
+	// when none did.
 	RedriveDead(ctx context.Context, p DeadFilter) (int, error)
 	// PurgeDead deletes dead tasks matching the filter (and their history)
 	// and returns how many were deleted; with an error, how many were
