@@ -39,8 +39,20 @@ func (p *pusher) deliver(f *pushFetcher, pt *pushTarget, t *store.Task) {
 
 	leaseCtx, cancelLease := context.WithCancelCause(p.deliverCtx)
 	defer cancelLease(nil)
-	if !e.leases.start(t.ID, t.LeaseID, cancelLease) {
+	started, expiring := e.leases.startInTime(t.ID, t.LeaseID, cancelLease, e.now(), watchdogMargin(e.cfg.LeaseDuration))
+	if !started {
 		e.leases.remove(t.ID, t.LeaseID)
+		if expiring {
+			// Its fetch answered late: sent now, the delivery would run
+			// on a lease running out under it. Given back as after a
+			// watchdog stop (a heartbeat may have kept the lease), the
+			// attempt not counted.
+			e.log.Warn("push: lease about to expire before the delivery started; giving it back", "task_id", t.ID, "type", t.Type, "lease_id", t.LeaseID)
+			settled := make(chan struct{})
+			e.giveBackExpired(t, func() { close(settled) })
+			<-settled
+			return
+		}
 		e.log.Warn("push: lease lost before the delivery started; skipped", "task_id", t.ID, "type", t.Type)
 		return
 	}
