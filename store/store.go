@@ -82,7 +82,7 @@ type Store interface {
 	DeadSummary(ctx context.Context, p SummaryParams) (Summary, error)
 	// RedriveDead retries (as RetryTask) up to Limit dead tasks matching the
 	// filter and returns how many moved. A backend may take them in
-	// several transactions (SQLite does, 500 tasks each); with an error it
+	// several transactions (both do, 500 tasks each); with an error it
 	// returns how many moved in transactions that committed before it, 0
 	// when none did.
 	RedriveDead(ctx context.Context, p DeadFilter) (int, error)

@@ -130,6 +130,14 @@ func checkPlan(t *testing.T, name, plan string) {
 func explainPage(ctx context.Context, t *testing.T, s *Store, settings, mode, pageCTE string, args []any) string {
 	t.Helper()
 	args = append(args, int64(4<<20))
+	return explainStatement(ctx, t, s, settings, mode, pageSQL(pageCTE, len(args)), args)
+}
+
+// explainStatement returns the plan of the statement q with arguments
+// args under settings and the plan_cache_mode mode, as its prepared
+// EXECUTE.
+func explainStatement(ctx context.Context, t *testing.T, s *Store, settings, mode, q string, args []any) string {
+	t.Helper()
 	lits := make([]string, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
@@ -155,7 +163,7 @@ func explainPage(ctx context.Context, t *testing.T, s *Store, settings, mode, pa
 		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+mode); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "PREPARE listing AS "+pageSQL(pageCTE, len(args))); err != nil {
+		if _, err := tx.Exec(ctx, "PREPARE listing AS "+q); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE listing("+strings.Join(lits, ", ")+")")
@@ -170,7 +178,7 @@ func explainPage(ctx context.Context, t *testing.T, s *Store, settings, mode, pa
 		return err
 	})
 	if err != nil {
-		t.Fatalf("explain: %v\n%s", err, pageCTE)
+		t.Fatalf("explain: %v\n%s", err, q)
 	}
 	return strings.Join(plan, "\n")
 }
