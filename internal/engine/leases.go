@@ -64,7 +64,10 @@ type heldLease struct {
 	leaseID string
 	cancel  context.CancelCauseFunc // nil while the task waits in a prefetch buffer
 	lost    bool                    // the lease is gone (found by a heartbeat, expired, cancelled, replaced)
-	expires time.Time               // as last granted or extended
+	// expired is set with lost by the watchdog: the lease was about to
+	// expire unextended, but a heartbeat on its way may have kept it.
+	expired bool
+	expires time.Time // as last granted or extended
 	// attempt and started name the attempt the lease was granted for (the
 	// task's attempt number and start, as stored); zero when unknown.
 	attempt int
@@ -140,16 +143,22 @@ func (lt *leaseTable) start(taskID, leaseID string, cancel context.CancelCauseFu
 // or it waited to start while heartbeats failed) is not started but marked
 // lost, as the watchdog would mark it on its next pass, and expiring
 // reports so. A handler started on it would run with its context live
-// until that pass, past the expiry on a loaded machine.
+// until that pass, past the expiry on a loaded machine. A lease the
+// watchdog marked while it waited is reported expiring too.
 func (lt *leaseTable) startInTime(taskID, leaseID string, cancel context.CancelCauseFunc, now time.Time, margin time.Duration) (started, expiring bool) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
 	h := lt.m[taskID]
-	if h == nil || h.leaseID != leaseID || h.lost {
+	if h == nil || h.leaseID != leaseID {
 		return false, false
 	}
+	if h.lost {
+		// One the watchdog stopped while it waited (a prefetched task)
+		// is given back like one found about to expire here.
+		return false, h.expired
+	}
 	if !h.expires.IsZero() && now.After(h.expires.Add(-margin)) {
-		h.lost = true
+		h.lost, h.expired = true, true
 		return false, true
 	}
 	h.cancel = cancel
@@ -166,7 +175,7 @@ func (lt *leaseTable) holds(taskID string, h *heldLease) bool {
 // markLost records that a lease is gone and cancels its handler if running.
 func (lt *leaseTable) markLost(h *heldLease) {
 	lt.mu.Lock()
-	h.lost = true
+	h.lost, h.expired = true, false // gone for sure: nothing to give back
 	cancel := h.cancel
 	lt.mu.Unlock()
 	if cancel != nil {
@@ -324,7 +333,7 @@ func (lt *leaseTable) expire(now time.Time, margin time.Duration) (stopped []str
 		}
 		stopAt := h.expires.Add(-margin)
 		if now.After(stopAt) {
-			h.lost = true
+			h.lost, h.expired = true, true
 			stopped = append(stopped, id)
 			if h.cancel != nil {
 				cancels = append(cancels, h.cancel)
