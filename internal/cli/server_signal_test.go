@@ -7,11 +7,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,51 +29,12 @@ import (
 // the log ending at "shutting down" with no word of why.
 func TestServerSecondSignalExitsAtOnce(t *testing.T) {
 	clearServerEnv(t)
-	received := make(chan struct{}, 1)
-	release := make(chan struct{})
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case received <- struct{}{}:
-		default:
-		}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	defer target.Close()
-	defer close(release)
+	targetURL, received := hangingPushTarget(t)
 	path := filepath.Join(t.TempDir(), "sig.db")
-	proc := startCLIProcess(t, nil, nil, "server", "--db", "sqlite:"+path, "--listen", "127.0.0.1:0")
-	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
-	diag := func() string { return "server log:\n" + stderr.String() }
-	var addr string
-	re := regexp.MustCompile(`msg="retryq server started".* listen=(\S+)`)
-	pollUntil(t, 20*time.Second, "the server to start", func() bool {
-		m := re.FindStringSubmatch(stderr.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	}, diag)
-	call := func(method, path, body string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(context.Background(), method, "http://"+addr+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("%s %s: status %d\n%s", method, path, resp.StatusCode, diag())
-		}
-	}
-	call(http.MethodPut, "/v1/types/hook", `{"target":{"url":"`+target.URL+`"}}`)
-	call(http.MethodPost, "/v1/tasks", `{"type":"hook"}`)
+	proc := startServerProcess(t, "--db", "sqlite:"+path, "--listen", "127.0.0.1:0")
+	cmd, stderr, exited, diag := proc.cmd, proc.stderr, proc.exited, proc.diag
+	proc.call(t, http.MethodPut, "/v1/types/hook", `{"target":{"url":"`+targetURL+`"}}`)
+	proc.call(t, http.MethodPost, "/v1/tasks", `{"type":"hook"}`)
 	select {
 	case <-received:
 	case <-time.After(20 * time.Second):

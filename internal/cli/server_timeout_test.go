@@ -12,10 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -82,64 +80,20 @@ func TestServerShutdownTimeoutFlag(t *testing.T) {
 // delivery, past Kubernetes' 30 s grace once anything else was slow.
 func TestServerShutdownTimeoutBoundsTheStop(t *testing.T) {
 	clearServerEnv(t)
-	received := make(chan struct{}, 1)
-	release := make(chan struct{})
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case received <- struct{}{}:
-		default:
-		}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	defer target.Close()
-	defer close(release)
+	targetURL, received := hangingPushTarget(t)
 	path := filepath.Join(t.TempDir(), "bound.db")
 	const bound = 3 * time.Second
-	proc := startCLIProcess(t, nil, nil, "server", "--db", "sqlite:"+path, "--listen", "127.0.0.1:0", "--shutdown-timeout", bound.String())
-	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
-	diag := func() string { return "server log:\n" + stderr.String() }
-	var addr string
-	re := regexp.MustCompile(`msg="retryq server started".* listen=(\S+)`)
-	pollUntil(t, 20*time.Second, "the server to start", func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("the server exited: %v\n%s", proc.waitErr, diag())
-		default:
-		}
-		m := re.FindStringSubmatch(stderr.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	}, diag)
-	call := func(method, path, body string) {
-		t.Helper()
-		req, err := http.NewRequestWithContext(context.Background(), method, "http://"+addr+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("%s %s: status %d\n%s", method, path, resp.StatusCode, diag())
-		}
-	}
-	call(http.MethodPut, "/v1/types/hook", `{"target":{"url":"`+target.URL+`","timeout_seconds":600}}`)
-	call(http.MethodPost, "/v1/tasks", `{"type":"hook"}`)
+	proc := startServerProcess(t, "--db", "sqlite:"+path, "--listen", "127.0.0.1:0", "--shutdown-timeout", bound.String())
+	cmd, stderr, exited, diag := proc.cmd, proc.stderr, proc.exited, proc.diag
+	proc.call(t, http.MethodPut, "/v1/types/hook", `{"target":{"url":"`+targetURL+`","timeout_seconds":600}}`)
+	proc.call(t, http.MethodPost, "/v1/tasks", `{"type":"hook"}`)
 	select {
 	case <-received:
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the push delivery never reached the target\n%s", diag())
 	}
 	// A request whose body never comes holds the HTTP drain.
-	slow, err := net.Dial("tcp", addr)
+	slow, err := net.Dial("tcp", proc.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,49 +230,13 @@ func recvValue[T any](t *testing.T, ch <-chan T, limit time.Duration, what strin
 // grace and be killed with nothing in the log.
 func TestServerShutdownTimeoutExitsWhenTheDrainHangs(t *testing.T) {
 	clearServerEnv(t)
-	received := make(chan struct{}, 1)
-	release := make(chan struct{})
-	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case received <- struct{}{}:
-		default:
-		}
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	}))
-	defer target.Close()
-	defer close(release)
+	targetURL, received := hangingPushTarget(t)
 	path := filepath.Join(t.TempDir(), "hang.db")
 	const bound = 2 * time.Second
-	proc := startCLIProcess(t, nil, nil, "server", "--db", "sqlite:"+path, "--listen", "127.0.0.1:0", "--shutdown-timeout", bound.String())
-	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
-	diag := func() string { return "server log:\n" + stderr.String() }
-	var addr string
-	re := regexp.MustCompile(`msg="retryq server started".* listen=(\S+)`)
-	pollUntil(t, 20*time.Second, "the server to start", func() bool {
-		m := re.FindStringSubmatch(stderr.String())
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	}, diag)
-	for _, c := range []struct{ method, path, body string }{
-		{http.MethodPut, "/v1/types/hook", `{"target":{"url":"` + target.URL + `","timeout_seconds":600}}`},
-		{http.MethodPost, "/v1/tasks", `{"type":"hook"}`},
-	} {
-		req, _ := http.NewRequest(c.method, "http://"+addr+c.path, strings.NewReader(c.body))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode/100 != 2 {
-			t.Fatalf("%s %s: status %d\n%s", c.method, c.path, resp.StatusCode, diag())
-		}
-	}
+	proc := startServerProcess(t, "--db", "sqlite:"+path, "--listen", "127.0.0.1:0", "--shutdown-timeout", bound.String())
+	cmd, stderr, exited, diag := proc.cmd, proc.stderr, proc.exited, proc.diag
+	proc.call(t, http.MethodPut, "/v1/types/hook", `{"target":{"url":"`+targetURL+`","timeout_seconds":600}}`)
+	proc.call(t, http.MethodPost, "/v1/tasks", `{"type":"hook"}`)
 	select {
 	case <-received:
 	case <-time.After(20 * time.Second):
