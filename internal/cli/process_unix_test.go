@@ -65,7 +65,16 @@ type cliProcess struct {
 // killed at the end of the test if it is still running.
 func startCLIProcess(t *testing.T, env []string, stdout io.Writer, args ...string) *cliProcess {
 	t.Helper()
-	p := &cliProcess{cmd: exec.Command(os.Args[0], args...), stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	return startCLIProcessUnder(t, nil, env, stdout, args...)
+}
+
+// startCLIProcessUnder is startCLIProcess run through the command line
+// under (such as nohup), which must exec "retryq args..." in its own
+// process.
+func startCLIProcessUnder(t *testing.T, under []string, env []string, stdout io.Writer, args ...string) *cliProcess {
+	t.Helper()
+	argv := append(append(append([]string(nil), under...), os.Args[0]), args...)
+	p := &cliProcess{cmd: exec.Command(argv[0], argv[1:]...), stderr: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd.Env = append(append(os.Environ(), "RETRYQ_TEST_CLI=1", "RETRYQ_SERVER=", "RETRYQ_API_TOKEN="), env...)
 	if stdout == nil {
 		stdout = io.Discard

@@ -3,8 +3,6 @@
 package cli
 
 import (
-	"io"
-	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
@@ -62,25 +60,8 @@ func TestServerUnderNohupIgnoresHangup(t *testing.T) {
 		t.Skip("no nohup command")
 	}
 	clearServerEnv(t)
-	stderr := &lockedBuffer{}
-	cmd := exec.Command(nohup, os.Args[0], "server", "--db", "sqlite:"+filepath.Join(t.TempDir(), "nohup.db"), "--listen", "127.0.0.1:0")
-	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1")
-	cmd.Stdout, cmd.Stderr = io.Discard, stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	proc := startCLIProcessUnder(t, []string{nohup}, nil, nil, "server", "--db", "sqlite:"+filepath.Join(t.TempDir(), "nohup.db"), "--listen", "127.0.0.1:0")
+	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
 	diag := func() string { return "server log:\n" + stderr.String() }
 	pollUntil(t, 20*time.Second, "the server to start", func() bool {
 		return strings.Contains(stderr.String(), "retryq server started")
@@ -97,8 +78,8 @@ func TestServerUnderNohupIgnoresHangup(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the server did not exit after SIGTERM\n%s", diag())
 	}
-	if waitErr != nil {
-		t.Errorf("server exit: %v, want status 0\n%s", waitErr, diag())
+	if proc.waitErr != nil {
+		t.Errorf("server exit: %v, want status 0\n%s", proc.waitErr, diag())
 	}
 	if !strings.Contains(stderr.String(), `msg="shutting down; a second signal exits at once" signal=terminated`) {
 		t.Errorf("want the shutdown begun by SIGTERM, the SIGHUP ignored\n%s", diag())

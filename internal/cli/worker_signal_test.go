@@ -4,7 +4,6 @@ package cli
 
 import (
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,25 +75,8 @@ func TestWorkerUnderNohupIgnoresHangup(t *testing.T) {
 		t.Skip("no nohup command")
 	}
 	s := startAPIServer(t, nil)
-	stderr := &lockedBuffer{}
-	cmd := exec.Command(nohup, os.Args[0], "worker", "--server", s.url, "--types", "cli.nohup", "--exec", "true", "--worker-id", "nohup-worker")
-	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
-	cmd.Stdout, cmd.Stderr = io.Discard, stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	proc := startCLIProcessUnder(t, []string{nohup}, nil, nil, "worker", "--server", s.url, "--types", "cli.nohup", "--exec", "true", "--worker-id", "nohup-worker")
+	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
 	diag := func() string { return "worker stderr:\n" + stderr.String() }
 	pollUntil(t, 20*time.Second, "the worker to start", func() bool {
 		return strings.Contains(stderr.String(), "nohup-worker leasing")
@@ -111,8 +93,8 @@ func TestWorkerUnderNohupIgnoresHangup(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the worker did not exit after SIGTERM\n%s", diag())
 	}
-	if waitErr != nil {
-		t.Errorf("worker exit: %v, want status 0\n%s", waitErr, diag())
+	if proc.waitErr != nil {
+		t.Errorf("worker exit: %v, want status 0\n%s", proc.waitErr, diag())
 	}
 	if !strings.Contains(stderr.String(), "received terminated: no new tasks") || strings.Contains(stderr.String(), "hangup") {
 		t.Errorf("want the stop begun by SIGTERM, the SIGHUP ignored\n%s", diag())
