@@ -63,6 +63,11 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	if err := s.check(op); err != nil {
 		return nil, "", err
 	}
+	end, werr := s.operatorSlot(ctx, op)
+	if werr != nil {
+		return nil, "", werr
+	}
+	defer end()
 	if f.Limit <= 0 {
 		return nil, "", fmt.Errorf("%s: limit must be positive (got %d): %w", op, f.Limit, store.ErrInvalid)
 	}
@@ -98,6 +103,11 @@ func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.S
 	if err := s.check(op); err != nil {
 		return store.Summary{}, err
 	}
+	end, werr := s.operatorSlot(ctx, op)
+	if werr != nil {
+		return store.Summary{}, werr
+	}
+	defer end()
 	if err := store.CheckLimit(p.Limit); err != nil {
 		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
 	}
@@ -186,6 +196,11 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	if err := s.check(op); err != nil {
 		return 0, err
 	}
+	end, werr := s.operatorSlot(ctx, op)
+	if werr != nil {
+		return 0, werr
+	}
+	defer end()
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
@@ -209,6 +224,11 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	if err := s.check(op); err != nil {
 		return 0, err
 	}
+	end, werr := s.operatorSlot(ctx, op)
+	if werr != nil {
+		return 0, werr
+	}
+	defer end()
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
@@ -297,6 +317,11 @@ SELECT coalesce(sum(n), 0)::bigint FROM per`, args...)
 // Stats returns per-type counts by state and attempt counts since Since.
 func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeStats, error) {
 	const op = "get stats"
+	end, werr := s.operatorSlot(ctx, op)
+	if werr != nil {
+		return nil, werr
+	}
+	defer end()
 	byType := map[string]*store.TypeStats{}
 	get := func(typ string) *store.TypeStats {
 		st, ok := byType[typ]

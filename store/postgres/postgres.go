@@ -90,7 +90,9 @@ type Config struct {
 	URL string
 	// MaxConns is the maximum size of the connection pool (default: the
 	// URL's pool_max_conns, else 10). The Wakeups listener uses one extra
-	// dedicated connection.
+	// dedicated connection. The operators' calls (ListTasks, ListDead,
+	// DeadSummary, Stats, RedriveDead, PurgeDead) hold at most half of
+	// the pool at once (at least one connection; see operatorConns).
 	MaxConns int32
 	// MinConns is the number of connections kept open (default: the URL's
 	// pool_min_conns, else 0). Open opens max(MinConns, min(MaxConns,
@@ -211,6 +213,9 @@ type Store struct {
 	begin       string
 	idleTxLimit time.Duration
 
+	// opSlots holds a token for each operator call running (operatorConns).
+	opSlots chan struct{}
+
 	wq          writeQueue   // the group-commit writer's queue (group.go)
 	groups      atomic.Int64 // batches sent by the writer
 	groupWrites atomic.Int64 // writes in them
@@ -264,7 +269,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, translate("open postgres", err)
 	}
-	s := &Store{cfg: cfg, pool: pool, wq: writeQueue{signal: make(chan struct{}, 1)}}
+	s := &Store{cfg: cfg, pool: pool, wq: writeQueue{signal: make(chan struct{}, 1)},
+		opSlots: make(chan struct{}, operatorConns(cfg.MaxConns))}
 	s.bgCtx, s.bgCancel = context.WithCancel(context.Background())
 	s.bgWG.Add(1)
 	go s.writer()
@@ -397,6 +403,26 @@ func (s *Store) check(op string) error {
 		return fmt.Errorf("%s: %w", op, store.ErrClosed)
 	}
 	return nil
+}
+
+// operatorConns is how many connections of a pool of maxConns the
+// operators' calls may hold at once: half of them, at least one. Those
+// calls come as many at once as dashboards and scripts send them, and
+// some are slow (Stats counts every task; any of them may wait behind a
+// lock): with the whole pool theirs, the engine's own calls (the
+// leader's renewal, heartbeats, fetches, outcomes) waited for a
+// connection until leases and the leadership were lost.
+func operatorConns(maxConns int32) int { return max(1, int(maxConns)/2) }
+
+// operatorSlot waits for the turn of an operator call (operatorConns)
+// and returns the function that ends it.
+func (s *Store) operatorSlot(ctx context.Context, op string) (func(), error) {
+	select {
+	case s.opSlots <- struct{}{}:
+		return func() { <-s.opSlots }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: wait for a connection: %w", op, ctx.Err())
+	}
 }
 
 // inTx runs fn in a transaction (READ COMMITTED) and commits it. The
