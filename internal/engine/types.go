@@ -36,7 +36,10 @@ const typeCacheMaxStale = 2 * typeCacheTTL
 // again before use anyway), so that the names of types that come and go,
 // or are only looked up, are not kept for as long as the process runs.
 // The next sweep waits until the cache has doubled, or reached this size
-// again: the cache holds at most about twice the types used recently.
+// again, or, while it holds more than this, until typeCacheMaxStale has
+// passed (the reads of the types still in use run it): the cache holds at
+// most about twice the types used recently, and a burst of names is
+// dropped once unused even when the cache never grows again.
 const typeCacheMaxEntries = 1024
 
 // typeStaleWait bounds a caller's wait for the read of an entry past
@@ -207,7 +210,8 @@ type typeCache struct {
 	mu      sync.RWMutex
 	m       map[string]*typeEntry
 	loading map[string]*typeLoad
-	sweepAt int // the size of m at which the next sweep runs
+	sweepAt int       // the size of m at which the next sweep runs
+	sweptAt time.Time // the last sweep: one runs again typeCacheMaxStale later while m is large
 }
 
 // typeLoad is one load of a type in flight; done closes when ent or err is set.
@@ -236,6 +240,7 @@ func (c *typeCache) sweep(now time.Time) {
 		}
 	}
 	c.sweepAt = max(typeCacheMaxEntries, 2*len(c.m))
+	c.sweptAt = now
 }
 
 func (c *typeCache) get(ctx context.Context, typ string) (*typeEntry, error) {
@@ -311,8 +316,9 @@ func (c *typeCache) load(ctx context.Context, typ string, ld *typeLoad) {
 		ld.ent = &typeEntry{spec: spec, loaded: started}
 		if current {
 			c.m[typ] = ld.ent
-			if len(c.m) >= c.sweepAt {
-				c.sweep(time.Now())
+			now := time.Now()
+			if len(c.m) >= c.sweepAt || (len(c.m) > typeCacheMaxEntries && now.Sub(c.sweptAt) >= typeCacheMaxStale) {
+				c.sweep(now)
 			}
 		}
 	}

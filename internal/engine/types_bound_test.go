@@ -99,3 +99,47 @@ func TestPutTypeBoundsMaxAttempts(t *testing.T) {
 		t.Fatalf("refused type stored: %v, %v", spec.Stored, err)
 	}
 }
+
+// ageCache makes every entry of the type cache, and its last sweep, d
+// older: time passes with no type used.
+func ageCache(e *Engine, d time.Duration) {
+	e.types.mu.Lock()
+	defer e.types.mu.Unlock()
+	for typ, ent := range e.types.m {
+		old := *ent
+		old.loaded, old.used = old.loaded.Add(-d), old.used.Add(-d)
+		e.types.m[typ] = &old
+	}
+	e.types.sweptAt = e.types.sweptAt.Add(-d)
+}
+
+// TestTypeCacheForgetsABurstOfTypesOnceUnused: a burst of distinct type
+// names (a client enqueueing or leasing under 3,000 random names) is
+// dropped from the cache once unused, though the cache never grows again
+// after it: the types still in use are read again every typeCacheTTL, and
+// those reads sweep it. Before, the cache swept only on reaching twice its
+// size after the last sweep, so every entry of the burst was kept for as
+// long as the process ran.
+func TestTypeCacheForgetsABurstOfTypesOnceUnused(t *testing.T) {
+	e, _ := newTypesEngine(t)
+	ctx := context.Background()
+	if _, err := e.TypeSpec(ctx, "ocr"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 * typeCacheMaxEntries {
+		if _, err := e.TypeSpec(ctx, fmt.Sprintf("burst/%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ageCache(e, 2*typeCacheMaxStale)
+	// Only ocr is in use from now on: its entry is read again.
+	if _, err := e.TypeSpec(ctx, "ocr"); err != nil {
+		t.Fatal(err)
+	}
+	e.types.mu.RLock()
+	size := len(e.types.m)
+	e.types.mu.RUnlock()
+	if size > typeCacheMaxEntries {
+		t.Fatalf("after a burst of %d types unused since, the cache holds %d entries; want at most %d", 3*typeCacheMaxEntries, size, typeCacheMaxEntries)
+	}
+}
