@@ -234,16 +234,25 @@ func (lt *leaseTable) stopCancelled(h *heldLease) {
 // those recorded more than goneTTL ago. lt.mu is held.
 func (lt *leaseTable) remember(taskID string, g goneLease) {
 	now := time.Now()
-	if now.Sub(lt.lastPurge) > time.Second {
-		for id, old := range lt.gone {
-			if now.Sub(old.at) > goneTTL {
-				delete(lt.gone, id)
-			}
-		}
-		lt.lastPurge = now
-	}
+	lt.forgetGone(now)
 	g.at = now
 	lt.gone[taskID] = g
+}
+
+// forgetGone forgets the cancellations recorded more than goneTTL ago, at
+// most once a second. Both remember and the watchdog's passes (expire)
+// call it, so that a burst of them goes even when none follows. lt.mu is
+// held.
+func (lt *leaseTable) forgetGone(now time.Time) {
+	if now.Sub(lt.lastPurge) <= time.Second {
+		return
+	}
+	for id, old := range lt.gone {
+		if now.Sub(old.at) > goneTTL {
+			delete(lt.gone, id)
+		}
+	}
+	lt.lastPurge = now
 }
 
 // matches reports whether h is the cancelled lease or attempt g names.
@@ -321,10 +330,11 @@ func (lt *leaseTable) remove(taskID, leaseID string) bool {
 // is marked lost and its handler cancelled, whether or not a heartbeat could
 // reach the store. It returns the ids of the tasks it stopped and the
 // earliest instant a lease still held is to be stopped at (its expiry less
-// margin; zero when none).
+// margin; zero when none). It forgets old cancellations too (forgetGone).
 func (lt *leaseTable) expire(now time.Time, margin time.Duration) (stopped []string, next time.Time) {
 	var cancels []context.CancelCauseFunc
 	lt.mu.Lock()
+	lt.forgetGone(time.Now()) // as remember: gone's times are the system clock's
 	for id, h := range lt.m {
 		if h.lost || h.expires.IsZero() || h.finishing {
 			// A finishing lease has no handler to stop: if it did run
