@@ -349,7 +349,11 @@ func fmtSeconds(s float64) string {
 	case d < time.Second:
 		return d.Round(time.Millisecond).String()
 	case d < time.Minute:
-		return strconv.FormatFloat(d.Round(time.Millisecond).Seconds(), 'f', -1, 64) + "s"
+		// Whole milliseconds over 1000: Duration.Seconds adds the
+		// fraction to the whole seconds, which prints 2.619 s as
+		// 2.6189999999999998.
+		ms := d.Round(time.Millisecond).Milliseconds()
+		return strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64) + "s"
 	}
 	return d.Round(time.Second).String()
 }

@@ -35,6 +35,10 @@ func TestFormatting(t *testing.T) {
 		{fmtSeconds(2.5), "2.5s"},
 		{fmtSeconds(2.201197618), "2.201s"}, // a jittered delay: milliseconds, as under a second
 		{fmtSeconds(600), "10m0s"},
+		// An attempt's time from its timestamps: 2s + 0.619s in floating
+		// point is 2.6189999999999998.
+		{fmtSeconds((2619 * time.Millisecond).Seconds()), "2.619s"},
+		{fmtSeconds(12.97), "12.97s"},
 		{fmtPercent(0.0686), "6.9%"},
 		{cleanCell("abcdef", 4), "abc…"},
 		{shellQuote("a b'c"), `'a b'\''c'`},
