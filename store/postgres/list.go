@@ -13,7 +13,7 @@ import (
 // of the table, and the newest of them are dense, so the primary-key walk
 // finds them at once.
 var stateTerms = map[store.State]string{
-	store.StatePending:      "t.state = 'pending'",       // tasks_pending_idx
+	store.StatePending:      "t.state = 'pending'",       // tasks_pending_type_idx
 	store.StateRunning:      "t.state = 'running'",       // tasks_lease_idx
 	store.StateScheduled:    "t.state = 'scheduled'",     // tasks_due_idx
 	store.StateRetryWaiting: "t.state = 'retry_waiting'", // tasks_due_idx

@@ -49,12 +49,12 @@ FROM generate_series(1, 100000) x`); err != nil { // ARRAY[0] and past [6] are N
 		states []store.State
 		want   []string
 	}{
-		{[]store.State{store.StatePending}, []string{"tasks_pending_idx"}},
+		{[]store.State{store.StatePending}, []string{"tasks_pending_type_idx"}},
 		{[]store.State{store.StateRunning}, []string{"tasks_lease_idx"}},
 		{[]store.State{store.StateScheduled, store.StateRetryWaiting}, []string{"tasks_due_idx"}},
 		{[]store.State{store.StateCancelled}, []string{"tasks_finished_idx"}},
 		{[]store.State{store.StateDead}, []string{"tasks_dead_"}}, // tasks_dead_idx, or without a type tasks_dead_id_idx
-		{all, []string{"tasks_pending_idx", "tasks_lease_idx", "tasks_due_idx", "tasks_finished_idx", "tasks_dead_"}},
+		{all, []string{"tasks_pending_type_idx", "tasks_lease_idx", "tasks_due_idx", "tasks_finished_idx", "tasks_dead_"}},
 	}
 	walks := [][]store.State{nil, {store.StateSucceeded}, {store.StatePending, store.StateSucceeded}}
 	for _, analyzed := range []bool{false, true} {

@@ -33,7 +33,7 @@ var hotStatements = append([]string{
 	insertRowsSQL,
 	insertKeyedSQL,
 	fetchPlanSettings,
-	fetchSQL,
+	fetchTypedSQL,
 	outcomePlanSettings,
 	recordOutcomesSQL,
 	recordSuccessesSQL,
