@@ -158,13 +158,24 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		loopsDone   chan struct{}
 		validUntil  time.Time // monotonic: the safe end of the last successful renewal
 		watchdog    *time.Timer
+		// seen is the node this one last found leading (itself included),
+		// "" when unknown: a standby logs who leads when it changes, and
+		// after failed attempts, so that every node's log follows the
+		// leadership. failures counts the attempts failed in a row.
+		seen     string
+		failures int
 	)
 	start := func() {
 		lctx, lcancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		loopsCancel, loopsDone = lcancel, done
 		term := e.setLeading(true)
-		e.log.Info("elected leader; starting scheduler loops", "node", e.cfg.NodeID)
+		attrs := []any{"node", e.cfg.NodeID}
+		if seen != "" && seen != e.cfg.NodeID {
+			attrs = append(attrs, "previous_leader", seen)
+		}
+		e.log.Info("elected leader; starting scheduler loops", attrs...)
+		seen = e.cfg.NodeID
 		// The watchdog cancels the loops at the lease's safe end even if this
 		// goroutine is blocked in a slow renewal, and the node stops calling
 		// itself leader (IsLeader, the registry) at once. Only halt stops it.
@@ -234,6 +245,9 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // closing: the deferred release gives the row up
 		}
+		if err != nil {
+			failures++
+		}
 		switch {
 		case err != nil:
 			if loopsCancel != nil {
@@ -247,6 +261,10 @@ func (e *Engine) electionLoop(ctx context.Context) {
 				stop("renewal failed past the lease's safe end")
 			}
 		case lease.NodeID == e.holder:
+			if loopsCancel != nil && failures > 0 {
+				e.log.Info("leader lease renewed again", "node", e.cfg.NodeID, "failed_renewals", failures)
+			}
+			failures = 0
 			validUntil = started.Add(ttl - margin)
 			e.setSafeEnd(validUntil)
 			if !time.Now().Before(validUntil) {
@@ -263,7 +281,13 @@ func (e *Engine) electionLoop(ctx context.Context) {
 				start()
 			}
 		default:
-			stop("lease held by " + LeaseHolderNode(lease.NodeID))
+			leader := LeaseHolderNode(lease.NodeID)
+			if loopsCancel != nil {
+				stop("lease held by " + leader)
+			} else if leader != seen || failures > 0 {
+				e.log.Info("standing by; another node leads", "node", e.cfg.NodeID, "leader", leader)
+			}
+			seen, failures = leader, 0
 		}
 		// Wake for the next renewal, TTL/4 after this one started, or at the
 		// safe end of the lease if that comes first (then the code below
