@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/retryq/retryq/store"
 	"github.com/retryq/retryq/store/postgres"
 	"github.com/retryq/retryq/store/sqlite"
@@ -81,12 +82,24 @@ func openDB(ctx context.Context, dsn string, o dbOptions) (store.Store, string, 
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		st, err := postgres.Open(ctx, postgres.Config{URL: dsn, AutoMigrate: o.migrate, PollOnly: o.pollOnly, Logger: o.logger})
 		if err != nil {
+			if !o.pollOnly && pooledStatementError(err) {
+				return nil, "", fmt.Errorf("%w (is --db a transaction-mode pooler such as PgBouncer? run the server with --poll-only)", err)
+			}
 			return nil, "", err // "open postgres: ..." already
 		}
 		return st, "postgres", nil
 	default: // a bare path ending in .db, as checkDSN found
 		return openDB(ctx, "sqlite:"+dsn, o)
 	}
+}
+
+// pooledStatementError reports whether err is PostgreSQL saying that a
+// named prepared statement already exists (42P05) or does not (26000): the
+// session is not the connection's own, as behind a transaction-mode pooler
+// that hands one server connection to several clients.
+func pooledStatementError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "42P05" || pe.Code == "26000")
 }
 
 // urlSchemeRE matches the scheme that starts a URL, however mistyped the
