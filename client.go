@@ -85,8 +85,8 @@ func checkNodeText(field, v string) error {
 	return nil
 }
 
-// MaxPayloadBytes bounds a task's payload as JSON (8 MiB), as in the HTTP
-// API: a larger one is refused with ErrInvalid naming the payload.
+// MaxPayloadBytes bounds a task's payload as compacted JSON (8 MiB), as in
+// the HTTP API: a larger one is refused with ErrInvalid naming the payload.
 const MaxPayloadBytes = engine.MaxPayloadBytes
 
 // MaxPayloadDepth bounds how deeply a task's payload nests arrays and
@@ -249,11 +249,16 @@ func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueReque
 	case []byte:
 		r.Payload = bytes.Clone(p)
 	default:
-		b, err := json.Marshal(payload)
-		if err != nil {
+		// Not json.Marshal, which writes <, > and & as \u003c and so on:
+		// handlers, push targets and HTTP answers get them as they are, as
+		// for a payload sent over HTTP.
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(payload); err != nil {
 			return r, fmt.Errorf("payload: %w: %w", ErrInvalid, err)
 		}
-		r.Payload = b
+		r.Payload = bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 	}
 	for _, o := range opts {
 		if o.apply != nil {
@@ -265,11 +270,13 @@ func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueReque
 
 // Enqueue durably enqueues one task. typ is 1 to 128 bytes of letters,
 // digits and _ - . : / with no empty, "." or ".." part between slashes
-// ("ocr.page", "billing/invoice:v2"). payload is marshalled to JSON
-// (json.RawMessage and []byte are taken as JSON as they are, and copied:
-// the caller may reuse them once Enqueue returns). The JSON must be UTF-8
-// and at most MaxPayloadBytes long. Invalid arguments are ErrInvalid
-// errors naming the field.
+// ("ocr.page", "billing/invoice:v2"). payload is encoded as JSON, with
+// <, > and & left as they are (json.RawMessage and []byte are taken as
+// JSON and copied: the caller may reuse them once Enqueue returns). The
+// JSON is stored compacted, as the HTTP API stores it: white space between
+// tokens is dropped, and numbers, escapes and member order are kept. It
+// must be UTF-8 and at most MaxPayloadBytes long once compacted. Invalid
+// arguments are ErrInvalid errors naming the field.
 //
 // When ctx ends before the task's insert was sent to the database, Enqueue
 // returns ctx's error and nothing is enqueued; once the insert is under

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,14 +117,9 @@ type enqueueBody struct {
 // request converts the body into an engine request; prefix names the
 // element in a batch ("tasks[3].").
 func (b *enqueueBody) request(prefix string) (engine.EnqueueRequest, error) {
-	r := engine.EnqueueRequest{Type: b.Type, Priority: b.Priority, MaxAttempts: b.MaxAttempts, IdempotencyKey: string(b.IdempotencyKey)}
-	if len(b.Payload) > 0 {
-		var buf bytes.Buffer
-		if err := json.Compact(&buf, b.Payload); err != nil {
-			return r, fieldError(prefix+"payload", "is not valid JSON")
-		}
-		r.Payload = buf.Bytes()
-	}
+	// The engine checks the payload and stores it compacted.
+	r := engine.EnqueueRequest{Type: b.Type, Payload: b.Payload, Priority: b.Priority, MaxAttempts: b.MaxAttempts,
+		IdempotencyKey: string(b.IdempotencyKey)}
 	var err error
 	if r.Delay, err = optSeconds(prefix+"delay_seconds", b.DelaySeconds, maxDelay); err != nil {
 		return r, err

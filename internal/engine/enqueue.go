@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,8 +44,8 @@ const (
 	MaxPriority       = 1_000_000
 	MaxMaxAttempts    = 10_000
 	MaxBatch          = 10_000
-	// MaxPayloadBytes bounds a task's payload, whichever entry point
-	// enqueues it (the HTTP API's body limit, 1 MiB by default, can be
+	// MaxPayloadBytes bounds a task's payload once compacted, whichever
+	// entry point enqueues it (the HTTP API's body limit, 1 MiB by default, can be
 	// raised). Every answer holding the task carries the payload, escaped
 	// up to six times its size, and `retryq` reads answers of at most
 	// 64 MiB: a larger payload would be a task no CLI pull worker can
@@ -62,7 +63,7 @@ const (
 // EnqueueRequest describes a task to enqueue.
 type EnqueueRequest struct {
 	Type           string
-	Payload        json.RawMessage // must be valid JSON; empty means null
+	Payload        json.RawMessage // must be valid JSON, stored compacted; empty means null
 	Priority       *int            // nil = the type's default priority
 	MaxAttempts    int             // 0 = the type's policy decides
 	IdempotencyKey string
@@ -97,21 +98,9 @@ func (e *Engine) prepare(ctx context.Context, prefix string, r EnqueueRequest, n
 	if err := ValidateType(prefix+"type", r.Type); err != nil {
 		return store.NewTask{}, err
 	}
-	payload := r.Payload
-	if len(payload) > MaxPayloadBytes {
-		return store.NewTask{}, fieldErr(prefix+"payload", "is larger than %d bytes (got %d)", MaxPayloadBytes, len(payload))
-	}
-	switch {
-	case len(payload) == 0:
-		payload = json.RawMessage("null")
-	case !json.Valid(payload):
-		return store.NewTask{}, fieldErr(prefix+"payload", "is not valid JSON")
-	case !utf8.Valid(payload):
-		// Stored as given, it would be written back raw in every answer
-		// holding it, which would then not be JSON (RFC 8259: UTF-8).
-		return store.NewTask{}, fieldErr(prefix+"payload", "must be UTF-8 (it holds bytes that are not)")
-	case jsonDepth(payload) > MaxPayloadDepth:
-		return store.NewTask{}, fieldErr(prefix+"payload", "nests arrays and objects more than %d deep", MaxPayloadDepth)
+	payload, err := compactPayload(prefix, r.Payload)
+	if err != nil {
+		return store.NewTask{}, err
 	}
 	if r.MaxAttempts < 0 || r.MaxAttempts > MaxMaxAttempts {
 		return store.NewTask{}, fieldErr(prefix+"max_attempts", "must be between 0 and %d (got %d)", MaxMaxAttempts, r.MaxAttempts)
@@ -359,6 +348,39 @@ func (e *Engine) afterInsert(res []store.InsertResult, now time.Time, counted bo
 	if !earliest.IsZero() {
 		e.sched.poke(earliest)
 	}
+}
+
+// compactPayload checks a payload and returns it compacted, in a buffer of
+// its own: every path (answers, push bodies, handlers, pull workers) then
+// carries the same bytes. Whitespace between tokens is dropped; everything
+// else (numbers, escapes, member order, repeated members) stays as given.
+// An empty payload is null. The size bound applies to the compacted JSON.
+func compactPayload(prefix string, p json.RawMessage) (json.RawMessage, error) {
+	if len(p) == 0 {
+		return json.RawMessage("null"), nil
+	}
+	var buf bytes.Buffer
+	buf.Grow(min(len(p), MaxPayloadBytes+1))
+	if err := json.Compact(&buf, p); err != nil {
+		if jsonDepth(p) > MaxPayloadDepth {
+			// encoding/json gives up past a depth of 10000: the text may
+			// well be JSON, only too deep.
+			return nil, fieldErr(prefix+"payload", "nests arrays and objects more than %d deep", MaxPayloadDepth)
+		}
+		return nil, fieldErr(prefix+"payload", "is not valid JSON")
+	}
+	payload := json.RawMessage(buf.Bytes())
+	switch {
+	case len(payload) > MaxPayloadBytes:
+		return nil, fieldErr(prefix+"payload", "is larger than %d bytes (got %d)", MaxPayloadBytes, len(payload))
+	case !utf8.Valid(payload):
+		// Stored as given, it would be written back raw in every answer
+		// holding it, which would then not be JSON (RFC 8259: UTF-8).
+		return nil, fieldErr(prefix+"payload", "must be UTF-8 (it holds bytes that are not)")
+	case jsonDepth(payload) > MaxPayloadDepth:
+		return nil, fieldErr(prefix+"payload", "nests arrays and objects more than %d deep", MaxPayloadDepth)
+	}
+	return payload, nil
 }
 
 // jsonDepth returns how deeply the valid JSON text b nests arrays and
