@@ -239,9 +239,13 @@ func (s *server) defaultReady(ctx context.Context) error {
 	if err != nil {
 		return errors.Join(ping, err)
 	}
-	if applied != known {
+	switch {
+	case applied > known:
+		// An upgrade's 'retryq migrate' ran while this node runs.
+		return fmt.Errorf("schema version %d is newer than this binary (it knows %d): a newer binary migrated the database; replace this node with it", applied, known)
+	case applied < known:
 		// Tables missing from an older schema are its migrations' to add.
-		return fmt.Errorf("schema version %d, this binary needs %d", applied, known)
+		return fmt.Errorf("schema version %d is older than this binary (it needs %d): run retryq migrate with this binary", applied, known)
 	}
 	return ping
 }
