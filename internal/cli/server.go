@@ -505,7 +505,14 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 		}
 	}()
 	rs.closeDB = func() { _ = st.Close() }
-	log.Info("retryq server started", "node", eng.NodeID(), "version", version, "db", kind, "listen", rs.addr, "schema", applied,
-		"auth", len(o.apiTokens)+len(o.readTokens) > 0, "retention", eng.Retention())
+	attrs := []any{"node", eng.NodeID(), "version", version, "db", kind, "listen", rs.addr, "schema", applied,
+		"auth", len(o.apiTokens)+len(o.readTokens) > 0}
+	if o.pollOnly {
+		attrs = append(attrs, "poll_only", true)
+	}
+	if o.noScheduler {
+		attrs = append(attrs, "scheduler", false)
+	}
+	log.Info("retryq server started", append(attrs, "retention", eng.Retention())...)
 	return rs, nil
 }
