@@ -261,9 +261,7 @@ func (e *Engine) electionLoop(ctx context.Context) {
 				stop("renewal failed past the lease's safe end")
 			}
 		case lease.NodeID == e.holder:
-			if loopsCancel != nil && failures > 0 {
-				e.log.Info("leader lease renewed again", "node", e.cfg.NodeID, "failed_renewals", failures)
-			}
+			failed := failures
 			failures = 0
 			validUntil = started.Add(ttl - margin)
 			e.setSafeEnd(validUntil)
@@ -279,6 +277,11 @@ func (e *Engine) electionLoop(ctx context.Context) {
 			}
 			if loopsCancel == nil {
 				start()
+			} else if failed > 0 {
+				// Logged once the loops are known to go on: a renewal
+				// that came back after the watchdog stopped them is a
+				// lost leadership and a new election above.
+				e.log.Info("leader lease renewed again", "node", e.cfg.NodeID, "failed_renewals", failed)
 			}
 		default:
 			leader := LeaseHolderNode(lease.NodeID)

@@ -84,3 +84,41 @@ func TestLeaderLogsRenewalRecovered(t *testing.T) {
 		t.Fatalf("the node lost the leadership over one failed renewal:\n%s", logs.String())
 	}
 }
+
+// TestLateRenewalIsNotLoggedAsRenewedAgain: a renewal that succeeds after
+// a failed one but comes back once the watchdog stopped the loops is a
+// lost leadership and a new election, not a renewal that kept it: the log
+// says 'leadership lost' and 'elected leader', and not 'leader lease
+// renewed again' (which it logged first, before the loss).
+func TestLateRenewalIsNotLoggedAsRenewedAgain(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second // renewals every 250 ms, safe end 750 ms after one starts
+	st := newLeaderStore(t)
+	var mode atomic.Int32 // 0 normal, 1 fail the next renewal, 2 slow ones
+	st.acquire = func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
+		switch mode.Load() {
+		case 1:
+			mode.Store(2)
+			return store.Lease{}, errors.New("database down")
+		case 2:
+			// Commits, but answers past the last successful renewal's
+			// safe end (its start + 750 ms), within its own.
+			l, err := st.commit(ctx, p)
+			time.Sleep(400 * time.Millisecond)
+			return l, err
+		}
+		return st.Store.AcquireLeader(ctx, p)
+	}
+	e, logs := startLoggedLeaderEngine(t, st, "late", ttl)
+	waitFor(t, "the node to lead", e.IsLeader)
+	mode.Store(1)
+	waitFor(t, "the leadership lost to the watchdog and taken again", func() bool {
+		s := logs.String()
+		lost := strings.Index(s, "leadership lost")
+		return lost >= 0 && strings.Contains(s[lost:], "elected leader")
+	})
+	mode.Store(0)
+	if s := logs.String(); strings.Contains(s, "renewed again") {
+		t.Fatalf("a renewal that came back after the loops stopped was logged as renewed again:\n%s", s)
+	}
+}
