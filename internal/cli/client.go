@@ -144,11 +144,16 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 	}
 	var rd io.Reader
 	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
+		// Not json.Marshal: it rewrites <, >, &, U+2028 and U+2029 as
+		// \u003c and so on, in a task's payload too, which the server
+		// then stores and answers as other bytes than the user's.
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(body); err != nil {
 			return nil, fmt.Errorf("encode request: %w", err)
 		}
-		rd = bytes.NewReader(b)
+		rd = &b
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, rd)
 	if err != nil {
@@ -378,8 +383,11 @@ func readJSONArg(env *Env, flagName, v string) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, fmt.Errorf("%s: %s is empty, want JSON", flagName, src)
 	}
-	var doc any
-	if err := json.Unmarshal(data, &doc); err != nil { // for the error's offset
+	// Decoded as raw JSON for the error's offset: decoded into a Go value,
+	// a number float64 cannot hold (1e400) would be refused, though the
+	// server takes it and keeps it as given.
+	var doc json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("%s: %s is not valid JSON: %s", flagName, src, jsonErrorText(data, err))
 	}
 	if !utf8.Valid(data) {
