@@ -4,6 +4,9 @@ PKGS    ?= ./...
 BIN     ?= bin/retryq
 FUZZTIME ?= 10s
 STATICCHECK_VERSION ?= v0.8.2
+# VERSION is what `make build` links in as the version a node records in the registry (`retryq nodes`):
+# dev-<commit>[-dirty] from git, as a toolchain-stamped build reports it, even where GOFLAGS has -buildvcs=false.
+VERSION ?= $(shell v=$$(git rev-parse --short=12 HEAD 2>/dev/null) && echo "dev-$$v$$(git diff --quiet HEAD 2>/dev/null || echo -dirty)" || echo dev)
 
 .DEFAULT_GOAL := help
 
@@ -12,8 +15,8 @@ help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## Build the retryq binary into bin/
-	$(GO) build -o $(BIN) ./cmd/retryq
+build: ## Build the retryq binary into bin/ (VERSION=v1.2.3 to name its version)
+	$(GO) build -ldflags "-X github.com/retryq/retryq/internal/cli.Version=$(VERSION)" -o $(BIN) ./cmd/retryq
 
 .PHONY: test
 test: ## Run every test with the race detector (PostgreSQL tests start a throwaway cluster when the binaries are present)
