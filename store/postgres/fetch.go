@@ -17,10 +17,13 @@ import (
 // on each fetch. Walking each type's range of the pending index in order,
 // stopping after Limit lockable rows, is always right. Sorts stay on: the
 // merge of the types' candidates sorts at most Limit rows per type, and a
-// plan priced at disable_cost would be JIT-compiled on every fetch
-// (hundreds of milliseconds).
+// plan priced at disable_cost would pass jit_above_cost. JIT is off: a
+// fetch of many types with a large limit is priced at one index range of
+// Limit rows per type (256 types of 1000: over 180,000), and was
+// JIT-compiled on every custom plan (tens to hundreds of milliseconds for a
+// statement that reads and locks its rows in less).
 const fetchPlanSettings = `SELECT set_config('enable_bitmapscan', 'off', true),
-	set_config('enable_seqscan', 'off', true)`
+	set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
 
 // fetchTypeSQL selects the candidates of one type (ty.name): its first $1
 // lockable pending tasks in fetch order, from its range of

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +158,75 @@ func (n planNode) rowsRead() int {
 		total += float64(c.rowsRead())
 	}
 	return int(total)
+}
+
+// TestFetchOfManyTypesIsNeverJITCompiled: a fetch of many types with a
+// large limit, over a table with statistics and a backlog in each type, is
+// priced at the sum of one index range per type (256 types of 1000 rows:
+// over 180,000) and was JIT-compiled on every execution of a custom plan
+// (jit_above_cost is 100,000), hundreds of milliseconds a fetch. The fetch's
+// plan settings turn JIT off, as the operators' listings do.
+func TestFetchOfManyTypesIsNeverJITCompiled(t *testing.T) {
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.pool.Exec(ctx, `INSERT INTO tasks (id, type, payload, priority, effective_prio, state, run_at, created_at, updated_at)
+SELECT format('b%s', lpad(x::text, 10, '0')), format('ty%s', x % 256), '{}'::bytea, x % 7, x % 7, 'pending', $1, $1, $1
+FROM generate_series(1, 50000) x`, t0.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `ANALYZE tasks`); err != nil {
+		t.Fatal(err)
+	}
+	types := make([]string, store.MaxFetchTypes)
+	for i := range types {
+		types[i] = fmt.Sprint("ty", i)
+	}
+	for _, c := range []struct {
+		types []string
+		mode  string
+	}{{types, "force_custom_plan"}, {nil, "force_custom_plan"}, {types, "force_generic_plan"}, {nil, "force_generic_plan"}} {
+		name := fmt.Sprint("many_types_fetch_", len(c.types), "_", c.mode) // prepared for the session
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		func() {
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := tx.Exec(ctx, fetchPlanSettings); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = "+c.mode); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+fetchStatement(c.types)); err != nil {
+				t.Fatal(err)
+			}
+			// EXECUTE takes no bind parameters: the plan of a prepared
+			// statement is chosen from its arguments as literals.
+			var arg string
+			if err := tx.QueryRow(ctx, "SELECT quote_nullable($1::text[])", c.types).Scan(&arg); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := tx.Query(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE) EXECUTE %s(1000, %s, '2030-01-02 03:05:05Z', 'w', '2030-01-02 03:04:05Z', 'p', 4194304)`, name, arg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, line)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		if p := strings.Join(plan, "\n"); strings.Contains(p, "JIT:") {
+			t.Errorf("%d types, %s: the fetch is JIT-compiled:\n%s", len(c.types), c.mode, p)
+		}
+	}
 }
