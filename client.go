@@ -194,12 +194,15 @@ type EnqueueOption struct {
 
 func option(f func(*engine.EnqueueRequest)) EnqueueOption { return EnqueueOption{apply: f} }
 
-// WithPriority sets the task's priority (higher runs first).
+// WithPriority sets the task's priority, from -1,000,000 to 1,000,000
+// (higher runs first). Without it a task takes its type's default priority
+// (TypeConfig.Priority, 0 unless set).
 func WithPriority(p int) EnqueueOption {
 	return option(func(r *engine.EnqueueRequest) { r.Priority = &p })
 }
 
-// WithDelay makes the task due after d.
+// WithDelay makes the task due d after the enqueue (0: at once). A
+// negative d, or a delay given with WithRunAt, is refused with ErrInvalid.
 func WithDelay(d time.Duration) EnqueueOption {
 	return option(func(r *engine.EnqueueRequest) { r.Delay = d })
 }
@@ -209,11 +212,13 @@ func WithDelay(d time.Duration) EnqueueOption {
 // on PostgreSQL is the database server's (the engine corrects this node's
 // clock by their measured offset): on a node whose clock is off, a t read
 // from it is off as much, and WithDelay gives a time relative to now.
+// It cannot be combined with WithDelay (ErrInvalid).
 func WithRunAt(t time.Time) EnqueueOption {
 	return option(func(r *engine.EnqueueRequest) { r.RunAt = t })
 }
 
-// WithMaxAttempts overrides the policy's max attempts for this task.
+// WithMaxAttempts overrides the policy's max attempts for this task, from
+// 1 to 10,000; 0 leaves them to the type's policy.
 func WithMaxAttempts(n int) EnqueueOption {
 	return option(func(r *engine.EnqueueRequest) { r.MaxAttempts = n })
 }
@@ -225,16 +230,16 @@ func WithMaxAttempts(n int) EnqueueOption {
 // payload it was given: keys are shared by all types, and the first task
 // wins (compare Task.Type and Task.Payload when that matters). Deleting the
 // task (retention of finished tasks, a purge of the dead-letter queue) frees
-// the key: a later enqueue with it creates a new task. An empty k is no
-// key.
+// the key: a later enqueue with it creates a new task. k is UTF-8 text
+// without NUL bytes, at most 255 bytes long; an empty k is no key.
 func WithIdempotencyKey(k string) EnqueueOption {
 	return option(func(r *engine.EnqueueRequest) { r.IdempotencyKey = k })
 }
 
 // EnqueueResult is the result of an enqueue.
 type EnqueueResult struct {
-	Task      TaskInfo
-	Duplicate bool // an existing task with the same idempotency key
+	Task      TaskInfo // the task as stored (for a duplicate, the existing task)
+	Duplicate bool     // an existing task with the same idempotency key
 }
 
 // request builds the engine's request. A payload given as bytes is copied:
@@ -304,17 +309,17 @@ func (c *Client) Enqueue(ctx context.Context, typ string, payload any, opts ...E
 
 // NewTask describes one task of EnqueueMany.
 type NewTask struct {
-	Type    string
-	Payload any
-	Options []EnqueueOption
+	Type    string          // the task type, as for Enqueue
+	Payload any             // encoded as Enqueue encodes its payload
+	Options []EnqueueOption // the task's options, as for Enqueue
 }
 
-// EnqueueMany enqueues a batch atomically in one transaction. A task whose
-// idempotency key is taken, by a stored task or an earlier task of the
-// batch, is not inserted: its result is that task, with Duplicate set.
-// Payloads and options are taken as Enqueue takes them; an invalid task,
-// or an empty batch, is an ErrInvalid error naming it (tasks[i]), and
-// nothing is enqueued.
+// EnqueueMany enqueues a batch of at most 10,000 tasks atomically, in one
+// transaction. A task whose idempotency key is taken, by a stored task or
+// an earlier task of the batch, is not inserted: its result is that task,
+// with Duplicate set. Payloads and options are taken as Enqueue takes
+// them; an invalid task (named tasks[i]), or an empty or larger batch, is
+// an ErrInvalid error, and nothing is enqueued.
 //
 // When ctx has ended before the batch's insert was sent to the database,
 // EnqueueMany returns ctx's error and nothing is enqueued. Unlike Enqueue,
@@ -348,7 +353,7 @@ func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueRes
 	return out, nil
 }
 
-// Get returns a task.
+// Get returns a task, or an error matching ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (TaskInfo, error) {
 	if err := c.check(false); err != nil {
 		return TaskInfo{}, fmt.Errorf("get task: %w", err)
@@ -360,7 +365,8 @@ func (c *Client) Get(ctx context.Context, id string) (TaskInfo, error) {
 	return t, nil
 }
 
-// Attempts returns a task's attempt history.
+// Attempts returns a task's attempt history, oldest first, or an error
+// matching ErrNotFound.
 func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
 	if err := c.check(false); err != nil {
 		return nil, fmt.Errorf("list attempts: %w", err)
@@ -399,7 +405,10 @@ func (c *Client) List(ctx context.Context, p ListParams) ([]TaskInfo, string, er
 	return ts, next, nil
 }
 
-// Cancel cancels a task that has not finished.
+// Cancel cancels a task that has not finished and returns it. A running
+// task's handler sees its context end with ErrTaskCancelled, and nothing
+// it returns is recorded. A finished task is an error matching
+// ErrConflict, an unknown id one matching ErrNotFound.
 func (c *Client) Cancel(ctx context.Context, id string) (TaskInfo, error) {
 	if err := c.check(false); err != nil {
 		return TaskInfo{}, fmt.Errorf("cancel task: %w", err)
@@ -411,7 +420,9 @@ func (c *Client) Cancel(ctx context.Context, id string) (TaskInfo, error) {
 	return t, nil
 }
 
-// Retry puts a dead or cancelled task back to pending with fresh attempts.
+// Retry puts a dead or cancelled task back to pending with fresh attempts
+// (its history is kept) and returns it. A task in another state is an
+// error matching ErrConflict, an unknown id one matching ErrNotFound.
 func (c *Client) Retry(ctx context.Context, id string) (TaskInfo, error) {
 	if err := c.check(false); err != nil {
 		return TaskInfo{}, fmt.Errorf("retry task: %w", err)
@@ -425,10 +436,13 @@ func (c *Client) Retry(ctx context.Context, id string) (TaskInfo, error) {
 
 // TypeConfig is a task type's stored configuration.
 type TypeConfig struct {
-	Type     string
+	Type string // the task type, as for Enqueue
+	// Policy is the type's retry policy; the zero Policy leaves the type on
+	// Options.DefaultPolicy. Zero fields of a non-zero one take the
+	// defaults of retry.Policy.WithDefaults, not Options.DefaultPolicy's.
 	Policy   retry.Policy
 	Timeout  time.Duration // per attempt, at most 24h (0: Options.DefaultTimeout)
-	Priority int           // default priority of new tasks
+	Priority int           // default priority of new tasks enqueued without WithPriority
 }
 
 // maxTypeTimeout bounds TypeConfig.Timeout, as the engine does.

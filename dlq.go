@@ -93,10 +93,10 @@ func (c *Client) DeadSummary(ctx context.Context, since time.Time) ([]DeadGroup,
 }
 
 // Redrive puts the dead-lettered tasks matching f back to pending with
-// fresh attempts, as Retry does for one, and returns how many it moved
-// (with an error, how many moved before it: on PostgreSQL a Limit may be
-// filled in several transactions). The zero DeadFilter redrives every
-// dead task.
+// fresh attempts, as Retry does for one, and returns how many it moved.
+// Both backends move them in transactions of at most 500 tasks each: with
+// an error, it returns how many moved before it. The zero DeadFilter
+// redrives every dead task.
 func (c *Client) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 	if err := c.check(false); err != nil {
 		return 0, fmt.Errorf("redrive dead tasks: %w", err)

@@ -13,7 +13,8 @@ import (
 // error is classified by the engine (see Permanent, Transient, RetryAfter and
 // WithCode) and the attempt is retried or dead-lettered per the type's
 // policy. Handlers must not retry on their own. A panic is recovered and
-// recorded as the attempt's failure (code "panic", with its stack).
+// recorded as the attempt's failure (code "panic", with its stack), which
+// is retried as an error of unknown class is.
 //
 // ctx ends, and context.Cause(ctx) says why (match it with errors.Is),
 // when:
@@ -49,7 +50,9 @@ func (f HandlerFunc) ProcessTask(ctx context.Context, t *Task) error { return f(
 type Middleware func(Handler) Handler
 
 // Mux routes tasks to handlers by type. The zero Mux is empty and ready to
-// use, as NewMux's is.
+// use, as NewMux's is. It is safe for concurrent use: handlers may be
+// registered while a worker dispatches through it (a worker fetches only
+// the types its WorkerConfig had at NewWorker, though).
 type Mux struct {
 	// reg serializes Handle and Use. It is held while middleware wraps a
 	// handler, and mu is not, so a middleware may call the Mux's readers
@@ -173,7 +176,8 @@ func (m *Mux) Types() []string {
 }
 
 // ProcessTask dispatches to the handler registered for t.Type, wrapped in
-// the middleware. A task with no handler fails permanently.
+// the middleware. A task with no handler fails permanently, with code
+// no_handler.
 func (m *Mux) ProcessTask(ctx context.Context, t *Task) error {
 	m.mu.RLock()
 	h, ok := m.wrapped[t.Type]

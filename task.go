@@ -30,13 +30,13 @@ const (
 
 // Task is what a handler receives: one attempt of one task.
 type Task struct {
-	ID          string
-	Type        string
+	ID          string          // the task's id, as Enqueue returned it
+	Type        string          // the task type
 	Payload     json.RawMessage // the handler's own copy
 	Attempt     int             // 1 for the first attempt
 	MaxAttempts int             // 0 = the type's policy decides
-	Priority    int
-	CreatedAt   time.Time
+	Priority    int             // as enqueued; higher runs first
+	CreatedAt   time.Time       // when the task was enqueued
 	// LastError is the previous attempt's error, nil on a first attempt.
 	LastError *store.ErrorInfo
 }
