@@ -48,7 +48,8 @@ func Transient(err error) error {
 }
 
 // RetryAfter marks err as transient and asks for the next attempt to wait
-// d (capped by the policy's MaxDelay) instead of the computed backoff.
+// d (capped by the policy's MaxDelay) instead of the computed backoff; a
+// d <= 0 asks for no particular wait and leaves the delay to the backoff.
 // RetryAfter(nil, d) is nil.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {

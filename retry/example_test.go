@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/retryq/retryq/retry"
@@ -111,4 +114,74 @@ func ExampleFromResponse() {
 	class, code, wait := retry.Classify(err)
 	fmt.Println(err, class, code, wait)
 	// Output: http status 503 Service Unavailable transient 503 5s
+}
+
+// Classify recognizes context, network and HTTP errors, and the typed
+// errors of Permanent, Transient, RetryAfter and WithCode, however deeply
+// they are wrapped.
+func ExampleClassify() {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	for _, err := range []error{
+		fmt.Errorf("call OCR: %w", context.DeadlineExceeded),
+		fmt.Errorf("call OCR: %w", refused),
+		&retry.HTTPError{StatusCode: 404},
+		fmt.Errorf("page 3: %w", retry.RetryAfter(errors.New("rate limited"), 30*time.Second)),
+		retry.WithCode("quota", retry.Permanent(errors.New("monthly quota used up"))),
+		errors.New("something else"),
+	} {
+		class, code, wait := retry.Classify(err)
+		fmt.Printf("%s %q %v\n", class, code, wait)
+	}
+	// Output:
+	// transient "deadline_exceeded" 0s
+	// transient "connection_refused" 0s
+	// permanent "404" 0s
+	// transient "" 30s
+	// permanent "quota" 0s
+	// unknown "" 0s
+}
+
+// With MaxDoublings, exponential growth turns linear: the delays of the
+// example in Policy's documentation.
+func ExamplePolicy_Delay() {
+	p := retry.Policy{InitialDelay: 10 * time.Second, Multiplier: 2, MaxDoublings: 3,
+		MaxDelay: 300 * time.Second, Jitter: retry.JitterNone}
+	var delays []time.Duration
+	for n := 1; n <= 8; n++ {
+		delays = append(delays, p.Delay(n, 0, nil))
+	}
+	fmt.Println(delays)
+	// Output: [10s 20s 40s 1m20s 2m40s 4m0s 5m0s 5m0s]
+}
+
+// A Policy marshals to its public JSON form, leaving zero (default) fields
+// out; WithDefaults shows every effective value.
+func ExamplePolicy_MarshalJSON() {
+	p := retry.Policy{InitialDelay: 200 * time.Millisecond, MaxAttempts: 8, RetryOn: []string{"503"}}
+	b, _ := json.Marshal(p)
+	fmt.Println(string(b))
+	b, _ = json.Marshal(p.WithDefaults())
+	fmt.Println(string(b))
+	// Output:
+	// {"initial_delay_seconds":0.2,"max_attempts":8,"retry_on":["503"]}
+	// {"backoff":"exponential","initial_delay_seconds":0.2,"multiplier":2,"max_delay_seconds":300,"jitter":"proportional","jitter_fraction":0.25,"max_attempts":8,"retry_on":["503"]}
+}
+
+// RetryAfter asks for the next attempt after a given wait instead of the
+// policy's backoff, capped by its MaxDelay.
+func ExampleRetryAfter() {
+	p := retry.Policy{InitialDelay: time.Second, MaxDelay: time.Minute, Jitter: retry.JitterNone}
+	for _, err := range []error{
+		retry.RetryAfter(errors.New("busy"), 5*time.Second),
+		retry.RetryAfter(errors.New("come back tomorrow"), 24*time.Hour),
+		retry.RetryAfter(errors.New("busy"), 0), // no wait asked for: the backoff
+	} {
+		class, _, wait := p.Classify(err)
+		d := p.Decide(retry.Input{Attempt: 1, Now: time.Unix(0, 0), Class: class, RetryAfter: wait}, nil)
+		fmt.Println(class, d.Delay)
+	}
+	// Output:
+	// transient 5s
+	// transient 1m0s
+	// transient 1s
 }

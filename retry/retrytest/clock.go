@@ -8,7 +8,8 @@ import (
 	"github.com/retryq/retryq/retry"
 )
 
-// Clock is a fake retry.Clock. It is safe for concurrent use.
+// Clock is a fake retry.Clock. Make one with NewClock or NewAutoClock: the
+// zero Clock is not ready for use. It is safe for concurrent use.
 type Clock struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -58,7 +59,8 @@ func (c *Clock) NewTimer(d time.Duration) retry.Timer {
 }
 
 // Advance moves the clock forward by d and fires every timer whose
-// deadline has been reached.
+// deadline has been reached. A negative d moves it back, as a wall clock
+// stepped back does; no timer fires then.
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

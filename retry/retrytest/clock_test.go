@@ -2,6 +2,7 @@ package retrytest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -77,4 +78,37 @@ func ExampleNewAutoClock() {
 	// Output:
 	// retry: gave up after 4 attempts (max_attempts): attempt 4 failed
 	// waited 7s
+}
+
+// With a manual clock the test decides when time moves: BlockUntil waits
+// until the retry loop is waiting, and Advance lets it go on.
+func ExampleNewClock() {
+	clock := retrytest.NewClock(start)
+	attempts := make(chan int, 3)
+	n := 0 // only Do's goroutine calls op
+	op := func(context.Context) error {
+		n++
+		attempts <- n
+		if n < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	}
+	done := make(chan error)
+	go func() {
+		p := retry.Policy{InitialDelay: time.Minute, Jitter: retry.JitterNone}
+		done <- retry.Do(context.Background(), op, p, retry.WithClock(clock))
+	}()
+
+	ctx := context.Background()
+	for range 2 {
+		_ = clock.BlockUntil(ctx, 1) // Do waits for its backoff
+		fmt.Println("attempt", <-attempts, "failed; waiting timers:", clock.Waiters())
+		clock.Advance(10 * time.Minute)
+	}
+	fmt.Println("attempt", <-attempts, "err:", <-done, "after", clock.Now().Sub(start))
+	// Output:
+	// attempt 1 failed; waiting timers: 1
+	// attempt 2 failed; waiting timers: 1
+	// attempt 3 err: <nil> after 20m0s
 }
