@@ -30,10 +30,10 @@ type Breaker struct {
 
 // Snapshot is a consistent view of a breaker's counters.
 type Snapshot struct {
-	State               State
-	Calls, Failures     int64 // in the sliding window
-	ConsecutiveFailures int
-	OpenedAt            time.Time // zero if never opened
+	State               State     // the state at the time asked for
+	Calls, Failures     int64     // in the sliding window
+	ConsecutiveFailures int       // failures in a row while closed
+	OpenedAt            time.Time // when it last opened; zero if never opened
 }
 
 // New returns a closed breaker named name (the name is only reported in

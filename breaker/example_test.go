@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq/breaker"
+	"github.com/retryq/retryq/retry"
 )
 
 func Example() {
@@ -68,4 +69,42 @@ func ExampleBreaker_Acquire() {
 	// refused, ask again in 20s
 	// probe: true
 	// state: half_open
+}
+
+// A Set keeps one breaker per downstream. A call refused by an open
+// breaker is not a failure of the task that made it: turned into
+// retry.RetryAfter, it waits out the cool-down instead of spending its
+// attempts against a downstream known to be down.
+func ExampleSet() {
+	breakers, err := breaker.NewSet(breaker.Config{ConsecutiveFailures: 2, CoolDown: 30 * time.Second})
+	if err != nil {
+		panic(err)
+	}
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	call := func(host string, fail bool) error {
+		p, err := breakers.Get(host).Acquire(now)
+		if open, ok := errors.AsType[*breaker.OpenError](err); ok {
+			return retry.RetryAfter(err, open.RetryAfter)
+		}
+		if fail {
+			p.Failure(now)
+			return &retry.HTTPError{StatusCode: 503}
+		}
+		p.Success(now)
+		return nil
+	}
+
+	_ = call("ocr.internal", true)
+	_ = call("ocr.internal", true) // the second failure in a row opens it
+	_ = call("geo.internal", false)
+	now = now.Add(10 * time.Second)
+	err = call("ocr.internal", false)
+	class, _, wait := retry.Classify(err)
+	fmt.Println(err)
+	fmt.Println(class, wait, errors.Is(err, breaker.ErrOpen))
+	fmt.Println(breakers.Names(), breakers.Get("geo.internal").State(now))
+	// Output:
+	// circuit breaker "ocr.internal" open: retry after 20s
+	// transient 20s true
+	// [geo.internal ocr.internal] closed
 }

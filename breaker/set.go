@@ -6,7 +6,9 @@ import (
 )
 
 // Set holds one [Breaker] per downstream name, created on first use with a
-// shared Config. It is safe for concurrent use.
+// shared Config. It is safe for concurrent use. Breakers are never removed
+// from it: key it by a bounded set of names (hosts, services), not by
+// values that vary per call.
 type Set struct {
 	cfg Config
 	mu  sync.Mutex
