@@ -10,5 +10,8 @@
 // worker, a late completion or a second scheduler can never move a task twice.
 //
 // Backends live in sub-packages (store/sqlite, store/postgres), import only
-// this package, own their SQL and embed their migrations.
+// this package, own their SQL and embed their migrations. Applications open
+// a backend and hand it to retryq.NewClient; they need not call a Store's
+// methods themselves, and a Client's errors match this package's sentinels
+// (retryq.ErrNotFound is ErrNotFound, for one).
 package store

@@ -47,6 +47,7 @@ type ConflictError struct {
 	Op    string // the refused operation, e.g. "retry", "cancel"
 }
 
+// Error returns "cannot OP task ID in state STATE".
 func (e *ConflictError) Error() string {
 	return "cannot " + e.Op + " task " + e.ID + " in state " + string(e.State)
 }

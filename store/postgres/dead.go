@@ -182,8 +182,8 @@ func limitClause(limit int, args []any) (string, []any) {
 }
 
 // RedriveDead retries up to Limit matching dead tasks (oldest death first),
-// one statement of at most deadBatch tasks for each round (deadRounds,
-// lockDeadSQL).
+// in rounds of one statement over at most 500 tasks (deadBatch; see
+// deadRounds and lockDeadSQL).
 //
 // Statements, not an explicit transaction: each round commits on the
 // server, and its row locks go, whatever becomes of the reply. In an
@@ -217,8 +217,9 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	})
 }
 
-// PurgeDead deletes matching dead tasks and their history, one statement
-// of at most deadBatch tasks for each round (deadRounds, lockDeadSQL).
+// PurgeDead deletes matching dead tasks and their history (oldest death
+// first), in rounds of one statement over at most 500 tasks (deadBatch;
+// see deadRounds and lockDeadSQL).
 func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "purge dead tasks"
 	if err := s.check(op); err != nil {

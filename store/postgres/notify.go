@@ -89,8 +89,8 @@ func (s *Store) publishCancel(payload string) {
 
 // Wakeups returns a channel receiving a value whenever some process
 // inserted, promoted or released tasks in the store's schema (NOTIFY on
-// the schema's channel, see notifyChannelSQL). Values
-// coalesce: one pending value stands for any number of notifications.
+// the schema's channel, see the package documentation). Values coalesce:
+// one pending value stands for any number of notifications.
 //
 // The listener holds one dedicated connection outside the pool. When it
 // drops, it reconnects with exponential backoff (Config.ReconnectMin..Max,

@@ -1,12 +1,27 @@
 // Package postgres is the PostgreSQL backend of retryq's store.Store, built
 // on pgx v5 and pgxpool.
 //
+// Give retryq a database, or a schema (through the URL's search_path), of
+// its own, open it and hand the store to retryq.NewClient; close it after
+// the client:
+//
+//	st, err := postgres.Open(ctx, postgres.Config{
+//		URL:         "postgres://retryq:secret@db.internal/retryq?sslmode=require",
+//		AutoMigrate: true, // or run Migrate (retryq migrate) before the nodes start
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer st.Close()
+//	client, err := retryq.NewClient(st, retryq.Options{})
+//
 // Concurrent nodes share one database: FetchTasks leases with
 // FOR UPDATE SKIP LOCKED so fetchers never lease the same task and never wait
 // for each other, every transition is a conditional update naming the state
 // and lease it expects, and inserts, promotions and releases NOTIFY a
 // channel of the deployment's schema ("retryq_wakeup" in the schema public,
-// see notifyChannelSQL) so idle nodes wake up early (see Store.Wakeups).
+// "retryq_wakeup.SCHEMA" in another) so idle nodes wake up early (see
+// Store.Wakeups).
 //
 // Times are stored as timestamptz, which has microsecond precision: every
 // time.Time is truncated to the microsecond on the way in (consistently, so
@@ -92,12 +107,12 @@ type Config struct {
 	// URL's pool_max_conns, else 10). The Wakeups listener uses one extra
 	// dedicated connection. The operators' calls (ListTasks, ListDead,
 	// DeadSummary, Stats, RedriveDead, PurgeDead) hold at most half of
-	// the pool at once (at least one connection; see operatorConns).
+	// the pool at once (at least one connection).
 	MaxConns int32
 	// MinConns is the number of connections kept open (default: the URL's
 	// pool_min_conns, else 0). Open opens max(MinConns, min(MaxConns,
 	// DefaultWarmConns)) connections and prepares the hot statements on
-	// each before it returns (see warm.go); connections beyond MinConns
+	// each before it returns; connections beyond MinConns
 	// close after 30 minutes idle.
 	MinConns int32
 	// ConnectTimeout bounds establishing one connection (default 10s).
@@ -116,7 +131,10 @@ type Config struct {
 	// else the store sets or locks is transaction-scoped either way
 	// (set_config(..., true), SET TRANSACTION, pg_advisory_xact_lock).
 	PollOnly bool
-	// AutoMigrate makes Open apply pending migrations.
+	// AutoMigrate makes Open apply pending migrations. Without it, Open
+	// accepts a database whose schema is older than this binary's, or
+	// empty, and the store's calls fail with store.ErrUnavailable and
+	// store.ErrSchemaBroken until Migrate has run.
 	AutoMigrate bool
 	// MigrateLockTimeout bounds how long each statement of a migration
 	// waits for a lock on a table it changes, held by another session (a
@@ -136,7 +154,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Validate reports the first invalid field. It does not apply defaults.
+// Validate reports the first invalid field, with an error matching
+// store.ErrInvalid. Zero fields are valid (Open gives them defaults),
+// except URL.
 func (c Config) Validate() error {
 	if strings.TrimSpace(c.URL) == "" {
 		return fmt.Errorf("postgres config: URL is required: %w", store.ErrInvalid)
@@ -231,7 +251,9 @@ var (
 
 // Open connects to PostgreSQL, checks the schema version (refusing a
 // database migrated by a newer binary with store.ErrSchemaTooNew) and, with
-// AutoMigrate, applies pending migrations.
+// AutoMigrate, applies pending migrations. An invalid cfg or URL is an
+// error matching store.ErrInvalid; a server that cannot be reached, one
+// matching store.ErrUnavailable. The Store is safe for concurrent use.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)

@@ -1,6 +1,16 @@
 // Package sqlite implements store.Store on SQLite with the pure-Go driver
 // modernc.org/sqlite (no cgo).
 //
+// Open creates the database file when it is missing and migrates it; hand
+// the store to retryq.NewClient and close it after the client:
+//
+//	st, err := sqlite.Open(ctx, sqlite.Config{Path: "/var/lib/myapp/retryq.db"})
+//	if err != nil {
+//		return err
+//	}
+//	defer st.Close()
+//	client, err := retryq.NewClient(st, retryq.Options{})
+//
 // All writes go through one dedicated connection (a *sql.DB limited to one
 // open connection), so writers queue in Go instead of spinning on
 // SQLITE_BUSY; pure reads use a separate pool of read-only connections that
@@ -53,7 +63,7 @@ var ErrFileReplaced = errors.New("database file deleted or replaced while open; 
 // writes every few seconds, so Ping passes again soon after.
 var ErrDiskFull = errors.New("database or disk is full")
 
-// Store is a SQLite-backed store.Store.
+// Store is a SQLite-backed store.Store. It is safe for concurrent use.
 type Store struct {
 	cfg    Config
 	files  [2]string      // the database file and its WAL as SQLite names them (Ping)
@@ -90,8 +100,11 @@ var (
 )
 
 // Open opens (creating if needed) the database at cfg.Path, applies pending
-// migrations and returns the store. It refuses a database whose schema is
-// newer than this binary with an error matching store.ErrSchemaTooNew.
+// migrations and returns the store. It refuses an invalid cfg with an error
+// matching store.ErrInvalid, a file it may not write with ErrReadOnly, a
+// database whose schema is newer than this binary with store.ErrSchemaTooNew,
+// and one whose schema_migrations table another tool wrote with
+// store.ErrForeignSchema.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
