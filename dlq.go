@@ -24,9 +24,11 @@ type DeadFilter struct {
 	// NoErrorCode selects only tasks whose last error has no code (the
 	// DeadSummary groups with an empty ErrorCode); not with ErrorCode.
 	NoErrorCode bool
-	Reason      string    // DeadNonRetryable, DeadMaxAttempts or DeadRetryWindow
-	Since       time.Time // died at or after
-	Before      time.Time // died before: time.Now().Add(-d) selects tasks dead for d or more
+	Reason      string // DeadNonRetryable, DeadMaxAttempts or DeadRetryWindow
+	// Since selects tasks that died at or after it, Before those that
+	// died before it: time.Now().Add(-d) selects tasks dead for d or
+	// more. Each is zero or within years 1 to 9999 (ErrInvalid otherwise).
+	Since, Before time.Time
 	// IDs selects these tasks only (at most 10,000). A non-nil empty list
 	// is refused with ErrInvalid rather than read as "every dead task":
 	// leave it nil to select by the other fields.
@@ -53,6 +55,26 @@ var deadFields = map[string]string{"type": "Type", "error_code": "ErrorCode", "n
 	"reason": "Reason", "since": "Since", "ids": "IDs", "limit": "Limit", "cursor": "Cursor",
 	"max_bytes": "MaxBytes"}
 
+// checkDeadTime refuses, naming field, a time of a dead-task filter
+// outside years 1 to 9999 (store.CheckTime), as WithRunAt's is refused.
+// The stores compare such times as 64-bit microseconds, which wrap around
+// far enough out: a Before in year -300000 selected every dead task.
+func checkDeadTime(field string, t time.Time) error {
+	if err := store.CheckTime(field, t); err != nil {
+		return &engine.FieldError{Field: field, Message: fmt.Sprintf("must be within years 1 to 9999 in UTC (got %s)",
+			t.UTC().Format(time.RFC3339Nano)), Err: err}
+	}
+	return nil
+}
+
+// checkDeadTimes checks f's Since and Before (checkDeadTime).
+func checkDeadTimes(f DeadFilter) error {
+	if err := checkDeadTime("Since", f.Since); err != nil {
+		return err
+	}
+	return checkDeadTime("Before", f.Before)
+}
+
 // deadFilter returns the store's filter for f. The engine checks it.
 func deadFilter(f DeadFilter) store.DeadFilter {
 	return store.DeadFilter{
@@ -71,6 +93,9 @@ func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]TaskInfo, string
 	if err := checkCursor(f.Cursor); err != nil {
 		return nil, "", fmt.Errorf("list dead tasks: %w", err)
 	}
+	if err := checkDeadTimes(f); err != nil {
+		return nil, "", fmt.Errorf("list dead tasks: %w", err)
+	}
 	ts, next, err := c.e.ListDead(ctx, deadFilter(f))
 	if err != nil {
 		return nil, "", callErr("list dead tasks", deadFields, err)
@@ -80,14 +105,18 @@ func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]TaskInfo, string
 
 // DeadSummary counts the dead-lettered tasks that died at or after since
 // (all of them when since is zero) by type, last error code and reason,
-// largest group first.
+// largest group first. A since outside years 1 to 9999 is an ErrInvalid
+// error.
 func (c *Client) DeadSummary(ctx context.Context, since time.Time) ([]DeadGroup, error) {
 	if err := c.check(false); err != nil {
 		return nil, fmt.Errorf("summarize dead tasks: %w", err)
 	}
+	if err := checkDeadTime("since", since); err != nil {
+		return nil, fmt.Errorf("summarize dead tasks: %w", err)
+	}
 	s, err := c.e.DeadSummary(ctx, store.SummaryParams{Since: since})
 	if err != nil {
-		return nil, err
+		return nil, err // "summarize dead tasks: ..." from the store
 	}
 	return s.Groups, nil
 }
@@ -103,6 +132,9 @@ func (c *Client) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 	}
 	if f.Cursor != "" {
 		return 0, fmt.Errorf("redrive dead tasks: %w", &engine.FieldError{Field: "Cursor", Message: "is for ListDead only"})
+	}
+	if err := checkDeadTimes(f); err != nil {
+		return 0, fmt.Errorf("redrive dead tasks: %w", err)
 	}
 	n, err := c.e.Redrive(ctx, deadFilter(f))
 	if err != nil {
@@ -121,6 +153,9 @@ func (c *Client) Purge(ctx context.Context, f DeadFilter) (int, error) {
 	}
 	if f.Cursor != "" {
 		return 0, fmt.Errorf("purge dead tasks: %w", &engine.FieldError{Field: "Cursor", Message: "is for ListDead only"})
+	}
+	if err := checkDeadTimes(f); err != nil {
+		return 0, fmt.Errorf("purge dead tasks: %w", err)
 	}
 	n, err := c.e.Purge(ctx, deadFilter(f))
 	if err != nil {

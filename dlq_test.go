@@ -161,3 +161,58 @@ func TestClientDLQAfterCloseIsErrClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestClientDLQRefusesTimesOutsideYears1To9999: a DeadFilter's Since or
+// Before, and DeadSummary's since, far outside the years the stores keep
+// are ErrInvalid naming the field, as WithRunAt's time is. The stores
+// compare them as 64-bit microseconds, which wrapped around: Since in year
+// 300000 selected the tasks dead now, and a Purge of the tasks dead before
+// year -300000 deleted the whole dead-letter queue.
+func TestClientDLQRefusesTimesOutsideYears1To9999(t *testing.T) {
+	backendtest.Run(t, testClientDLQRefusesTimesOutsideYears1To9999)
+}
+
+func testClientDLQRefusesTimesOutsideYears1To9999(t *testing.T, backend string) {
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{DefaultPolicy: fastPolicy(1)})
+	ctx := context.Background()
+	e.mux.HandleFunc("a", func(context.Context, *retryq.Task) error { return retryq.Permanent(errors.New("no")) })
+	e.startWorker(retryq.WorkerConfig{})
+	ids := deadTasks(t, e, "", "a")
+
+	year := func(y int) time.Time { return time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC) }
+	for name, call := range map[string]func(retryq.DeadFilter) error{
+		"ListDead": func(f retryq.DeadFilter) error { _, _, err := e.client.ListDead(ctx, f); return err },
+		"Redrive":  func(f retryq.DeadFilter) error { _, err := e.client.Redrive(ctx, f); return err },
+		"Purge":    func(f retryq.DeadFilter) error { _, err := e.client.Purge(ctx, f); return err },
+	} {
+		for _, tc := range []struct {
+			field string
+			f     retryq.DeadFilter
+		}{
+			{"Since", retryq.DeadFilter{Since: year(300000)}},
+			{"Since", retryq.DeadFilter{Since: year(10000)}},
+			{"Before", retryq.DeadFilter{Before: year(-300000)}},
+			{"Before", retryq.DeadFilter{Before: year(0)}},
+		} {
+			err := call(tc.f)
+			if !errors.Is(err, retryq.ErrInvalid) || !strings.Contains(err.Error(), tc.field+": ") {
+				t.Errorf("%s with Since %v, Before %v = %v, want ErrInvalid naming %s", name,
+					tc.f.Since, tc.f.Before, err, tc.field)
+			}
+		}
+	}
+	for _, y := range []int{300000, 10000, -300000} {
+		groups, err := e.client.DeadSummary(ctx, year(y))
+		if !errors.Is(err, retryq.ErrInvalid) || !strings.Contains(err.Error(), "summarize dead tasks: since: ") {
+			t.Errorf("DeadSummary since year %d = %d groups, %v; want ErrInvalid naming since", y, len(groups), err)
+		}
+	}
+	// The years the stores keep still select as before.
+	dead, _, err := e.client.ListDead(ctx, retryq.DeadFilter{Since: year(1), Before: year(9999)})
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("ListDead over years 1 to 9999 = %d tasks, %v; want the dead task", len(dead), err)
+	}
+	if ti := e.waitState(ids[0], time.Second, retryq.StateDead); ti.State != retryq.StateDead {
+		t.Fatalf("dead task is %s", ti.State)
+	}
+}
