@@ -242,17 +242,18 @@ type EnqueueResult struct {
 	Duplicate bool     // an existing task with the same idempotency key
 }
 
-// request builds the engine's request. A payload given as bytes is copied:
-// the caller may reuse its buffer once Enqueue returns, while the task may
-// still be handed to a local handler straight from the insert.
+// request builds the engine's request. A payload given as bytes is not
+// copied here: the engine compacts every payload into a buffer of its own
+// before Enqueue returns, so the caller may reuse its buffer then, while
+// the task may still be handed to a local handler straight from the insert.
 func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueRequest, error) {
 	r := engine.EnqueueRequest{Type: typ}
 	switch p := payload.(type) {
 	case nil:
 	case json.RawMessage:
-		r.Payload = bytes.Clone(p)
+		r.Payload = p
 	case []byte:
-		r.Payload = bytes.Clone(p)
+		r.Payload = p
 	default:
 		// Not json.Marshal, which writes <, > and & as \u003c and so on:
 		// handlers, push targets and HTTP answers get them as they are, as

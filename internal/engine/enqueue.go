@@ -63,7 +63,7 @@ const (
 // EnqueueRequest describes a task to enqueue.
 type EnqueueRequest struct {
 	Type           string
-	Payload        json.RawMessage // must be valid JSON, stored compacted; empty means null
+	Payload        json.RawMessage // must be valid JSON, stored compacted (a copy: the caller may reuse it); empty means null
 	Priority       *int            // nil = the type's default priority
 	MaxAttempts    int             // 0 = the type's policy decides
 	IdempotencyKey string
