@@ -28,10 +28,12 @@ func ExampleOpen() {
 
 	client, err := retryq.NewClient(st, retryq.Options{NodeID: "api-1"})
 	if err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 	if err := client.Start(ctx); err != nil {
-		log.Fatal(err)
+		log.Print(err)
+		return
 	}
 	defer client.Close()
 }
