@@ -63,11 +63,6 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	if err := s.check(op); err != nil {
 		return nil, "", err
 	}
-	end, werr := s.operatorSlot(ctx, op)
-	if werr != nil {
-		return nil, "", werr
-	}
-	defer end()
 	if f.Limit <= 0 {
 		return nil, "", fmt.Errorf("%s: limit must be positive (got %d): %w", op, f.Limit, store.ErrInvalid)
 	}
@@ -77,6 +72,11 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	if err := store.CheckDeadIDs(f); err != nil {
 		return nil, "", fmt.Errorf("%s: %w", op, err)
 	}
+	end, werr := s.operatorSlot(ctx, op)
+	if werr != nil {
+		return nil, "", werr
+	}
+	defer end()
 	// tasks_dead_idx holds every dead task, and a filter on its type reads
 	// a range of it; the probe finds the newest of a queue that an outage
 	// filled without sorting them all (300 ms at 1M dead tasks).
@@ -103,14 +103,14 @@ func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.S
 	if err := s.check(op); err != nil {
 		return store.Summary{}, err
 	}
+	if err := store.CheckLimit(p.Limit); err != nil {
+		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
+	}
 	end, werr := s.operatorSlot(ctx, op)
 	if werr != nil {
 		return store.Summary{}, werr
 	}
 	defer end()
-	if err := store.CheckLimit(p.Limit); err != nil {
-		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
-	}
 	settings, q, args := deadSummarySQL(p)
 	b := &pgx.Batch{}
 	if settings != "" {
@@ -196,11 +196,6 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	if err := s.check(op); err != nil {
 		return 0, err
 	}
-	end, werr := s.operatorSlot(ctx, op)
-	if werr != nil {
-		return 0, werr
-	}
-	defer end()
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
@@ -210,6 +205,11 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	if err := store.CheckDeadIDs(f); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
+	end, werr := s.operatorSlot(ctx, op)
+	if werr != nil {
+		return 0, werr
+	}
+	defer end()
 	return s.deadRounds(ctx, op, f, func(ids []string) (int, error) {
 		where, args := deadWhere(f, []any{us(f.Now)})
 		args = append(args, ids)
@@ -225,17 +225,17 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	if err := s.check(op); err != nil {
 		return 0, err
 	}
-	end, werr := s.operatorSlot(ctx, op)
-	if werr != nil {
-		return 0, werr
-	}
-	defer end()
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	if err := store.CheckDeadIDs(f); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
+	end, werr := s.operatorSlot(ctx, op)
+	if werr != nil {
+		return 0, werr
+	}
+	defer end()
 	return s.deadRounds(ctx, op, f, func(ids []string) (int, error) {
 		where, args := deadWhere(f, nil)
 		args = append(args, ids)

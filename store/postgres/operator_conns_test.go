@@ -96,3 +96,39 @@ func TestOperatorCallsLeaveConnectionsForTheEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestOperatorCallsRefuseBadInputWithoutWaiting: an operator call with
+// invalid arguments is refused with store.ErrInvalid at once, even while
+// every operator slot is taken: it needs no connection. It waited for a
+// slot first, so behind slow calls it answered its context's deadline
+// (a timeout, where the caller's request was at fault) after the wait.
+func TestOperatorCallsRefuseBadInputWithoutWaiting(t *testing.T) {
+	s := openURL(t, pgtest.URL(t), func(c *Config) { c.MaxConns = 2 })
+	for range cap(s.opSlots) { // slow calls hold every slot
+		s.opSlots <- struct{}{}
+	}
+	calls := map[string]func(context.Context) error{
+		"ListTasks": func(ctx context.Context) error {
+			_, _, err := s.ListTasks(ctx, store.ListParams{Limit: 0})
+			return err
+		},
+		"ListDead": func(ctx context.Context) error {
+			_, _, err := s.ListDead(ctx, store.DeadFilter{Limit: 10, Cursor: "\x00"})
+			return err
+		},
+		"DeadSummary": func(ctx context.Context) error {
+			_, err := s.DeadSummary(ctx, store.SummaryParams{Limit: -1})
+			return err
+		},
+		"RedriveDead": func(ctx context.Context) error { _, err := s.RedriveDead(ctx, store.DeadFilter{}); return err },
+		"PurgeDead":   func(ctx context.Context) error { _, err := s.PurgeDead(ctx, store.DeadFilter{Limit: -1}); return err },
+	}
+	for name, call := range calls {
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		err := call(ctx)
+		cancel()
+		if !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("%s with invalid arguments while every operator slot is taken: %v; want store.ErrInvalid", name, err)
+		}
+	}
+}

@@ -437,7 +437,8 @@ func (s *Store) check(op string) error {
 func operatorConns(maxConns int32) int { return max(1, int(maxConns)/2) }
 
 // operatorSlot waits for the turn of an operator call (operatorConns)
-// and returns the function that ends it.
+// and returns the function that ends it. Callers check their arguments
+// first: a call refused with store.ErrInvalid needs no turn.
 func (s *Store) operatorSlot(ctx context.Context, op string) (func(), error) {
 	select {
 	case s.opSlots <- struct{}{}:

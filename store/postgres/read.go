@@ -181,11 +181,6 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task
 	if err := s.check(op); err != nil {
 		return nil, "", err
 	}
-	end, werr := s.operatorSlot(ctx, op)
-	if werr != nil {
-		return nil, "", werr
-	}
-	defer end()
 	if p.Limit <= 0 {
 		return nil, "", fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
 	}
@@ -204,6 +199,11 @@ func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task
 			states = append(states, st)
 		}
 	}
+	end, werr := s.operatorSlot(ctx, op)
+	if werr != nil {
+		return nil, "", werr
+	}
+	defer end()
 	if indexedStates(states) {
 		q, args := listPage(states, p.Type, p.Cursor, p.Limit)
 		return s.page(ctx, op, listSettings, q, args, p.Limit, p.MaxBytes)
