@@ -16,7 +16,7 @@ import (
 // ANALYZE the planner would rather bitmap-scan or seq-scan every pending row
 // on each fetch. Walking each type's range of the pending index in order,
 // stopping after Limit lockable rows, is always right. Sorts stay on: the
-// merge of the types' candidates sorts at most Limit rows per type, and a
+// merge of several types' tasks sorts at most Limit rows per type, and a
 // plan priced at disable_cost would pass jit_above_cost. JIT is off: a
 // fetch of many types with a large limit is priced at one index range of
 // Limit rows per type (256 types of 1000: over 180,000), and was
@@ -25,48 +25,82 @@ import (
 const fetchPlanSettings = `SELECT set_config('enable_bitmapscan', 'off', true),
 	set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)`
 
-// fetchTypeSQL selects the candidates of one type (ty.name): its first $1
+// fetchOneTypeSQL leases tasks of the one type $2[1]: its first $1
 // lockable pending tasks in fetch order, from its range of
 // tasks_pending_type_idx. It stops after $1 rows it can lock, whatever the
-// backlog of other types.
-const fetchTypeSQL = `
+// backlog of other types. Before version 7 of the schema a fetch walked one
+// index in fetch order and filtered by type, reading every pending task of
+// other types ahead of the first match: behind a backlog of 200,000 tasks
+// of one type, a fetch of another type took 165 ms.
+const fetchOneTypeSQL = `
+WITH due AS MATERIALIZED (
+	SELECT id, coalesce(octet_length(payload), 0) AS size FROM tasks
+	WHERE state = 'pending' AND type = ($2::text[])[1]
+	ORDER BY effective_prio DESC, run_at, id
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED
+)` + fetchLeaseSQL
+
+// fetchPeekSQL reads, without locking, the first $1 pending tasks of one
+// type (ty.name) in fetch order, for peek.
+const fetchPeekSQL = `
+		SELECT type, effective_prio, run_at, id FROM tasks
+		WHERE state = 'pending' AND type = ty.name
+		ORDER BY effective_prio DESC, run_at, id
+		LIMIT $1`
+
+// fetchShareSQL follows peek (the type of each of the first $1 pending tasks
+// of the types asked for, in fetch order, unlocked): each type's share of
+// peek is how many tasks the fetch leases of it. due locks, for each type,
+// its first share lockable pending tasks from its range of
+// tasks_pending_type_idx: rows another fetch holds are skipped and the walk
+// goes on past them, and no row beyond the shares is locked (locking Limit
+// per type and merging after locked Limit × types rows: all 200,000 pending
+// tasks for a fetch of 1,000 over 256 types, each lock a WAL record, and
+// rows a concurrent fetch then skipped without leasing them).
+const fetchShareSQL = `, share AS (
+	SELECT type AS name, count(*) AS n FROM peek GROUP BY type
+), due AS MATERIALIZED (
+	SELECT c.id, c.size FROM share AS ty CROSS JOIN LATERAL (
 		SELECT id, coalesce(octet_length(payload), 0) AS size, effective_prio, run_at FROM tasks
 		WHERE state = 'pending' AND type = ty.name
 		ORDER BY effective_prio DESC, run_at, id
-		LIMIT $1
-		FOR UPDATE SKIP LOCKED`
-
-// fetchMergeSQL orders the candidates of all types (c) and keeps the first
-// $1: due(id, size), in fetch order. The candidates it leaves out are
-// locked for the statement only.
-const fetchMergeSQL = ` AS c
+		LIMIT ty.n
+		FOR UPDATE SKIP LOCKED
+	) AS c
 	ORDER BY c.effective_prio DESC, c.run_at, c.id
+	-- The shares add up to $1 at most; the LIMIT tells the planner, which
+	-- would otherwise join a larger due to tasks by walking its primary key.
 	LIMIT $1
 )`
 
-// fetchTypedSQL leases tasks of the types $2 (distinct). Before version 7
-// of the schema a fetch walked one index in fetch order and filtered by
-// type, reading every pending task of other types ahead of the first match:
-// behind a backlog of 200,000 tasks of one type, a fetch of another type
-// took 165 ms.
-const fetchTypedSQL = `
-WITH due AS MATERIALIZED (
-	SELECT c.id, c.size FROM unnest($2::text[]) AS ty(name) CROSS JOIN LATERAL (` + fetchTypeSQL + `
-	)` + fetchMergeSQL + fetchLeaseSQL
+// fetchTypesSQL leases tasks of the types $2 (distinct, more than one):
+// peek merges the first $1 of each type in fetch order and keeps the first
+// $1, then fetchShareSQL locks each type's share.
+const fetchTypesSQL = `
+WITH peek AS (
+	SELECT c.type FROM unnest($2::text[]) AS ty(name) CROSS JOIN LATERAL (` + fetchPeekSQL + `
+	) AS c
+	ORDER BY c.effective_prio DESC, c.run_at, c.id
+	LIMIT $1
+)` + fetchShareSQL + fetchLeaseSQL
 
-// fetchAnySQL leases tasks of any type ($2 is NULL; it keeps both
+// fetchAnySQL leases tasks of any type ($2 is NULL; it keeps the
 // statements' parameters alike). It finds the types that have pending
 // tasks with one probe of tasks_pending_type_idx per type (a loose index
-// scan), then reads as fetchTypedSQL. No engine path fetches without types.
+// scan), then reads as fetchTypesSQL. No engine path fetches without types.
 const fetchAnySQL = `
 WITH RECURSIVE names(name) AS (
 	(SELECT type FROM tasks WHERE state = 'pending' AND $2::text[] IS NULL ORDER BY type LIMIT 1)
 	UNION ALL
 	SELECT (SELECT t.type FROM tasks AS t WHERE t.state = 'pending' AND t.type > names.name ORDER BY t.type LIMIT 1)
 	FROM names WHERE names.name IS NOT NULL
-), due AS MATERIALIZED (
-	SELECT c.id, c.size FROM names AS ty CROSS JOIN LATERAL (` + fetchTypeSQL + `
-	)` + fetchMergeSQL + fetchLeaseSQL
+), peek AS (
+	SELECT c.type FROM names AS ty CROSS JOIN LATERAL (` + fetchPeekSQL + `
+	) AS c
+	ORDER BY c.effective_prio DESC, c.run_at, c.id
+	LIMIT $1
+)` + fetchShareSQL + fetchLeaseSQL
 
 // fetchLeaseSQL leases the candidates of due (id, size), in due's order,
 // whose running total of payload bytes is within $7, and always the first.
@@ -92,9 +126,9 @@ WHERE t.id = cut.id AND (cut.n = 1 OR cut.total <= $7)
 RETURNING ` + taskCols
 
 // FetchTasks leases up to Limit pending tasks with one UPDATE over
-// FOR UPDATE SKIP LOCKED subqueries, one per type: concurrent fetchers skip
-// each other's rows instead of waiting, and never lease the same task. The
-// subqueries read each candidate's payload size (octet_length of a bytea reads no
+// FOR UPDATE SKIP LOCKED subqueries, one per type (fetchStatement):
+// concurrent fetchers skip each other's rows instead of waiting, and never
+// lease the same task. The subqueries read each candidate's payload size (octet_length of a bytea reads no
 // TOAST); the UPDATE leases the candidates whose running total in fetch
 // order is within MaxBytes, and always the first. The others are locked
 // for the statement only and left unchanged.
@@ -144,10 +178,14 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 
 // fetchStatement returns the statement of a fetch of types (nil: any type).
 func fetchStatement(types []string) string {
-	if types == nil {
+	switch len(types) {
+	case 0:
 		return fetchAnySQL
+	case 1:
+		return fetchOneTypeSQL
+	default:
+		return fetchTypesSQL
 	}
-	return fetchTypedSQL
 }
 
 // PromoteDue moves due scheduled/retry_waiting tasks to pending, and

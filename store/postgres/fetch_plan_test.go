@@ -76,7 +76,8 @@ func TestFetchPlanReadsTheTypeIndexSoNoJIT(t *testing.T) {
 			if strings.Contains(plan, "cost=1000000") {
 				t.Errorf("analyzed %v, types %v: the fetch is priced at disable_cost:\n%s", analyzed, types, plan)
 			}
-			if !strings.Contains(plan, "Index Cond: (type = ty.name)") || strings.Contains(plan, "Filter: ((state = 'pending'::text) AND (type") {
+			if !strings.Contains(plan, "tasks_pending_type_idx") || !strings.Contains(plan, "Index Cond: (type = ") ||
+				strings.Contains(plan, "Filter: ((state = 'pending'::text) AND (type") {
 				t.Errorf("analyzed %v, types %v: the fetch does not read each type's range of tasks_pending_type_idx:\n%s", analyzed, types, plan)
 			}
 		}
@@ -227,6 +228,66 @@ FROM generate_series(1, 50000) x`, t0.Add(-time.Hour)); err != nil {
 		}()
 		if p := strings.Join(plan, "\n"); strings.Contains(p, "JIT:") {
 			t.Errorf("%d types, %s: the fetch is JIT-compiled:\n%s", len(c.types), c.mode, p)
+		}
+	}
+}
+
+// TestFetchLocksOnlyWhatItLeases: a fetch of several types (or of any
+// type) locks the rows it leases and no more, so a concurrent fetch skips
+// only those. Locking Limit rows per type and merging after locked 20 × 10
+// rows here to lease 10, each lock a WAL record, and a concurrent fetch of
+// one of those types found them all locked and came back empty.
+func TestFetchLocksOnlyWhatItLeases(t *testing.T) {
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const types, each, limit = 20, 50, 10
+	var names []string
+	var tasks []store.NewTask
+	for i := range types {
+		name := fmt.Sprintf("kind%02d", i)
+		names = append(names, name)
+		for j := range each {
+			tasks = append(tasks, store.NewTask{ID: fmt.Sprintf("%s-%03d", name, j), Type: name, Payload: json.RawMessage(`{}`)})
+		}
+	}
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: tasks, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	for _, fetched := range [][]string{names, nil} {
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, fetchPlanSettings); err != nil {
+			t.Fatal(err)
+		}
+		args := fetchArgs(fetched)
+		args[0] = limit
+		rows, err := tx.Query(ctx, fetchStatement(fetched), args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leased := 0
+		for rows.Next() {
+			leased++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		// Another session counts the pending rows it could lock while the
+		// fetch's transaction holds its locks.
+		var free int
+		err = s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT id FROM tasks WHERE state = 'pending'
+			FOR UPDATE SKIP LOCKED) AS f`).Scan(&free)
+		_ = tx.Rollback(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leased != limit || free != types*each-limit {
+			t.Errorf("types %v: the fetch leased %d tasks and left %d of %d pending tasks lockable, want %d and %d",
+				fetched != nil, leased, free, types*each, limit, types*each-limit)
 		}
 	}
 }
