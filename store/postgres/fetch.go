@@ -49,37 +49,57 @@ const fetchPeekSQL = `
 		ORDER BY effective_prio DESC, run_at, id
 		LIMIT $1`
 
-// fetchShareSQL follows peek (the type of each of the first $1 pending tasks
-// of the types asked for, in fetch order, unlocked): each type's share of
-// peek is how many tasks the fetch leases of it. due locks, for each type,
-// its first share lockable pending tasks from its range of
-// tasks_pending_type_idx: rows another fetch holds are skipped and the walk
-// goes on past them, and no row beyond the shares is locked (locking Limit
-// per type and merging after locked Limit × types rows: all 200,000 pending
-// tasks for a fetch of 1,000 over 256 types, each lock a WAL record, and
-// rows a concurrent fetch then skipped without leasing them).
+// fetchShareSQL follows peek (the type of each of the first $1 pending
+// tasks of the types asked for, in fetch order, read unlocked) and names
+// (the types asked for). Each type's share of peek is how many tasks the
+// fetch leases of it: first locks, for each type, its first share lockable
+// pending tasks from its range of tasks_pending_type_idx, walking past rows
+// another fetch holds. When other fetches held so many rows that first
+// falls short of $1, more takes the shortfall from every type the same way
+// (each type's LIMIT is the shortfall; with none, it reads nothing). So a
+// fetch locks what it leases and, only when others hold rows it wanted, up
+// to the shortfall per type more: locking $1 rows per type and merging
+// after locked $1 × types rows (all 200,000 pending tasks for a fetch of
+// 1,000 over 256 types), each lock a WAL record, and rows a concurrent
+// fetch then skipped without anyone leasing them.
 const fetchShareSQL = `, share AS (
 	SELECT type AS name, count(*) AS n FROM peek GROUP BY type
-), due AS MATERIALIZED (
-	SELECT c.id, c.size FROM share AS ty CROSS JOIN LATERAL (
-		SELECT id, coalesce(octet_length(payload), 0) AS size, effective_prio, run_at FROM tasks
-		WHERE state = 'pending' AND type = ty.name
+), first AS MATERIALIZED (
+	SELECT c.* FROM share AS ty CROSS JOIN LATERAL (` + fetchLockSQL + `
 		ORDER BY effective_prio DESC, run_at, id
 		LIMIT ty.n
 		FOR UPDATE SKIP LOCKED
 	) AS c
+), more AS MATERIALIZED (
+	SELECT c.* FROM names AS ty CROSS JOIN LATERAL (` + fetchLockSQL + `
+			AND id NOT IN (SELECT id FROM first)
+		ORDER BY effective_prio DESC, run_at, id
+		LIMIT greatest($1 - (SELECT count(*) FROM first), 0)
+		FOR UPDATE SKIP LOCKED
+	) AS c
+), due AS MATERIALIZED (
+	SELECT id, size FROM (SELECT * FROM first UNION ALL SELECT * FROM more) AS c
 	ORDER BY c.effective_prio DESC, c.run_at, c.id
-	-- The shares add up to $1 at most; the LIMIT tells the planner, which
-	-- would otherwise join a larger due to tasks by walking its primary key.
+	-- first and more add up to $1 at most; the LIMIT tells the planner,
+	-- which would otherwise join a larger due to tasks by walking its
+	-- primary key.
 	LIMIT $1
 )`
+
+// fetchLockSQL reads the pending tasks of one type (ty.name), for first
+// and more, which add their order, LIMIT and lock.
+const fetchLockSQL = `
+		SELECT id, coalesce(octet_length(payload), 0) AS size, effective_prio, run_at FROM tasks
+		WHERE state = 'pending' AND type = ty.name`
 
 // fetchTypesSQL leases tasks of the types $2 (distinct, more than one):
 // peek merges the first $1 of each type in fetch order and keeps the first
 // $1, then fetchShareSQL locks each type's share.
 const fetchTypesSQL = `
-WITH peek AS (
-	SELECT c.type FROM unnest($2::text[]) AS ty(name) CROSS JOIN LATERAL (` + fetchPeekSQL + `
+WITH names AS (
+	SELECT name FROM unnest($2::text[]) AS ty(name)
+), peek AS (
+	SELECT c.type FROM names AS ty CROSS JOIN LATERAL (` + fetchPeekSQL + `
 	) AS c
 	ORDER BY c.effective_prio DESC, c.run_at, c.id
 	LIMIT $1

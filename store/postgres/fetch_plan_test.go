@@ -291,3 +291,47 @@ func TestFetchLocksOnlyWhatItLeases(t *testing.T) {
 		}
 	}
 }
+
+// TestFetchGoesPastRowsOthersHold: when another transaction holds the rows
+// a fetch of several types would take first (in the test, the higher
+// priority type's), the fetch leases the next ones of its types instead of
+// nothing. (Counting each type's share from an unlocked first look and
+// locking only that many of each leased nothing here: every share fell on
+// the held rows.)
+func TestFetchGoesPastRowsOthersHold(t *testing.T) {
+	s := openURL(t, pgtest.URL(t), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var tasks []store.NewTask
+	for i := range 10 {
+		tasks = append(tasks, store.NewTask{ID: fmt.Sprintf("hi-%02d", i), Type: "hi", Priority: 9, Payload: json.RawMessage(`{}`)})
+	}
+	for i := range 30 {
+		tasks = append(tasks, store.NewTask{ID: fmt.Sprintf("lo-%02d", i), Type: "lo", Payload: json.RawMessage(`{}`)})
+	}
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: tasks, Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT id FROM tasks WHERE type = 'hi' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	for _, types := range [][]string{{"hi", "lo"}, nil} {
+		got, err := s.FetchTasks(ctx, store.FetchParams{Types: types, Limit: 10, WorkerID: "w", LeaseDuration: time.Minute, Now: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 10 {
+			t.Fatalf("types %v: leased %d tasks with 10 of hi held by another transaction and lo pending, want 10", types, len(got))
+		}
+		for _, task := range got {
+			if task.Type != "lo" {
+				t.Errorf("types %v: leased %s, held by another transaction", types, task.ID)
+			}
+		}
+	}
+}
