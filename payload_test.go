@@ -27,7 +27,9 @@ func TestGoPayloadIsStoredCompacted(t *testing.T) {
 }
 
 func testGoPayloadIsStoredCompacted(t *testing.T, backend string) {
-	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{})
+	// An insert is bounded by the lease duration: a minute lets the 8 MiB
+	// payload below commit on a loaded machine (with 2 s it timed out).
+	e := newEnvOn(t, backendtest.Open(t, backend, ""), retryq.Options{LeaseDuration: time.Minute})
 	ctx := context.Background()
 	got := make(chan string, 8)
 	e.mux.HandleFunc("p", func(ctx context.Context, task *retryq.Task) error {
