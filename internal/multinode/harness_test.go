@@ -3,7 +3,6 @@ package multinode
 import (
 	"context"
 	"fmt"
-	"github.com/retryq/retryq/internal/engine"
 	"net/url"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq"
+	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/retry"
 	"github.com/retryq/retryq/store"
