@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
 )
@@ -33,6 +35,12 @@ func explainFetch(ctx context.Context, t *testing.T, s *Store, types []string, o
 	if err != nil {
 		t.Fatal(err)
 	}
+	return planText(t, rows)
+}
+
+// planText reads the lines of an EXPLAIN's answer and closes rows.
+func planText(t *testing.T, rows pgx.Rows) string {
+	t.Helper()
 	defer rows.Close()
 	var plan []string
 	for rows.Next() {
@@ -192,7 +200,7 @@ FROM generate_series(1, 50000) x`, t0.Add(-time.Hour)); err != nil {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var plan []string
+		var plan string
 		func() {
 			defer func() { _ = tx.Rollback(ctx) }()
 			if _, err := tx.Exec(ctx, fetchPlanSettings); err != nil {
@@ -214,20 +222,10 @@ FROM generate_series(1, 50000) x`, t0.Add(-time.Hour)); err != nil {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer rows.Close()
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, line)
-			}
-			if err := rows.Err(); err != nil {
-				t.Fatal(err)
-			}
+			plan = planText(t, rows)
 		}()
-		if p := strings.Join(plan, "\n"); strings.Contains(p, "JIT:") {
-			t.Errorf("%d types, %s: the fetch is JIT-compiled:\n%s", len(c.types), c.mode, p)
+		if strings.Contains(plan, "JIT:") {
+			t.Errorf("%d types, %s: the fetch is JIT-compiled:\n%s", len(c.types), c.mode, plan)
 		}
 	}
 }

@@ -36,7 +36,7 @@ FROM generate_series(1, 40000) g`, t0); err != nil {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var plan []string
+			var all string
 			func() {
 				defer func() { _ = tx.Rollback(ctx) }()
 				if _, err := tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode); err != nil {
@@ -46,19 +46,8 @@ FROM generate_series(1, 40000) g`, t0); err != nil {
 				if err != nil {
 					t.Fatal(err)
 				}
-				defer rows.Close()
-				for rows.Next() {
-					var line string
-					if err := rows.Scan(&line); err != nil {
-						t.Fatal(err)
-					}
-					plan = append(plan, line)
-				}
-				if err := rows.Err(); err != nil {
-					t.Fatal(err)
-				}
+				all = planText(t, rows)
 			}()
-			all := strings.Join(plan, "\n")
 			if strings.Contains(all, "Seq Scan") || strings.Contains(all, "Hash") {
 				t.Errorf("%s: the promotion scans or hashes the table:\n%s", mode, all)
 			}
