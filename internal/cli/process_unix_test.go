@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -94,4 +95,24 @@ func startCLIProcessUnder(t *testing.T, under []string, env []string, stdout io.
 		}
 	})
 	return p
+}
+
+// hangUpThenTerminate sends p SIGHUP then SIGTERM, as a logout and then a
+// stop would, and fails the test unless p exits with status 0 within 20 s;
+// what names p in messages, diag adds its output.
+func hangUpThenTerminate(t *testing.T, p *cliProcess, what string, diag func() string) {
+	t.Helper()
+	for _, sig := range []os.Signal{syscall.SIGHUP, syscall.SIGTERM} {
+		if err := p.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the %s did not exit after SIGTERM\n%s", what, diag())
+	}
+	if p.waitErr != nil {
+		t.Errorf("%s exit: %v, want status 0\n%s", what, p.waitErr, diag())
+	}
 }

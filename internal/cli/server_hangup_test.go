@@ -61,26 +61,13 @@ func TestServerUnderNohupIgnoresHangup(t *testing.T) {
 	}
 	clearServerEnv(t)
 	proc := startCLIProcessUnder(t, []string{nohup}, nil, nil, "server", "--db", "sqlite:"+filepath.Join(t.TempDir(), "nohup.db"), "--listen", "127.0.0.1:0")
-	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
+	stderr := proc.stderr
 	diag := func() string { return "server log:\n" + stderr.String() }
 	pollUntil(t, 20*time.Second, "the server to start", func() bool {
 		return strings.Contains(stderr.String(), "retryq server started")
 	}, diag)
 	// nohup runs the server in its own process (exec): signal it.
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the server did not exit after SIGTERM\n%s", diag())
-	}
-	if proc.waitErr != nil {
-		t.Errorf("server exit: %v, want status 0\n%s", proc.waitErr, diag())
-	}
+	hangUpThenTerminate(t, proc, "server", diag)
 	if !strings.Contains(stderr.String(), `msg="shutting down; a second signal exits at once" signal=terminated`) {
 		t.Errorf("want the shutdown begun by SIGTERM, the SIGHUP ignored\n%s", diag())
 	}

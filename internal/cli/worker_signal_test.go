@@ -76,26 +76,13 @@ func TestWorkerUnderNohupIgnoresHangup(t *testing.T) {
 	}
 	s := startAPIServer(t, nil)
 	proc := startCLIProcessUnder(t, []string{nohup}, nil, nil, "worker", "--server", s.url, "--types", "cli.nohup", "--exec", "true", "--worker-id", "nohup-worker")
-	cmd, stderr, exited := proc.cmd, proc.stderr, proc.exited
+	stderr := proc.stderr
 	diag := func() string { return "worker stderr:\n" + stderr.String() }
 	pollUntil(t, 20*time.Second, "the worker to start", func() bool {
 		return strings.Contains(stderr.String(), "nohup-worker leasing")
 	}, diag)
 	// nohup runs the worker in its own process (exec): signal it.
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the worker did not exit after SIGTERM\n%s", diag())
-	}
-	if proc.waitErr != nil {
-		t.Errorf("worker exit: %v, want status 0\n%s", proc.waitErr, diag())
-	}
+	hangUpThenTerminate(t, proc, "worker", diag)
 	if !strings.Contains(stderr.String(), "received terminated: no new tasks") || strings.Contains(stderr.String(), "hangup") {
 		t.Errorf("want the stop begun by SIGTERM, the SIGHUP ignored\n%s", diag())
 	}
