@@ -3,7 +3,7 @@
 //
 //	func TestConformance(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) store.Store {
-//			s, err := mybackend.Open(ctx, freshEmptyDatabase(t))
+//			s, err := mybackend.Open(t.Context(), freshEmptyDatabase(t))
 //			if err != nil {
 //				t.Fatal(err)
 //			}
