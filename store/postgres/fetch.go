@@ -148,10 +148,11 @@ RETURNING ` + taskCols
 // FetchTasks leases up to Limit pending tasks with one UPDATE over
 // FOR UPDATE SKIP LOCKED subqueries, one per type (fetchStatement):
 // concurrent fetchers skip each other's rows instead of waiting, and never
-// lease the same task. The subqueries read each candidate's payload size (octet_length of a bytea reads no
-// TOAST); the UPDATE leases the candidates whose running total in fetch
-// order is within MaxBytes, and always the first. The others are locked
-// for the statement only and left unchanged.
+// lease the same task. The subqueries read each candidate's payload size
+// (octet_length of a bytea reads no TOAST); the UPDATE leases the
+// candidates whose running total in fetch order is within MaxBytes, and
+// always the first. Candidates past the bound are locked for the statement
+// only and left unchanged.
 func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Task, error) {
 	const op = "fetch tasks"
 	if err := s.check(op); err != nil {
