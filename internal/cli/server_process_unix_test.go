@@ -81,3 +81,23 @@ func (s *serverProcess) call(t *testing.T, method, path, body string) {
 		t.Fatalf("%s %s: status %d\n%s", method, path, resp.StatusCode, s.diag())
 	}
 }
+
+// deliverToHangingTarget stores the type "hook" with a push target that
+// answers nothing (hangingPushTarget; extra adds target fields, such as
+// `"timeout_seconds":600`), enqueues one task of it and waits (20 s at
+// most) until its delivery reaches the target.
+func (s *serverProcess) deliverToHangingTarget(t *testing.T, extra string) {
+	t.Helper()
+	url, received := hangingPushTarget(t)
+	target := `{"url":"` + url + `"`
+	if extra != "" {
+		target += "," + extra
+	}
+	s.call(t, http.MethodPut, "/v1/types/hook", `{"target":`+target+`}}`)
+	s.call(t, http.MethodPost, "/v1/tasks", `{"type":"hook"}`)
+	select {
+	case <-received:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the push delivery never reached the target\n%s", s.diag())
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,17 +28,10 @@ import (
 // the log ending at "shutting down" with no word of why.
 func TestServerSecondSignalExitsAtOnce(t *testing.T) {
 	clearServerEnv(t)
-	targetURL, received := hangingPushTarget(t)
 	path := filepath.Join(t.TempDir(), "sig.db")
 	proc := startServerProcess(t, "--db", "sqlite:"+path, "--listen", "127.0.0.1:0")
 	cmd, stderr, exited, diag := proc.cmd, proc.stderr, proc.exited, proc.diag
-	proc.call(t, http.MethodPut, "/v1/types/hook", `{"target":{"url":"`+targetURL+`"}}`)
-	proc.call(t, http.MethodPost, "/v1/tasks", `{"type":"hook"}`)
-	select {
-	case <-received:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the push delivery never reached the target\n%s", diag())
-	}
+	proc.deliverToHangingTarget(t, "")
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -80,18 +79,11 @@ func TestServerShutdownTimeoutFlag(t *testing.T) {
 // delivery, past Kubernetes' 30 s grace once anything else was slow.
 func TestServerShutdownTimeoutBoundsTheStop(t *testing.T) {
 	clearServerEnv(t)
-	targetURL, received := hangingPushTarget(t)
 	path := filepath.Join(t.TempDir(), "bound.db")
 	const bound = 3 * time.Second
 	proc := startServerProcess(t, "--db", "sqlite:"+path, "--listen", "127.0.0.1:0", "--shutdown-timeout", bound.String())
 	cmd, stderr, exited, diag := proc.cmd, proc.stderr, proc.exited, proc.diag
-	proc.call(t, http.MethodPut, "/v1/types/hook", `{"target":{"url":"`+targetURL+`","timeout_seconds":600}}`)
-	proc.call(t, http.MethodPost, "/v1/tasks", `{"type":"hook"}`)
-	select {
-	case <-received:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the push delivery never reached the target\n%s", diag())
-	}
+	proc.deliverToHangingTarget(t, `"timeout_seconds":600`)
 	// A request whose body never comes holds the HTTP drain.
 	slow, err := net.Dial("tcp", proc.addr)
 	if err != nil {
@@ -230,18 +222,11 @@ func recvValue[T any](t *testing.T, ch <-chan T, limit time.Duration, what strin
 // grace and be killed with nothing in the log.
 func TestServerShutdownTimeoutExitsWhenTheDrainHangs(t *testing.T) {
 	clearServerEnv(t)
-	targetURL, received := hangingPushTarget(t)
 	path := filepath.Join(t.TempDir(), "hang.db")
 	const bound = 2 * time.Second
 	proc := startServerProcess(t, "--db", "sqlite:"+path, "--listen", "127.0.0.1:0", "--shutdown-timeout", bound.String())
 	cmd, stderr, exited, diag := proc.cmd, proc.stderr, proc.exited, proc.diag
-	proc.call(t, http.MethodPut, "/v1/types/hook", `{"target":{"url":"`+targetURL+`","timeout_seconds":600}}`)
-	proc.call(t, http.MethodPost, "/v1/tasks", `{"type":"hook"}`)
-	select {
-	case <-received:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the push delivery never reached the target\n%s", diag())
-	}
+	proc.deliverToHangingTarget(t, `"timeout_seconds":600`)
 	// The server writes now and then (its node heartbeat): wait for its
 	// write lock rather than fail at once with SQLITE_BUSY.
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
