@@ -233,7 +233,7 @@ func (e *Engine) Redrive(ctx context.Context, f store.DeadFilter) (int, error) {
 	}
 	n, err := e.st.RedriveDead(ctx, f) // errors: "redrive dead tasks: ..." from the store
 	if err == nil || n > 0 {
-		e.log.Info("dead tasks redriven", "count", n, "type", f.Type, "error_code", f.ErrorCode, "reason", f.Reason)
+		e.log.Info("dead tasks redriven", append([]any{"count", n}, deadFilterAttrs(f)...)...)
 	}
 	if n > 0 {
 		e.wake.broadcast()
@@ -249,9 +249,46 @@ func (e *Engine) Purge(ctx context.Context, f store.DeadFilter) (int, error) {
 	}
 	n, err := e.st.PurgeDead(ctx, f) // errors: "purge dead tasks: ..." from the store
 	if err == nil || n > 0 {
-		e.log.Info("dead tasks purged", "count", n, "type", f.Type, "error_code", f.ErrorCode, "reason", f.Reason)
+		e.log.Info("dead tasks purged", append([]any{"count", n}, deadFilterAttrs(f)...)...)
 	}
 	return n, err
+}
+
+// deadFilterAttrs are the log attributes of the filters f was given, for
+// the log line of a redrive or purge: the ids are counted, not listed (a
+// batch has up to MaxBatch of them). A filter without any is filter=all,
+// so that the line says the whole DLQ was taken rather than leaving the
+// reader to notice what is missing.
+func deadFilterAttrs(f store.DeadFilter) []any {
+	var a []any
+	if f.Type != "" {
+		a = append(a, "type", f.Type)
+	}
+	if f.ErrorCode != "" {
+		a = append(a, "error_code", f.ErrorCode)
+	}
+	if f.NoErrorCode {
+		a = append(a, "no_error_code", true)
+	}
+	if f.Reason != "" {
+		a = append(a, "reason", f.Reason)
+	}
+	if !f.Since.IsZero() {
+		a = append(a, "since", f.Since)
+	}
+	if !f.Before.IsZero() {
+		a = append(a, "before", f.Before)
+	}
+	if f.IDs != nil {
+		a = append(a, "id_count", len(f.IDs))
+	}
+	if f.Limit > 0 {
+		a = append(a, "limit", f.Limit)
+	}
+	if a == nil {
+		a = []any{"filter", "all"}
+	}
+	return a
 }
 
 // Stats returns per-type statistics over the last window.
