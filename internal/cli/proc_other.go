@@ -11,14 +11,20 @@ import (
 // process, and a timed-out attempt is killed outright.
 
 var (
-	terminationSignals           = []os.Signal{os.Interrupt}
-	hangupSignals                = []os.Signal(nil)
-	brokenPipeSignals            = []os.Signal(nil)
+	terminationSignals = []os.Signal{os.Interrupt}
+	hangupSignals      = []os.Signal(nil)
+	brokenPipeSignals  = []os.Signal(nil)
+	quitSignals        = []os.Signal(nil)
+	jobStopSignal      os.Signal
+	jobContinueSignal  os.Signal
 	sigTERM            os.Signal = os.Kill
 	sigKILL            os.Signal = os.Kill
 )
 
 func setProcessGroup(cmd *exec.Cmd) {}
+
+// stopSelf does nothing: there is no job control here.
+func stopSelf() {}
 
 func signalGroup(pid int, sig os.Signal) {
 	if p, err := os.FindProcess(pid); err == nil {

@@ -17,6 +17,28 @@ var terminationSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
 // whose own process group the terminal does not signal.
 var hangupSignals = []os.Signal{syscall.SIGHUP}
 
+// quitSignals are the signals of a user asking a program to quit (the
+// terminal's Ctrl-\). "retryq run" forwards them as it does
+// terminationSignals, rather than dump its goroutines and exit 2 (Go's
+// default), leaving the attempt running with nobody waiting for it.
+var quitSignals = []os.Signal{syscall.SIGQUIT}
+
+// jobStopSignal and jobContinueSignal are job control's stop (the
+// terminal's Ctrl-Z) and continue (a shell's fg and bg), which "retryq run"
+// passes on to an attempt in a process group of its own.
+var (
+	jobStopSignal     os.Signal = syscall.SIGTSTP
+	jobContinueSignal os.Signal = syscall.SIGCONT
+)
+
+// stopSelf stops retryq until a SIGCONT, as a SIGTSTP at its default
+// action would: Go cannot give a caught SIGTSTP back its default action,
+// so retryq sends itself SIGSTOP (a shell reports the job as "Stopped
+// (signal)" rather than "Stopped").
+func stopSelf() {
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+}
+
 // brokenPipeSignals are the signals a write to a pipe nobody reads raises.
 // The worker catches them so that such a write to its standard output or
 // error fails instead of killing it (Go's default for fds 1 and 2); caught,

@@ -30,22 +30,26 @@ and error pass through (standard input is shared by all attempts: what one
 attempt reads of a pipe or a file is gone for the next).
 
 Each attempt runs in its own process group with RETRYQ_ATTEMPT and
-RETRYQ_MAX_ATTEMPTS in its environment. SIGINT, SIGTERM and SIGHUP sent to
-retryq are forwarded to the running attempt's process group and stop retrying;
-one that retryq was started with ignored (as nohup ignores SIGHUP) stays
-ignored, by retryq and by its attempts. When standard input, output or error
-is retryq's controlling terminal, attempts run in retryq's own process group
-instead, so that they can read the terminal and get its Ctrl-C and Ctrl-Z;
-signals and --timeout then reach only the attempt's own process, not the
-processes it started, and a SIGINT while retryq is the terminal's foreground
-job is taken for the terminal's Ctrl-C, which the attempt got too: it stops
-retrying but is not sent to the attempt a second time. Every attempt is logged
-to standard error, followed by a summary line. The exit
-status is the last attempt's (128+N for death by signal N; 127 if COMMAND
-cannot be found, 126 if it cannot be run). An attempt stopped by --timeout
-has failed even if it exits 0 on SIGTERM; when the last attempt timed out
-and still exited 0, the status is 124, as with timeout(1) (one killed by the
-timeout's SIGTERM or SIGKILL gives 143 or 137, by the rule above).
+RETRYQ_MAX_ATTEMPTS in its environment. SIGINT, SIGTERM, SIGQUIT and SIGHUP
+sent to retryq are forwarded to the running attempt's process group and stop
+retrying (retryq exits with the attempt's status); one that retryq was started
+with ignored (as nohup ignores SIGHUP) stays ignored, by retryq and by its
+attempts. SIGTSTP (Ctrl-Z) stops the attempt's process group, then retryq;
+SIGCONT (fg, bg) continues both; --timeout and the delay between attempts
+count the time stopped. When standard input, output or error is retryq's
+controlling terminal, attempts run in retryq's own process group instead, so
+that they can read the terminal and get its Ctrl-C, Ctrl-\ and Ctrl-Z (and the
+shell's SIGCONT) themselves; signals and --timeout then reach only the
+attempt's own process, not the processes it started, and a SIGINT or SIGQUIT
+while retryq is the terminal's foreground job is taken for the terminal's
+Ctrl-C or Ctrl-\, which the attempt got too: it stops retrying but is not sent
+to the attempt a second time. Every attempt is logged to standard error,
+followed by a summary line. The exit status is the last attempt's (128+N for
+death by signal N; 127 if COMMAND cannot be found, 126 if it cannot be run).
+An attempt stopped by --timeout has failed even if it exits 0 on SIGTERM; when
+the last attempt timed out and still exited 0, the status is 124, as with
+timeout(1) (one killed by the timeout's SIGTERM or SIGKILL gives 143 or 137,
+by the rule above).
 
 Exit codes are matched as codes "exit:N": --retry-on-exit 1,75 makes only
 exits 1 and 75 (and timed-out attempts) retryable; --no-retry-on-exit 2,64

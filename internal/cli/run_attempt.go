@@ -116,6 +116,16 @@ func (g *procGroup) stop(sig os.Signal) {
 	}
 }
 
+// signal forwards sig to the running attempt, if any, without taking it
+// for a reason to stop.
+func (g *procGroup) signal(sig os.Signal) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pid != 0 {
+		signalAttempt(g.pid, g.own, sig)
+	}
+}
+
 func (g *procGroup) stopSignal() os.Signal {
 	g.mu.Lock()
 	defer g.mu.Unlock()

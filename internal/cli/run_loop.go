@@ -57,6 +57,13 @@ func (r *runner) run(parent context.Context) int {
 		signal.Notify(sigs, caught...)
 	}
 	defer signal.Stop(sigs)
+	jobc := make(chan os.Signal, 4)
+	if !r.shareGroup && jobStopSignal != nil && !signal.Ignored(jobStopSignal) {
+		// Sharing retryq's group, the attempt gets the terminal's Ctrl-Z
+		// and the shell's SIGCONT itself.
+		signal.Notify(jobc, jobStopSignal, jobContinueSignal)
+	}
+	defer signal.Stop(jobc)
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -71,6 +78,14 @@ func (r *runner) run(parent context.Context) int {
 				cancel()
 				if !r.fromTerminal(s) {
 					r.group.stop(s)
+				}
+			case s := <-jobc:
+				// Stopped, the attempt is stopped first, so that it does
+				// not run on while the shell reports the job stopped;
+				// continued, it is continued.
+				r.group.signal(s)
+				if s == jobStopSignal {
+					stopSelf()
 				}
 			case <-parentDone:
 				r.group.note(sigTERM)
@@ -109,13 +124,14 @@ func (r *runner) run(parent context.Context) int {
 }
 
 // stopSignals are the signals that stop a run and are forwarded to the
-// attempt, less those retryq was started with ignored (nohup ignores
+// attempt (SIGQUIT among them: it asks retryq to quit, not to dump its
+// goroutines), less those retryq was started with ignored (nohup ignores
 // SIGHUP; a shell script's asynchronous command starts with SIGINT
 // ignored): caught, they would no longer be ignored by retryq, nor by its
 // attempts, which inherit an ignored signal but not a caught one.
 func stopSignals() []os.Signal {
 	var caught []os.Signal
-	for _, s := range slices.Concat(terminationSignals, hangupSignals) {
+	for _, s := range slices.Concat(terminationSignals, quitSignals, hangupSignals) {
 		if !signal.Ignored(s) {
 			caught = append(caught, s)
 		}
@@ -123,13 +139,14 @@ func stopSignals() []os.Signal {
 	return caught
 }
 
-// fromTerminal reports whether sig is taken for the terminal's Ctrl-C,
-// which the attempt got as well: a SIGINT while the attempt shares
-// retryq's process group and that group is the terminal's foreground
-// group. It is not forwarded, or the attempt would get it twice (many
-// programs take a second SIGINT for "stop now, skip the clean-up").
+// fromTerminal reports whether sig is taken for the terminal's Ctrl-C or
+// Ctrl-\, which the attempt got as well: a SIGINT or SIGQUIT while the
+// attempt shares retryq's process group and that group is the terminal's
+// foreground group. It is not forwarded, or the attempt would get it twice
+// (many programs take a second SIGINT for "stop now, skip the clean-up").
 func (r *runner) fromTerminal(sig os.Signal) bool {
-	return r.shareGroup && sig == os.Interrupt && inTerminalForeground(r.env.Stdin, r.env.Stdout, r.env.Stderr)
+	return r.shareGroup && (sig == os.Interrupt || slices.Contains(quitSignals, sig)) &&
+		inTerminalForeground(r.env.Stdin, r.env.Stdout, r.env.Stderr)
 }
 
 func (r *runner) op(ctx context.Context) error {

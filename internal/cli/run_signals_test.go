@@ -17,7 +17,7 @@ import (
 
 // TestHelperCountSignals is no test of its own: run as an attempt (see
 // signalCounter), it appends a line to the file named by
-// RETRYQ_TEST_COUNT_SIGNALS for every SIGINT it gets, and exits 3 once
+// RETRYQ_TEST_COUNT_SIGNALS for every SIGINT or SIGQUIT it gets, and exits 3 once
 // that file's name with ".stop" added exists.
 func TestHelperCountSignals(t *testing.T) {
 	path := os.Getenv("RETRYQ_TEST_COUNT_SIGNALS")
@@ -25,7 +25,7 @@ func TestHelperCountSignals(t *testing.T) {
 		t.Skip("run as an attempt by other tests")
 	}
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGINT)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGQUIT)
 	count := func() {
 		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err != nil {

@@ -1,0 +1,169 @@
+//go:build linux
+
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// procState returns the state letter of process pid in /proc ("R", "S",
+// "T" for stopped...), or "" when it is gone.
+func procState(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// readPID waits for path to hold a process id and returns it.
+func readPID(t *testing.T, path string) int {
+	t.Helper()
+	waitFor(t, "the attempt to start", func() bool { _, err := os.Stat(path); return err == nil })
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// SIGQUIT (Ctrl-\, or kill -QUIT) stops retryq as SIGTERM does: it reaches
+// the attempt's process group and ends the retries, and retryq exits with
+// the attempt's status. Go's default, a dump of retryq's goroutines and
+// exit status 2, left the attempt running with nobody waiting for it.
+func TestRunForwardsSIGQUIT(t *testing.T) {
+	skipIfIgnored(t, syscall.SIGQUIT)
+	dir := t.TempDir()
+	ready, marker, runs := filepath.Join(dir, "ready"), filepath.Join(dir, "marker"), filepath.Join(dir, "runs")
+	job := script(t, dir, "job.sh", "trap 'echo QUIT > "+marker+"; exit 131' QUIT\n"+
+		"echo run >> "+runs+"\necho $$ > "+ready+".tmp\nmv "+ready+".tmp "+ready+"\nwhile :; do sleep 0.05; done\n")
+	cmd, lines := startRetryq(t, dir, "run", "--attempts", "5", "--delay", "10ms", "--", job)
+	pgid := readPID(t, ready)
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) }) // an attempt left running
+	if err := cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		t.Fatal(err)
+	}
+	out := readUntil(t, lines, "retryq: interrupted")
+	cmd.Wait()
+	if status := cmd.ProcessState.ExitCode(); status != 131 {
+		t.Fatalf("status %d\n%s", status, strings.Join(out, "\n"))
+	}
+	waitFor(t, "the attempt's group to end", func() bool { return !groupAlive(t, pgid) })
+	if b, err := os.ReadFile(marker); err != nil || string(b) != "QUIT\n" {
+		t.Fatalf("child did not get SIGQUIT: %q %v", b, err)
+	}
+	if countLines(t, runs) != 1 {
+		t.Fatalf("retried after SIGQUIT: %d runs", countLines(t, runs))
+	}
+	if joined := strings.Join(out, "\n"); !strings.Contains(joined, "interrupted by SIGQUIT after 1 attempt") {
+		t.Fatalf("stderr:\n%s", joined)
+	}
+}
+
+// Job control stops and continues the attempt with retryq: SIGTSTP (the
+// terminal's Ctrl-Z reaches retryq's process group, not the attempt's) stops
+// the attempt's process group and then retryq, and SIGCONT (the shell's fg
+// or bg, sent to retryq's group) continues both. Before, retryq stopped and
+// its attempt ran on, while the shell reported the job stopped.
+func TestRunJobControlStopsAndContinuesTheAttempt(t *testing.T) {
+	skipIfIgnored(t, syscall.SIGTSTP)
+	dir := t.TempDir()
+	ready, proceed := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
+	job := script(t, dir, "job.sh", "echo $$ > "+ready+".tmp\nmv "+ready+".tmp "+ready+"\n"+
+		"while [ ! -e "+proceed+" ]; do sleep 0.02; done\n")
+	cmd := retryqCmd(t, dir, "run", "--attempts", "1", "--", job)
+	// A process group of its own whose parent, the test, is in another
+	// group of the same session, as a shell's job is: not orphaned, so
+	// that the kernel does not discard a stop signal sent to it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var errOut lockedBuffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+		syscall.Kill(cmd.Process.Pid, syscall.SIGCONT)
+		<-done
+	})
+	pid := readPID(t, ready)
+	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) })
+
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGTSTP); err != nil { // Ctrl-Z: retryq's group
+		t.Fatal(err)
+	}
+	waitFor(t, "the attempt to stop", func() bool { return procState(t, pid) == "T" })
+	waitFor(t, "retryq to stop", func() bool { return procState(t, cmd.Process.Pid) == "T" })
+
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT); err != nil { // fg: retryq's group
+		t.Fatal(err)
+	}
+	waitFor(t, "the attempt to continue", func() bool { return procState(t, pid) != "T" })
+	if err := os.WriteFile(proceed, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		t.Fatalf("retryq did not finish:\n%s", errOut.String())
+	}
+	if status := cmd.ProcessState.ExitCode(); status != 0 {
+		t.Fatalf("status %d:\n%s", status, errOut.String())
+	}
+}
+
+// Run from a terminal, the attempt shares retryq's foreground process
+// group: Ctrl-\ reaches it from the terminal, and retryq, which got it
+// too, stops retrying without sending it a second SIGQUIT.
+func TestRunFromTerminalCtrlBackslashReachesAttemptOnce(t *testing.T) {
+	skipIfIgnored(t, syscall.SIGQUIT)
+	dir := t.TempDir()
+	master, tty := openPTY(t)
+	count := filepath.Join(dir, "count")
+	args := append([]string{"run", "--attempts", "3", "--delay", "10ms", "--"}, signalCounter(count)...)
+	done := startOnTerminal(t, dir, tty, args...)
+	if out, ok := readTerminal(t, master, "ready"); !ok {
+		t.Fatalf("the attempt did not start; terminal shows %q", out)
+	}
+	if _, err := master.Write([]byte{0x1c}); err != nil { // ^\
+		t.Fatal(err)
+	}
+	waitFor(t, "the attempt to get SIGQUIT", func() bool { return countLines(t, count) > 0 })
+	if err := os.WriteFile(count+".stop", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, ok := readTerminal(t, master, "interrupted by SIGQUIT after 1 attempt")
+	if !ok || !strings.Contains(out, "exit status 3") {
+		t.Fatalf("terminal shows %q", out)
+	}
+	select {
+	case <-done:
+	case <-time.After(waitLimit):
+		t.Fatal("retryq did not exit")
+	}
+	if n := countLines(t, count); n != 1 {
+		t.Fatalf("one Ctrl-\\ gave the attempt %d SIGQUITs, want 1", n)
+	}
+}
