@@ -34,6 +34,14 @@ var (
 	// PostgreSQL undefined_table or undefined_column). Ping fails with it,
 	// so the node is not ready until the schema is restored.
 	ErrSchemaBroken = errors.New("database schema broken: a table or column retryq needs is missing")
+	// ErrDiskFull is returned, always together with ErrUnavailable, by a
+	// write the database could not make durable for lack of space: the
+	// disk or file system is full, or a quota or the process's file size
+	// limit is reached (SQLite: SQLITE_FULL, or an I/O error while a file
+	// is at the file size limit or its file system has no space left;
+	// PostgreSQL: disk_full, SQLSTATE 53100). Nothing of the failed call
+	// was committed; it may be retried once space is freed.
+	ErrDiskFull = errors.New("database storage is full")
 	// ErrInvalid is returned for params that can never succeed (empty id,
 	// non-positive limit, unknown state name).
 	ErrInvalid = errors.New("invalid argument")

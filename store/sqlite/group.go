@@ -250,6 +250,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 				errs[i] = commitErr
 			}
 		}
+		s.explainIOErrs(errs)
 		s.noteWrite(committed, errs) // before answering: a caller may Ping next
 		for i, r := range batch {
 			r.done <- errs[i]
@@ -379,11 +380,37 @@ func (s *Store) mergeInserts(ctx context.Context, tx *sql.Tx, batch []*writeReq,
 	return len(jobs), nil
 }
 
+// explainIOErrs adds ErrDiskFull (and store.ErrUnavailable) to the errors
+// of a write transaction that are SQLite I/O errors caused by a lack of
+// space (see spaceShortage), with the cause: SQLite reports a write past
+// the file size limit (EFBIG), or a -shm file that cannot grow, as a plain
+// "disk I/O error". The files and the file system are looked at once per
+// transaction, and only when it failed so.
+func (s *Store) explainIOErrs(errs []error) {
+	asked, why := false, ""
+	for i, err := range errs {
+		if !isIOErr(err) || errors.Is(err, ErrDiskFull) {
+			continue
+		}
+		if !asked {
+			asked, why = true, spaceShortage([]string{s.files[0], s.files[1], s.files[0] + "-shm"})
+		}
+		if why == "" {
+			return
+		}
+		if errors.Is(err, store.ErrUnavailable) {
+			errs[i] = fmt.Errorf("%w: %w: %s", ErrDiskFull, err, why)
+		} else {
+			errs[i] = fmt.Errorf("%w: %w: %w: %s", store.ErrUnavailable, ErrDiskFull, err, why)
+		}
+	}
+}
+
 // noteWrite records how a write transaction ended, for Ping: committed
 // clears a full disk and a lock held by another process; a transaction
-// that failed with SQLITE_FULL (in a statement, a savepoint or its commit)
-// sets the first, one that failed with SQLITE_BUSY (the busy timeout run
-// out) the second. Other failures change nothing.
+// that failed with SQLITE_FULL or ErrDiskFull (in a statement, a savepoint
+// or its commit) sets the first, one that failed with SQLITE_BUSY (the
+// busy timeout run out) the second. Other failures change nothing.
 func (s *Store) noteWrite(committed bool, errs []error) {
 	if committed {
 		if s.full.Load() != nil {
@@ -396,7 +423,7 @@ func (s *Store) noteWrite(committed bool, errs []error) {
 	}
 	for _, err := range errs {
 		switch {
-		case isFull(err):
+		case isFull(err), errors.Is(err, ErrDiskFull):
 			if !errors.Is(err, ErrDiskFull) { // not yet translated
 				err = fmt.Errorf("%w: %w: %w", store.ErrUnavailable, ErrDiskFull, err)
 			}

@@ -56,12 +56,16 @@ var ErrReadOnly = errors.New("database is read-only")
 // on the file now at the path.
 var ErrFileReplaced = errors.New("database file deleted or replaced while open; restart the server")
 
-// ErrDiskFull is returned (wrapped, with store.ErrUnavailable) by a write
-// that failed with SQLITE_FULL, and by Ping while the most recent write
-// transaction failed so and none has committed since: every enqueue and
-// outcome would fail until space is freed. The node registry's heartbeat
-// writes every few seconds, so Ping passes again soon after.
-var ErrDiskFull = errors.New("database or disk is full")
+// ErrDiskFull is store.ErrDiskFull. It is returned (wrapped, with
+// store.ErrUnavailable) by a write that failed for lack of space: with
+// SQLITE_FULL (the disk is full), or with an I/O error while one of the
+// database's files is at the process's file size limit (RLIMIT_FSIZE; the
+// write failed with EFBIG) or its file system has no space left. Ping
+// fails with it while the most recent write transaction failed so and none
+// has committed since: every enqueue and outcome would fail until space is
+// freed. The node registry's heartbeat writes every few seconds, so Ping
+// passes again soon after.
+var ErrDiskFull = store.ErrDiskFull
 
 // Store is a SQLite-backed store.Store. It is safe for concurrent use.
 type Store struct {
@@ -238,6 +242,12 @@ func (s *Store) setWAL(ctx context.Context) error {
 func isFull(err error) bool {
 	var se *sqlite.Error
 	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL
+}
+
+// isIOErr reports whether err is SQLITE_IOERR (any extended code).
+func isIOErr(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_IOERR
 }
 
 // isBusy reports whether err is SQLITE_BUSY (any extended code).
