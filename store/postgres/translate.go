@@ -50,12 +50,14 @@ func translate(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
+		case pgErr.Code == "53100": // disk_full: a table or its WAL cannot grow
+			return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, store.ErrDiskFull, err)
 		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
 			pgErr.Code == "57P01", // admin_shutdown
 			pgErr.Code == "57P02", // crash_shutdown
 			pgErr.Code == "57P03", // cannot_connect_now
-			// Insufficient resources: too many connections, disk full,
-			// out of memory.
+			// Insufficient resources: too many connections, out of
+			// memory, configuration limits (disk full is above).
 			strings.HasPrefix(pgErr.Code, "53"),
 			pgErr.Code == "58000", // system_error
 			pgErr.Code == "58030", // io_error

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
@@ -198,5 +200,42 @@ func TestConnectTimeoutIsUnavailable(t *testing.T) {
 	}
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("Open of a server that never answers: %v, want ErrUnavailable", err)
+	}
+}
+
+// TestInsufficientResourcesTranslation: PostgreSQL's class 53
+// (insufficient resources) is ErrUnavailable, and disk_full (53100) also
+// ErrDiskFull, so that the API answers 503 storage_full and callers can
+// tell a full disk from a database that is down. A real 53100 needs a
+// file system that fills up under the server, which only root can set up
+// (TestDiskFullOnATablespace); a real 53300 is in TestOpenRefusedByServer.
+func TestInsufficientResourcesTranslation(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		code string
+		full bool
+	}{
+		{"53000", false}, // insufficient_resources
+		{"53100", true},  // disk_full
+		{"53200", false}, // out_of_memory
+		{"53300", false}, // too_many_connections
+		{"53400", false}, // configuration_limit_exceeded
+	} {
+		pe := &pgconn.PgError{Severity: "ERROR", Code: c.code, Message: "could not extend file: No space left on device"}
+		err := translate("insert tasks", fmt.Errorf("insert: %w", pe))
+		if !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%s: %v, want ErrUnavailable", c.code, err)
+		}
+		if errors.Is(err, store.ErrDiskFull) != c.full {
+			t.Errorf("%s: %v, ErrDiskFull %v, want %v", c.code, err, !c.full, c.full)
+		}
+		var got *pgconn.PgError
+		if !errors.As(err, &got) || got.Code != c.code {
+			t.Errorf("%s: %v does not carry the server's error", c.code, err)
+		}
+		// Translated again at an outer boundary, it keeps its sentinels.
+		if again := translate("enqueue", err); errors.Is(again, store.ErrDiskFull) != c.full {
+			t.Errorf("%s translated twice: %v", c.code, again)
+		}
 	}
 }
