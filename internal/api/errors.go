@@ -30,7 +30,11 @@ const (
 	CodeUnavailable          = "unavailable"            // 503: database unavailable or server shutting down
 	CodeNotReady             = "not_ready"              // 503 from /readyz
 	CodeOverloaded           = "overloaded"             // 503: too many long polls wait on this node; ask again later
+	CodeStorageFull          = "storage_full"           // 503: the database's disk, quota or file size limit is full
 )
+
+// msgStorageFull is the message of a 503 storage_full.
+const msgStorageFull = "the database's storage is full (disk, quota or file size limit): writes are refused until space is freed; retry later"
 
 // apiError is an error with its HTTP status and code.
 type apiError struct {
@@ -43,6 +47,17 @@ type apiError struct {
 func (e *apiError) Error() string { return e.Message }
 
 var errInternal = &apiError{Status: http.StatusInternalServerError, Code: CodeInternal, Message: "internal server error"}
+
+// errStopping answers /readyz once the node began to shut down, and
+// errLeaseStopping a lease request that arrives then: the node still takes
+// the reports of the leases it handed out, but hands out no more. Neither
+// is a fault to log.
+var (
+	errStopping = &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady,
+		Message: "not ready: this node is shutting down"}
+	errLeaseStopping = &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+		Message: "this node is shutting down and leases no more tasks; ask another node, or again later"}
+)
 
 // fieldError is a 400 naming a field.
 func fieldError(field, format string, args ...any) *apiError {
@@ -86,7 +101,7 @@ func classify(err error) (ae *apiError, internal bool) {
 	var ce *store.ConflictError
 	switch {
 	case errors.As(err, &ae):
-		return ae, ae.Status >= 500 && ae.Code != CodeNotReady
+		return ae, ae.Status >= 500 && ae.Code != CodeNotReady && ae != errLeaseStopping
 	case errors.As(err, &fe):
 		return fieldError(fe.Field, "%s", fe.Message), false
 	case errors.Is(err, retry.ErrInvalidPolicy):
@@ -107,6 +122,12 @@ func classify(err error) (ae *apiError, internal bool) {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Usually the client went away; if not, the server is overloaded.
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: "request cancelled or timed out"}, false
+	case errors.Is(err, store.ErrDiskFull):
+		// 503, not 507 Insufficient Storage: the condition is the
+		// server's and passes once space is freed, like any other
+		// unavailability, and clients and load balancers retry a 503
+		// (after Retry-After) where they may give up on a 507.
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeStorageFull, Message: msgStorageFull}, true
 	case errors.Is(err, store.ErrSchemaBroken):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "the database schema is broken: a table or column retryq needs is missing (see the server log)"}, true
@@ -123,12 +144,15 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae, internal := classify(err)
 	id := requestIDFrom(r.Context())
 	switch {
-	case internal && ae.Code == CodeUnavailable:
+	case internal && (ae.Code == CodeUnavailable || ae.Code == CodeStorageFull):
 		// Logged once per outage: every request fails alike until the
 		// database is back (wrap logs its return).
 		if s.dbDown.fail() {
-			s.log.Warn("api: database unavailable; answering 503 until it is back", "request_id", id,
-				"method", r.Method, "path", r.URL.Path, "err", err)
+			msg := "api: database unavailable; answering 503 until it is back"
+			if ae.Code == CodeStorageFull {
+				msg = "api: database storage full; answering 503 to writes until space is freed"
+			}
+			s.log.Warn(msg, "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
 		} else {
 			s.log.Debug("api request failed", "request_id", id, "method", r.Method, "path", r.URL.Path,
 				"status", ae.Status, "err", err)

@@ -133,7 +133,7 @@ func openAPISchemas() map[string]any {
 	}, "counts", "total", "dlq_size", "attempts", "retries", "failures", "retry_rate", "mean_retries_per_task", "retention_deleted")
 	return map[string]any{
 		"Error": obj(map[string]any{"error": obj(map[string]any{
-			"code":       str("Machine-readable code: malformed_json, invalid_field, unauthorized, forbidden, not_found, method_not_allowed, conflict, lease_lost, request_timeout, payload_too_large, unsupported_media_type, internal, unavailable, not_ready, overloaded."),
+			"code":       str("Machine-readable code: malformed_json, invalid_field, unauthorized, forbidden, not_found, method_not_allowed, conflict, lease_lost, request_timeout, payload_too_large, unsupported_media_type, internal, unavailable, not_ready, overloaded, storage_full."),
 			"message":    str(""),
 			"field":      str("The offending field or query parameter, when there is one."),
 			"request_id": str("Present on 5xx: find it in the server log."),

@@ -206,8 +206,15 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// readyz handles GET /readyz: 200 when Config.Ready passes, else 503.
+// readyz handles GET /readyz: 200 when Config.Ready passes, else 503;
+// 503 too once the node began to shut down.
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
+	if s.e.ShuttingDown() {
+		// From the first moment of a stop, so that a load balancer sends
+		// new work elsewhere while the node still takes its pull
+		// workers' reports. The stop is in the server's log already.
+		return errStopping
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
@@ -217,8 +224,11 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 		} else {
 			s.log.Debug("not ready", "request_id", requestIDFrom(r.Context()), "err", err)
 		}
-		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady,
-			Message: "not ready: the database is unreachable, refuses writes, is missing tables, or its migrations are not current (see the server log)"}
+		msg := "not ready: the database is unreachable, refuses writes, is missing tables, or its migrations are not current (see the server log)"
+		if errors.Is(err, store.ErrDiskFull) {
+			msg = "not ready: the database's storage is full (disk, quota or file size limit); writes fail until space is freed (see the server log)"
+		}
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: msg}
 	}
 	if s.notReady.ok() {
 		s.log.Info("ready again", "request_id", requestIDFrom(r.Context()))
