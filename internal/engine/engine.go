@@ -283,6 +283,7 @@ type Engine struct {
 	pollsEnded   chan struct{}
 	endPollsOnce sync.Once
 	longPolls    atomic.Int64 // pull leases in their wait
+	pulled       pullLeases   // pull leases handed out and not yet reported (pull_reports.go)
 
 	// gracesEnded is closed by EndGraces: Close's graces end at once.
 	gracesEnded   chan struct{}

@@ -53,7 +53,8 @@ func ParseLeaseToken(tok string) (taskID, leaseID string, err error) {
 // Lease leases tasks to a remote worker, long-polling up to r.Wait. Once
 // the node began to shut down (EndLongPolls, BeginShutdown, Close) it
 // leases nothing and answers no tasks at once; tasks a fetch leased as the
-// shutdown began are given back, their attempts not counted.
+// shutdown began are given back, their attempts not counted. The leases
+// it hands out count in PullLeasesOut until they are reported.
 func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error) {
 	if r.WorkerID == "" || len(r.WorkerID) > 200 || !store.ValidText(r.WorkerID) {
 		return nil, fieldErr("worker_id", "is required: UTF-8 text without NUL bytes, at most 200 bytes")
@@ -84,7 +85,7 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 	if r.LeaseDuration == 0 {
 		r.LeaseDuration = e.pullLeaseDefault(ctx, r.Types)
 	}
-	if e.shuttingDown() {
+	if e.ShuttingDown() {
 		return nil, nil
 	}
 	overCap := false
@@ -125,6 +126,11 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			}
 			return nil, fmt.Errorf("lease tasks: %w", err)
 		}
+		if len(tasks) > 0 {
+			// Counted before the shutdown check below: a stop that
+			// begins after it waits for these leases (AwaitPullReports).
+			e.pulled.add(tasks, e.now())
+		}
 		if len(tasks) > 0 && ctx.Err() != nil {
 			// The caller left (a closed connection) while the fetch
 			// committed: nobody will run these tasks. Give the leases back
@@ -133,7 +139,7 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			e.releaseUnclaimed(tasks)
 			return nil, fmt.Errorf("lease tasks: %w", ctx.Err())
 		}
-		if len(tasks) > 0 && e.shuttingDown() {
+		if len(tasks) > 0 && e.ShuttingDown() {
 			// The node began to shut down while the fetch committed: the
 			// worker could run the tasks but, once the drain ends, perhaps
 			// report to no one (on one node), and each would wait for the
@@ -179,9 +185,10 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 	}
 }
 
-// shuttingDown reports whether EndLongPolls was called: the node began
-// to shut down.
-func (e *Engine) shuttingDown() bool {
+// ShuttingDown reports whether the node began to shut down
+// (EndLongPolls, BeginShutdown or Close was called): it leases no more
+// tasks to pull workers.
+func (e *Engine) ShuttingDown() bool {
 	select {
 	case <-e.pollsEnded:
 		return true
@@ -220,6 +227,7 @@ func (e *Engine) ReleaseLeased(tasks []store.Task) {
 // the channel it returns is closed once every release is settled.
 func (e *Engine) releaseUnclaimed(tasks []store.Task) <-chan struct{} {
 	settled := make(chan struct{})
+	e.pulled.dropTasks(tasks)
 	var left sync.WaitGroup
 	left.Add(len(tasks))
 	for i := range tasks {
@@ -292,8 +300,12 @@ func (e *Engine) Heartbeat(ctx context.Context, token string, d time.Duration) (
 		return time.Time{}, fmt.Errorf("heartbeat lease: %w", err)
 	}
 	if len(errs) > 0 && errs[0] != nil {
+		if errors.Is(errs[0], store.ErrLeaseLost) {
+			e.pulled.drop(taskID, leaseID)
+		}
 		return time.Time{}, fmt.Errorf("heartbeat lease: %w", errs[0])
 	}
+	e.pulled.extended(taskID, leaseID, exp)
 	return exp, nil
 }
 
@@ -317,6 +329,7 @@ func (e *Engine) leasedTask(ctx context.Context, id, token string) (store.Task, 
 		// A report not sent because its lease is gone counts in
 		// LeaseLost, as one the store refuses does (commitOutcomes).
 		e.ctr.leaseLost.Add(1)
+		e.pulled.drop(id, leaseID)
 		return store.Task{}, fmt.Errorf("task %s (state %s): %w", id, t.State, store.ErrLeaseLost)
 	}
 	return t, nil
@@ -329,7 +342,7 @@ func (e *Engine) Complete(ctx context.Context, id, token string) error {
 		return err
 	}
 	out := store.Outcome{TaskID: t.ID, LeaseID: t.LeaseID, State: store.StateSucceeded, OutcomeKind: store.OutcomeSucceeded}
-	if err := e.record(ctx, &t, out); err != nil {
+	if err := e.recordPull(ctx, &t, out); err != nil {
 		return fmt.Errorf("complete task %s: %w", id, err)
 	}
 	return nil
@@ -361,7 +374,7 @@ func (e *Engine) Fail(ctx context.Context, id, token string, rep ReportedError) 
 		// attempt not counted, and the answer says when it runs again.
 		out := e.holdBack(&t, err)
 		out.RunAt = storedTime(out.RunAt)
-		if err := e.record(ctx, &t, out); err != nil {
+		if err := e.recordPull(ctx, &t, out); err != nil {
 			return store.Outcome{}, fmt.Errorf("fail task %s: %w", id, err)
 		}
 		return store.Outcome{TaskID: out.TaskID, LeaseID: out.LeaseID, State: store.StateRetryWaiting, RunAt: out.RunAt,
@@ -369,7 +382,7 @@ func (e *Engine) Fail(ctx context.Context, id, token string, rep ReportedError) 
 	}
 	out := e.Decide(&t, &spec, rep.failure(), e.now())
 	out.RunAt = storedTime(out.RunAt)
-	if err := e.record(ctx, &t, out); err != nil {
+	if err := e.recordPull(ctx, &t, out); err != nil {
 		return store.Outcome{}, fmt.Errorf("fail task %s: %w", id, err)
 	}
 	if out.State == store.StateRetryWaiting && !out.RunAt.After(e.now()) {
@@ -378,6 +391,16 @@ func (e *Engine) Fail(ctx context.Context, id, token string, rep ReportedError) 
 		out.State = store.StatePending
 	}
 	return out, nil
+}
+
+// recordPull records the outcome of a pull worker's attempt and, once it
+// is taken or refused as lost, forgets the lease (PullLeasesOut).
+func (e *Engine) recordPull(ctx context.Context, t *store.Task, out store.Outcome) error {
+	err := e.record(ctx, t, out)
+	if err == nil || errors.Is(err, store.ErrLeaseLost) {
+		e.pulled.drop(t.ID, t.LeaseID)
+	}
+	return err
 }
 
 // storedTime is t as the stores keep it, to the microsecond (see

@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// leaseN enqueues n tasks of typ and leases them for an hour as one pull
+// worker.
+func leaseN(t *testing.T, e *Engine, typ string, n int) []store.Task {
+	t.Helper()
+	for range n {
+		mustEnqueue(t, e, typ, `1`)
+	}
+	ts, err := e.Lease(context.Background(), LeaseRequest{WorkerID: "py", Types: []string{typ}, Max: n, LeaseDuration: time.Hour})
+	if err != nil || len(ts) != n {
+		t.Fatalf("lease %d %s: %d tasks, %v", n, typ, len(ts), err)
+	}
+	return ts
+}
+
+// awaitAsync runs AwaitPullReports under ctx and returns the channel of its
+// result.
+func awaitAsync(ctx context.Context, e *Engine) <-chan int {
+	got := make(chan int, 1)
+	go func() { got <- e.AwaitPullReports(ctx) }()
+	return got
+}
+
+// TestAwaitPullReportsEndsWithTheLastReport: a stopping node waits for the
+// reports of the pull leases it handed out, and no longer: a completed,
+// a failed and a released lease (its answer never reached the worker)
+// leave the count, and the wait ends as the last one is reported, long
+// before its bound.
+func TestAwaitPullReportsEndsWithTheLastReport(t *testing.T) {
+	e := startWorkerEngine(t, openWorkerStoreOn(t, "sqlite"), Config{NoScheduler: true})
+	if n := e.AwaitPullReports(context.Background()); n != 0 {
+		t.Fatalf("AwaitPullReports with no lease out = %d", n)
+	}
+	ts := leaseN(t, e, "pull.await", 3)
+	if n := e.PullLeasesOut(); n != 3 {
+		t.Fatalf("PullLeasesOut after leasing 3 = %d", n)
+	}
+	e.BeginShutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got := awaitAsync(ctx, e)
+	if err := e.Complete(ctx, ts[0].ID, LeaseToken(&ts[0])); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Fail(ctx, ts[1].ID, LeaseToken(&ts[1]), ReportedError{Message: "boom"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.PullLeasesOut(); n != 1 {
+		t.Fatalf("PullLeasesOut after two reports = %d, want 1", n)
+	}
+	select {
+	case n := <-got:
+		t.Fatalf("AwaitPullReports returned %d with a lease still out", n)
+	default:
+	}
+	start := time.Now()
+	e.ReleaseLeased(ts[2:])
+	select {
+	case n := <-got:
+		if n != 0 {
+			t.Errorf("AwaitPullReports = %d after the last lease was given back, want 0", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("AwaitPullReports still waits after every lease was reported")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("AwaitPullReports took %v to see the last report", took)
+	}
+}
+
+// TestAwaitPullReportsForgetsLeasesTheStoreNoLongerHolds: a lease ended
+// elsewhere (here the task was cancelled in the store, as through another
+// node) is not waited for, and a lease nobody reports holds the wait only
+// until its context ends, which then says how many are still out.
+func TestAwaitPullReportsForgetsLeasesTheStoreNoLongerHolds(t *testing.T) {
+	e := startWorkerEngine(t, openWorkerStoreOn(t, "sqlite"), Config{NoScheduler: true})
+	ts := leaseN(t, e, "pull.gone.elsewhere", 2)
+	if _, err := e.st.CancelTask(context.Background(), store.CancelParams{ID: ts[0].ID, Now: e.now()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if n := e.AwaitPullReports(ctx); n != 1 {
+		t.Errorf("AwaitPullReports with one lease cancelled and one never reported = %d, want 1", n)
+	}
+	if ctx.Err() == nil {
+		t.Error("AwaitPullReports returned before its context ended with a lease out")
+	}
+	if _, err := e.st.CancelTask(context.Background(), store.CancelParams{ID: ts[1].ID, Now: e.now()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.AwaitPullReports(context.Background()); n != 0 {
+		t.Errorf("AwaitPullReports once both tasks were cancelled = %d, want 0", n)
+	}
+}
+
+// TestPullLeasesOutForgetsLostLeases: a report refused as lost forgets the
+// lease, as a successful one does.
+func TestPullLeasesOutForgetsLostLeases(t *testing.T) {
+	e := startWorkerEngine(t, openWorkerStoreOn(t, "sqlite"), Config{NoScheduler: true})
+	ts := leaseN(t, e, "pull.lost.report", 1)
+	if _, err := e.st.CancelTask(context.Background(), store.CancelParams{ID: ts[0].ID, Now: e.now()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Complete(context.Background(), ts[0].ID, LeaseToken(&ts[0])); err == nil {
+		t.Fatal("Complete of a cancelled task's lease succeeded")
+	}
+	if n := e.PullLeasesOut(); n != 0 {
+		t.Errorf("PullLeasesOut after a report refused as lost = %d, want 0", n)
+	}
+}
