@@ -41,7 +41,9 @@ func (r rawJSON) MarshalJSON() ([]byte, error) {
 }
 
 // lease handles POST /v1/leases: leases up to max due tasks of the given
-// types, long-polling up to wait_seconds when none is due.
+// types, long-polling up to wait_seconds when none is due. A request that
+// arrives once the node began to shut down is answered 503 (one already
+// waiting then answers no tasks).
 func (s *server) lease(w http.ResponseWriter, r *http.Request) error {
 	if _, err := parseQuery(r); err != nil {
 		return err
@@ -58,9 +60,16 @@ func (s *server) lease(w http.ResponseWriter, r *http.Request) error {
 	if req.LeaseDuration, err = optSeconds("lease_seconds", b.LeaseSeconds, engine.MaxLeaseDuration); err != nil {
 		return err
 	}
+	stopping := s.e.ShuttingDown()
 	ts, err := s.e.Lease(r.Context(), req)
 	if err != nil {
 		return err
+	}
+	if stopping && len(ts) == 0 {
+		// Answered {"tasks": []} at once (Lease, the request checked), a
+		// worker would ask again at once, for as long as the stopping
+		// node takes the reports of its leases.
+		return errLeaseStopping
 	}
 	out := make([]leasedTaskJSON, len(ts))
 	for i := range ts {
