@@ -42,6 +42,20 @@ type WorkerConfig struct {
 
 var workerSeq atomic.Int64
 
+// The backoff of an in-process worker whose fetches fail: fetchBackoffMin
+// after the first failure, doubling with each failure in a row up to
+// fetchBackoffMax, about the probe an idle worker makes at the default
+// PollInterval. A wake-up (an enqueue or an outcome committed, a
+// notification, the PostgreSQL listener reconnected: the store answers
+// again) ends the wait early, but never sooner than fetchRetryFloor
+// after the failure, so that wake-ups from a store whose fetches alone
+// fail do not make a hot loop.
+const (
+	fetchBackoffMin = 10 * time.Millisecond
+	fetchBackoffMax = time.Second
+	fetchRetryFloor = 100 * time.Millisecond
+)
+
 // ErrAttemptTimeout is the cancellation cause (context.Cause) of a handler
 // whose attempt ran past its type's timeout.
 var ErrAttemptTimeout = errors.New("attempt timed out")
@@ -192,7 +206,7 @@ func (w *workerRun) loop(ctx context.Context) {
 	defer e.wake.unsubscribe(sub)
 	timer := time.NewTimer(e.cfg.PollInterval)
 	defer timer.Stop()
-	backoff := 10 * time.Millisecond
+	backoff := fetchBackoffMin
 	failures, failingSince := 0, time.Time{} // the fetch failures in a row, and when they began
 	// While there is a backlog (the last fetch came back full, or cut short
 	// by its payload bytes: fetchMayHaveMore), wait until half the capacity
@@ -237,15 +251,15 @@ func (w *workerRun) loop(ctx context.Context) {
 			} else {
 				e.log.Debug("fetch failed again; backing off", "worker", w.cfg.ID, "err", err, "backoff", backoff, "failures", failures)
 			}
-			sleepCtx(ctx, backoff)
-			backoff = min(backoff*2, 5*time.Second)
+			waitBackoff(ctx, sub, backoff)
+			backoff = min(backoff*2, fetchBackoffMax)
 			continue
 		}
 		if failures > 0 {
 			e.log.Info("fetches work again", "worker", w.cfg.ID, "failures", failures, "after", time.Since(failingSince).Round(time.Millisecond))
 			failures = 0
 		}
-		backoff = 10 * time.Millisecond
+		backoff = fetchBackoffMin
 		e.ctr.fetches.Add(1)
 		e.ctr.fetched.Add(int64(len(tasks)))
 		for i := range tasks {
@@ -537,6 +551,24 @@ func (w *workerRun) giveBackOutcome(t *store.Task, out store.Outcome) {
 		e.logOutcome(t, &out, err)
 		w.pending.Done()
 	})
+}
+
+// waitBackoff waits d after a failed fetch, or less when a wake-up comes
+// (sub): then until min(d, fetchRetryFloor) has passed.
+func waitBackoff(ctx context.Context, sub <-chan struct{}, d time.Duration) {
+	floor := time.Now().Add(min(d, fetchRetryFloor))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return
+	case <-ctx.Done():
+		return
+	case <-sub:
+	}
+	if left := time.Until(floor); left > 0 {
+		sleepCtx(ctx, left)
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
