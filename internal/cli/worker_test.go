@@ -326,7 +326,9 @@ func TestWorkerSurvivesClosedStdout(t *testing.T) {
 // no outcome of this run can count), the command is stopped as for a lease
 // the server says is lost, instead of running on beside its successor.
 func TestWorkerStopsCommandWhenLeaseRunsOutUnheartbeated(t *testing.T) {
-	s := startAPIServer(t, nil)
+	// Stopped below to take it away from the worker: it waits for its
+	// report for a moment only (see shutdown).
+	s := startAPIServer(t, func(o *serverOptions) { o.shutdownTimeout = time.Second })
 	dir := t.TempDir()
 	handler := filepath.Join(dir, "handler.sh")
 	writeTestFile(t, handler, `
@@ -450,6 +452,9 @@ func restartableServer(t *testing.T, dir string) (rs *runningServer, s *apiServe
 	o := &serverOptions{
 		db: "sqlite:" + filepath.Join(dir, "q.db"), listen: "127.0.0.1:0", nodeID: "test-node",
 		logFormat: "text", logLevel: "warn", maxBody: 1 << 20, poll: 100 * time.Millisecond,
+		// The tests stop it to take it away from their workers: it waits
+		// for their reports for a moment only (see shutdown).
+		shutdownTimeout: time.Second,
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	start = func() *runningServer {
