@@ -148,8 +148,10 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			return nil, nil
 		}
 		if len(tasks) > 0 || r.Wait == 0 {
-			if len(tasks) > 0 && w != nil {
-				e.wake.pass(key, w, 2) // more may be due
+			if w != nil && fetchMayHaveMore(tasks, r.Max) {
+				// More may be due. A fetch that came back short took
+				// every task due: the others' fetches would find none.
+				e.wake.pass(key, w, 2)
 			}
 			for i := range tasks {
 				if e.debugging() {
@@ -166,12 +168,18 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			return nil, nil
 		}
 		e.wake.setFetching(w, false)
+		// A wait that ends at the deadline answers without a last fetch:
+		// the worker's next request, sent at once, begins with one.
+		last := left <= e.cfg.PollInterval
 		t := time.NewTimer(min(left, e.cfg.PollInterval))
 		select {
 		case <-sub:
 			woken = true
 			e.wake.setFetching(w, true)
 		case <-t.C:
+			if last {
+				return nil, nil // a wake-up w holds now goes to another waiter (leaveGroup)
+			}
 			woken = false
 			e.wake.setFetching(w, true)
 		case <-ctx.Done():
