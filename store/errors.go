@@ -42,6 +42,13 @@ var (
 	// PostgreSQL: disk_full, SQLSTATE 53100). Nothing of the failed call
 	// was committed; it may be retried once space is freed.
 	ErrDiskFull = errors.New("database storage is full")
+	// ErrCorrupt is returned, always together with ErrUnavailable, when
+	// the database's storage is damaged or is not a database at all
+	// (SQLite: SQLITE_CORRUPT, SQLITE_NOTADB); the error names the file.
+	// It does not pass by itself: Ping fails with it from then on, so the
+	// node is not ready until the database is restored (from a backup)
+	// and the server restarted.
+	ErrCorrupt = errors.New("database corrupt")
 	// ErrInvalid is returned for params that can never succeed (empty id,
 	// non-positive limit, unknown state name).
 	ErrInvalid = errors.New("invalid argument")

@@ -36,6 +36,9 @@ const (
 // msgStorageFull is the message of a 503 storage_full.
 const msgStorageFull = "the database's storage is full (disk, quota or file size limit): writes are refused until space is freed; retry later"
 
+// msgCorrupt is the message of a 503 for a database file found corrupt.
+const msgCorrupt = "the database file is corrupt or not a database: restore it from a backup and restart the server (the server log names the file)"
+
 // apiError is an error with its HTTP status and code.
 type apiError struct {
 	Status  int
@@ -128,6 +131,8 @@ func classify(err error) (ae *apiError, internal bool) {
 		// unavailability, and clients and load balancers retry a 503
 		// (after Retry-After) where they may give up on a 507.
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeStorageFull, Message: msgStorageFull}, true
+	case errors.Is(err, store.ErrCorrupt):
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: msgCorrupt}, true
 	case errors.Is(err, store.ErrSchemaBroken):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "the database schema is broken: a table or column retryq needs is missing (see the server log)"}, true
@@ -149,8 +154,11 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		// database is back (wrap logs its return).
 		if s.dbDown.fail() {
 			msg := "api: database unavailable; answering 503 until it is back"
-			if ae.Code == CodeStorageFull {
+			switch {
+			case ae.Code == CodeStorageFull:
 				msg = "api: database storage full; answering 503 to writes until space is freed"
+			case ae.Message == msgCorrupt:
+				msg = "api: database file corrupt; answering 503 until it is restored"
 			}
 			s.log.Warn(msg, "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
 		} else {

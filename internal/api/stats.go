@@ -225,8 +225,11 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 			s.log.Debug("not ready", "request_id", requestIDFrom(r.Context()), "err", err)
 		}
 		msg := "not ready: the database is unreachable, refuses writes, is missing tables, or its migrations are not current (see the server log)"
-		if errors.Is(err, store.ErrDiskFull) {
+		switch {
+		case errors.Is(err, store.ErrDiskFull):
 			msg = "not ready: the database's storage is full (disk, quota or file size limit); writes fail until space is freed (see the server log)"
+		case errors.Is(err, store.ErrCorrupt):
+			msg = "not ready: " + msgCorrupt
 		}
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: msg}
 	}

@@ -97,7 +97,7 @@ func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.S
 		Reason: p.Reason, Since: p.Since})
 	rows, err := s.r.QueryContext(ctx, deadSummaryQuery(where), append(args, sqlLimit(p.Limit))...)
 	if err != nil {
-		return store.Summary{}, translate(op, err)
+		return store.Summary{}, s.translate(op, err)
 	}
 	defer rows.Close()
 	out := store.Summary{Groups: []store.DeadGroup{}}
@@ -105,13 +105,13 @@ func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.S
 		var g store.DeadGroup
 		var oldest, newest int64
 		if err := rows.Scan(&g.Type, &g.ErrorCode, &g.Reason, &g.Count, &oldest, &newest, &out.GroupCount, &out.TaskCount); err != nil {
-			return store.Summary{}, translate(op, err)
+			return store.Summary{}, s.translate(op, err)
 		}
 		g.Oldest, g.Newest = fromMicros(oldest), fromMicros(newest)
 		out.Groups = append(out.Groups, g)
 	}
 	if err := rows.Err(); err != nil {
-		return store.Summary{}, translate(op, err)
+		return store.Summary{}, s.translate(op, err)
 	}
 	return out, nil
 }
@@ -179,7 +179,7 @@ func (s *Store) deadRounds(ctx context.Context, op string, f store.DeadFilter, w
 		// Matches counted once: tasks that die meanwhile (a redriven one
 		// failing again) do not keep the call going.
 		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE `+where, args...).Scan(&want); err != nil {
-			return 0, translate(op, err)
+			return 0, s.translate(op, err)
 		}
 	}
 	total := 0
@@ -312,7 +312,7 @@ func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeSta
 	}
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	defer func() { _ = tx.Rollback() }() // read-only: nothing to keep
 	byType := map[string]*store.TypeStats{}
@@ -363,7 +363,7 @@ func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeSta
 			})
 	}
 	if err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	out := make([]store.TypeStats, 0, len(byType))
 	for _, ts := range byType {

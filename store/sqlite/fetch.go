@@ -156,7 +156,7 @@ func (s *Store) NextWakeup(ctx context.Context, p store.WakeupParams) (store.Wak
 		(SELECT min(run_at) FROM tasks WHERE state IN ('scheduled', 'retry_waiting')),
 		(SELECT min(lease_expires_at) FROM tasks WHERE state = 'running'`+notIn+`)`, args...).Scan(&run, &lease)
 	if err != nil {
-		return store.Wakeup{}, translate(op, err)
+		return store.Wakeup{}, s.translate(op, err)
 	}
 	return store.Wakeup{NextRunAt: fromTS(run), NextLeaseExpiry: fromTS(lease)}, nil
 }

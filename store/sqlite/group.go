@@ -138,22 +138,22 @@ func (s *Store) submit(ctx context.Context, op string, req *writeReq) error {
 		s.submitting.Add(-1)
 	case <-ctx.Done():
 		s.submitting.Add(-1)
-		return translate(op, ctx.Err())
+		return s.translate(op, ctx.Err())
 	case <-s.stopWriter:
 		s.submitting.Add(-1)
 		return fmt.Errorf("%s: %w", op, store.ErrClosed)
 	}
 	select {
 	case err := <-req.done:
-		return translate(op, err)
+		return s.translate(op, err)
 	case <-ctx.Done():
 		// Still queued (the writer may be waiting for a lock another
 		// process holds): give the write up and return at once. Once the
 		// writer has claimed it, wait for its transaction.
 		if req.state.CompareAndSwap(reqQueued, reqAbandoned) {
-			return translate(op, ctx.Err())
+			return s.translate(op, ctx.Err())
 		}
-		return translate(op, <-req.done)
+		return s.translate(op, <-req.done)
 	}
 }
 
@@ -292,7 +292,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 	// retried.
 	fail := func(err error) {
 		_ = tx.Rollback() // err says what went wrong
-		lost := translate("run write group", err)
+		lost := s.translate("run write group", err)
 		if !errors.Is(lost, store.ErrUnavailable) {
 			lost = fmt.Errorf("%w: %w", store.ErrUnavailable, lost)
 		}

@@ -60,7 +60,7 @@ func (s *Store) GetType(ctx context.Context, typ string) (store.TypeConfig, erro
 	}
 	t, err := scanType(s.r.QueryRowContext(ctx, `SELECT `+typeCols+` FROM task_types WHERE type = ?`, typ))
 	if err != nil {
-		return store.TypeConfig{}, translate(op, err)
+		return store.TypeConfig{}, s.translate(op, err)
 	}
 	return t, nil
 }
@@ -73,19 +73,19 @@ func (s *Store) ListTypes(ctx context.Context) ([]store.TypeConfig, error) {
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT `+typeCols+` FROM task_types ORDER BY type`)
 	if err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	defer rows.Close()
 	out := []store.TypeConfig{}
 	for rows.Next() {
 		t, err := scanType(rows)
 		if err != nil {
-			return nil, translate(op, err)
+			return nil, s.translate(op, err)
 		}
 		out = append(out, t)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	return out, nil
 }
@@ -150,7 +150,7 @@ func (s *Store) GetLeader(ctx context.Context, name string) (store.Lease, error)
 		return store.Lease{}, fmt.Errorf("%s: %w", op, store.ErrNotFound)
 	}
 	if err != nil {
-		return store.Lease{}, translate(op, err)
+		return store.Lease{}, s.translate(op, err)
 	}
 	l.ExpiresAt = fromMicros(exp)
 	return l, nil
@@ -192,7 +192,7 @@ func (s *Store) ListNodes(ctx context.Context, since time.Time) ([]store.Node, e
 	rows, err := s.r.QueryContext(ctx, `SELECT id, host, version, role, started_at, last_seen
 		FROM nodes WHERE last_seen >= ? ORDER BY id`, tsNotNull(since))
 	if err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	defer rows.Close()
 	out := []store.Node{}
@@ -201,13 +201,13 @@ func (s *Store) ListNodes(ctx context.Context, since time.Time) ([]store.Node, e
 		var started sql.NullInt64
 		var seen int64
 		if err := rows.Scan(&n.ID, &n.Host, &n.Version, &n.Role, &started, &seen); err != nil {
-			return nil, translate(op, err)
+			return nil, s.translate(op, err)
 		}
 		n.StartedAt, n.LastSeen = fromTS(started), fromMicros(seen)
 		out = append(out, n)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	return out, nil
 }

@@ -78,7 +78,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	const op = "migrate sqlite schema"
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return translate(op, err)
+		return s.translate(op, err)
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op after Commit
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -86,11 +86,11 @@ func (s *Store) migrate(ctx context.Context) error {
 		name       TEXT    NOT NULL,
 		applied_at INTEGER NOT NULL
 	) STRICT`); err != nil {
-		return translate(op, err)
+		return s.translate(op, err)
 	}
 	applied, err := historyVersion(ctx, tx)
 	if err != nil {
-		return translate(op, err)
+		return s.translate(op, err)
 	}
 	if applied > len(migrations) {
 		return fmt.Errorf("%s: %w: database is at version %d, this binary knows %d", op, store.ErrSchemaTooNew, applied, len(migrations))
@@ -99,19 +99,19 @@ func (s *Store) migrate(ctx context.Context) error {
 	// pings), but every write fails: refuse it now. This statement changes
 	// nothing but needs write access.
 	if _, err := tx.ExecContext(ctx, `DELETE FROM schema_migrations WHERE version < 0`); err != nil {
-		return translate(op, err)
+		return s.translate(op, err)
 	}
 	for _, m := range migrations[applied:] {
 		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-			return translate(op+" "+m.name, err)
+			return s.translate(op+" "+m.name, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 			m.version, m.name, time.Now().UnixMicro()); err != nil {
-			return translate(op+" "+m.name, err)
+			return s.translate(op+" "+m.name, err)
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return translate(op, err)
+		return s.translate(op, err)
 	}
 	s.opened = applied
 	return nil
@@ -126,13 +126,13 @@ func (s *Store) refuseForeign(ctx context.Context) error {
 	const op = "migrate sqlite schema"
 	var n int
 	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&n); err != nil {
-		return translate(op, err)
+		return s.translate(op, err)
 	}
 	if n == 0 {
 		return nil
 	}
 	if _, err := historyVersion(ctx, s.w); errors.Is(err, store.ErrForeignSchema) {
-		return translate(op, err)
+		return s.translate(op, err)
 	}
 	return nil
 }
@@ -183,7 +183,7 @@ func (s *Store) SchemaVersion(ctx context.Context) (applied, known int, err erro
 		return 0, 0, err
 	}
 	if applied, err = historyVersion(ctx, s.r); err != nil {
-		return 0, 0, translate("get schema version", err)
+		return 0, 0, s.translate("get schema version", err)
 	}
 	return applied, len(migrations), nil
 }

@@ -74,7 +74,7 @@ func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
 	}
 	t, err := scanTask(s.r.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = ?`, id))
 	if err != nil {
-		return store.Task{}, translate(op, err)
+		return store.Task{}, s.translate(op, err)
 	}
 	return t, nil
 }
@@ -88,14 +88,14 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 	// One read transaction, so the existence check sees the same snapshot.
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	defer func() { _ = tx.Rollback() }() // read-only: nothing to keep
 	rows, err := tx.QueryContext(ctx, `SELECT task_id, task_type, number, worker_id, started_at, finished_at,
 		outcome, error_code, error_message, error_class, delay, detail
 		FROM attempts WHERE task_id = ? ORDER BY id`, taskID)
 	if err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	defer rows.Close()
 	out := []store.Attempt{}
@@ -108,7 +108,7 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 		)
 		if err := rows.Scan(&a.TaskID, &a.TaskType, &a.Number, &a.WorkerID, &started, &finished,
 			&a.Outcome, &code, &msg, &class, &delay, &a.Detail); err != nil {
-			return nil, translate(op, err)
+			return nil, s.translate(op, err)
 		}
 		a.StartedAt = fromTS(started)
 		a.FinishedAt = fromMicros(finished)
@@ -119,7 +119,7 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	// The task row, read in the same snapshot: it must exist, and when it
 	// succeeded it holds the final attempt, which has no attempts row.
@@ -131,7 +131,7 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 	)
 	if err := tx.QueryRowContext(ctx, `SELECT state, type, attempt, worker_id, started_at, updated_at, last_delay, success_detail
 		FROM tasks WHERE id = ?`, taskID).Scan(&state, &typ, &number, &worker, &started, &updated, &delay, &detail); err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	if store.State(state) == store.StateSucceeded {
 		out = append(out, store.Attempt{TaskID: taskID, TaskType: typ, Number: number, WorkerID: worker,
@@ -236,11 +236,11 @@ func (s *Store) page(ctx context.Context, op, pageCTE string, args []any, limit,
 	}
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, "", translate(op, err)
+		return nil, "", s.translate(op, err)
 	}
 	ts, found, err := scanPage(rows)
 	if err != nil {
-		return nil, "", translate(op, err)
+		return nil, "", s.translate(op, err)
 	}
 	// Sorted here, not by SQLite, which would copy the payloads into a
 	// sorter: ids are BINARY text, in Go's byte order.
@@ -289,11 +289,11 @@ func (s *Store) queryTasks(ctx context.Context, op, q string, args ...any) ([]st
 	}
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	ts, err := scanTasks(rows)
 	if err != nil {
-		return nil, translate(op, err)
+		return nil, s.translate(op, err)
 	}
 	if ts == nil {
 		ts = []store.Task{}

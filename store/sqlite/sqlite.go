@@ -83,6 +83,10 @@ type Store struct {
 	// transaction (another process held the write lock past the busy
 	// timeout) while none has committed since (noteWrite); nil else.
 	busy atomic.Pointer[error]
+	// corrupt holds the first error that found the database file damaged
+	// or not a database (store.ErrCorrupt; see Store.translate); nil else.
+	// Ping fails with it until the store is closed.
+	corrupt atomic.Pointer[error]
 
 	writeCh       chan *writeReq
 	submitting    atomic.Int64 // submits between their closed check and their send (group.go)
@@ -225,13 +229,13 @@ func (s *Store) setWAL(ctx context.Context) error {
 		}
 		left := time.Until(deadline)
 		if !isBusy(err) || left <= 0 {
-			return translate(op, err)
+			return s.translate(op, err)
 		}
 		t := time.NewTimer(min(pause, left)) // the last try comes at the deadline
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return translate(op, ctx.Err())
+			return s.translate(op, ctx.Err())
 		case <-t.C:
 		}
 		pause = min(2*pause, 50*time.Millisecond)
@@ -263,12 +267,16 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	var one int
 	if err := s.r.QueryRowContext(ctx, `SELECT 1`).Scan(&one); err != nil {
-		return translate("ping sqlite", err)
+		return s.translate("ping sqlite", err)
 	}
 	// A table dropped or renamed by someone else fails every statement
 	// on it; naming each table costs the parse of one statement.
 	if err := s.r.QueryRowContext(ctx, schemaProbe).Scan(&one); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return translate("ping sqlite", err)
+		return s.translate("ping sqlite", err)
+	}
+	// A damaged file stays damaged: restoring it means a restart.
+	if c := s.corrupt.Load(); c != nil {
+		return fmt.Errorf("ping sqlite: %w", *c)
 	}
 	// Reads still work on a full file system; writes do not.
 	if full := s.full.Load(); full != nil {
@@ -491,6 +499,8 @@ func translate(op string, err error) error {
 			return fmt.Errorf("%s: %w: %w", op, store.ErrUnavailable, err)
 		case sqlite3.SQLITE_FULL:
 			return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, ErrDiskFull, err)
+		case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB: // Store.translate names the file
+			return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, store.ErrCorrupt, err)
 		case sqlite3.SQLITE_READONLY:
 			return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, ErrReadOnly, err)
 		case sqlite3.SQLITE_CONSTRAINT:
