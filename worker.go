@@ -15,7 +15,12 @@ type WorkerConfig struct {
 	// Handler runs tasks; required. A *Mux also supplies the types to fetch.
 	Handler Handler
 	// Types to fetch; default: the types registered on the Mux when
-	// NewWorker is called (a type registered later is not fetched).
+	// NewWorker is called (a type registered later is not fetched). Run
+	// refuses a type with a push target (set through the HTTP API or the
+	// CLI): the server delivers its tasks itself. A type that gains one
+	// while Run runs is no longer fetched from when this process learns of
+	// it (at once when set through this Client's engine, else within about
+	// 5 s), and is fetched again once the target is removed.
 	Types []string
 	// Concurrency is the number of handlers running at once (default 10;
 	// at most MaxConcurrency).

@@ -132,7 +132,11 @@ func (e *Engine) pickLocal(nts []store.NewTask, now time.Time) []dispatchPick {
 		return strings.Compare(x.ID, y.ID)
 	})
 	var picks []dispatchPick
+	pushed := e.pushTypes()
 	for _, i := range due {
+		if pushed.has(nts[i].Type) {
+			continue // the engine delivers it: see push_types.go
+		}
 		w := e.locals.reserve(nts[i].Type)
 		if w == nil {
 			continue

@@ -112,10 +112,17 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 	}
 	woken := false // the fetch acts on a wake-up
 	for {
+		// A type that gained a push target during the wait is the
+		// engine's to deliver now (push_types.go); the next request
+		// naming it is refused.
+		types := e.pushTypes().without(r.Types)
+		if len(types) == 0 {
+			return nil, nil
+		}
 		var tasks []store.Task
 		var err error
 		if e.clockReady() { // nothing leased on a clock not yet synced
-			tasks, err = e.fetchForPull(ctx, &r)
+			tasks, err = e.fetchForPull(ctx, &r, types)
 		}
 		if err != nil {
 			if woken {
@@ -205,17 +212,17 @@ func (e *Engine) ShuttingDown() bool {
 	}
 }
 
-// fetchForPull leases due tasks for r. The fetch does not end when ctx
-// does: cut after the store committed (a driver answering a cancel that
-// came with the commit), it would leave the tasks leased under lease ids
-// nobody was told, until they expire. It is bounded instead by the lease
+// fetchForPull leases due tasks of types for r. The fetch does not end
+// when ctx does: cut after the store committed (a driver answering a
+// cancel that came with the commit), it would leave the tasks leased
+// under lease ids nobody was told, until they expire. It is bounded instead by the lease
 // duration, after which what it leased has expired anyway, but never
 // below the bound of an in-process worker's fetch (Config.LeaseDuration):
 // a lease of a microsecond must not cut the fetch that takes it.
-func (e *Engine) fetchForPull(ctx context.Context, r *LeaseRequest) ([]store.Task, error) {
+func (e *Engine) fetchForPull(ctx context.Context, r *LeaseRequest, types []string) ([]store.Task, error) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.LeaseDuration, e.cfg.LeaseDuration))
 	defer cancel()
-	return e.st.FetchTasks(fctx, store.FetchParams{Types: r.Types, Limit: r.Max, WorkerID: r.WorkerID,
+	return e.st.FetchTasks(fctx, store.FetchParams{Types: types, Limit: r.Max, WorkerID: r.WorkerID,
 		LeaseDuration: r.LeaseDuration, Now: e.now(), MaxBytes: DefaultFetchBytes})
 }
 

@@ -76,7 +76,8 @@ package engine
 // in-process workers (RunWorker) or pull workers (Lease). Both would compete
 // with the pusher for the same tasks; each task is still leased by only one
 // of them at a time, but which one runs it is arbitrary. See
-// Engine.checkNoPushTargets.
+// Engine.checkNoPushTargets, and push_types.go for a target set while
+// workers run.
 
 import (
 	"bytes"
@@ -219,6 +220,9 @@ type pusher struct {
 	// the type has had: a target removed and put back gets a new fetcher,
 	// while the old one's deliveries may still run.
 	slots map[string]*pushSlots
+	// delivered is the set of types with a fetcher, for the workers and
+	// long polls, which leave them out (push_types.go).
+	delivered atomic.Pointer[pushSet]
 
 	ctx              context.Context // fetchers' context; cancelled first at stop
 	cancel           context.CancelFunc
@@ -284,15 +288,17 @@ func (e *Engine) pushTypesChanged() {
 }
 
 // checkNoPushTargets returns an error naming the first of types that has a
-// push target: such a type is delivered by the engine and must not also be
-// fetched by workers.
+// push target, as this node's type cache or its pusher knows it: such a
+// type is delivered by the engine and must not also be fetched by
+// workers.
 func (e *Engine) checkNoPushTargets(ctx context.Context, types []string) error {
+	pushed := e.pushTypes()
 	for _, typ := range types {
 		ent, err := e.types.get(ctx, typ)
 		if err != nil {
 			return err
 		}
-		if ent.spec.Target != nil {
+		if ent.spec.Target != nil || pushed.has(typ) {
 			return fieldErr("types", "type %q has a push target: the engine delivers its tasks itself, workers must not fetch them", typ)
 		}
 	}
@@ -471,6 +477,7 @@ func (p *pusher) sync(ctx context.Context) error {
 		}()
 		p.e.log.Info("push target active", "type", typ, "url", pt.logURL, "concurrency", pt.concurrency, "timeout", pt.timeout)
 	}
+	p.updateDelivered()
 	return nil
 }
 

@@ -42,20 +42,6 @@ type WorkerConfig struct {
 
 var workerSeq atomic.Int64
 
-// The backoff of an in-process worker whose fetches fail: fetchBackoffMin
-// after the first failure, doubling with each failure in a row up to
-// fetchBackoffMax, about the probe an idle worker makes at the default
-// PollInterval. A wake-up (an enqueue or an outcome committed, a
-// notification, the PostgreSQL listener reconnected: the store answers
-// again) ends the wait early, but never sooner than fetchRetryFloor
-// after the failure, so that wake-ups from a store whose fetches alone
-// fail do not make a hot loop.
-const (
-	fetchBackoffMin = 10 * time.Millisecond
-	fetchBackoffMax = time.Second
-	fetchRetryFloor = 100 * time.Millisecond
-)
-
 // ErrAttemptTimeout is the cancellation cause (context.Cause) of a handler
 // whose attempt ran past its type's timeout.
 var ErrAttemptTimeout = errors.New("attempt timed out")
@@ -70,7 +56,9 @@ var ErrWorkerStopped = errors.New("worker stopped: shutdown grace over")
 // started, lets running handlers finish within ShutdownGrace, releases the
 // leases of those still running so another worker takes them at once, and
 // flushes every outcome before returning. A worker stopped that way, even
-// while it is still starting, returns nil.
+// while it is still starting, returns nil. A type with a push target is
+// refused; one that gains a target while the worker runs is left to the
+// engine's deliveries until the target is removed (push_types.go).
 func (e *Engine) RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.Handle == nil {
 		return errors.New("run worker: Handle: required")
@@ -155,6 +143,10 @@ type workerRun struct {
 	// a send.
 	sendMu  sync.RWMutex
 	closing bool
+	// pushSeen is the set of push types the worker last saw, and types
+	// cfg.Types less those (fetchTypes); the fetch loop's alone.
+	pushSeen *pushSet
+	types    []string
 }
 
 // tryReserve takes a handler slot for a directly dispatched task if the
@@ -284,41 +276,6 @@ func (w *workerRun) loop(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}
-}
-
-// fetch leases up to limit tasks. The call does not end when ctx does:
-// cancelled after the store committed, it would lose the leases it took
-// (their tasks would wait for the reaper, an attempt counted). It is bounded
-// by the lease duration instead, after which what it leased has expired
-// anyway.
-func (w *workerRun) fetch(ctx context.Context, limit int) ([]store.Task, error) {
-	e := w.e
-	if !e.clockReady() {
-		return nil, nil // nothing leased on a clock not yet synced
-	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.LeaseDuration)
-	defer cancel()
-	return e.st.FetchTasks(fctx, store.FetchParams{
-		Types: w.cfg.Types, Limit: limit, WorkerID: w.cfg.ID,
-		// No byte bound: an in-process worker holds its tasks' payloads
-		// for its handlers anyway, and its fetches are bounded in count
-		// (FetchBatch, the free capacity); the bounded statement costs
-		// SQLite a window over the batch on the path of bulk throughput.
-		LeaseDuration: e.cfg.LeaseDuration, Now: e.now(),
-	})
-}
-
-// releaseFetched gives back the tasks of a fetch that returned after the
-// worker began to stop.
-func (w *workerRun) releaseFetched(tasks []store.Task) {
-	if len(tasks) == 0 {
-		return
-	}
-	ts := make([]*store.Task, len(tasks))
-	for i := range tasks {
-		ts[i] = &tasks[i]
-	}
-	w.release(ts)
 }
 
 func (w *workerRun) executor() {
@@ -551,24 +508,6 @@ func (w *workerRun) giveBackOutcome(t *store.Task, out store.Outcome) {
 		e.logOutcome(t, &out, err)
 		w.pending.Done()
 	})
-}
-
-// waitBackoff waits d after a failed fetch, or less when a wake-up comes
-// (sub): then until min(d, fetchRetryFloor) has passed.
-func waitBackoff(ctx context.Context, sub <-chan struct{}, d time.Duration) {
-	floor := time.Now().Add(min(d, fetchRetryFloor))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return
-	case <-ctx.Done():
-		return
-	case <-sub:
-	}
-	if left := time.Until(floor); left > 0 {
-		sleepCtx(ctx, left)
-	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
