@@ -46,7 +46,9 @@ is retried until the lease would expire.
 SIGINT, SIGTERM or SIGHUP stops leasing and lets running commands finish for up to
 --grace; commands still running then are stopped (SIGTERM, then SIGKILL to
 their process group) and their attempts failed as retryable. A second
-signal stops them at once. A SIGHUP ignored at start (nohup) stays ignored.
+signal stops them at once and gives up every outcome not yet reported,
+running commands' included: their tasks run again once their leases
+expire. A SIGHUP ignored at start (nohup) stays ignored.
 
 Exit status: 0 after SIGINT, SIGTERM or SIGHUP; 128+N after a second signal
 N; 1 when the server refuses the worker's lease requests (a bad token, an
@@ -183,6 +185,9 @@ type pullWorker struct {
 	// killCtx is cancelled when running commands must stop (grace over,
 	// second signal).
 	killCtx context.Context
+	// abandonCtx is cancelled by a second signal: heartbeats and reports
+	// in flight are cut and no more are tried.
+	abandonCtx context.Context
 	// sem holds one token per command in flight (capacity --concurrency);
 	// running counts the task goroutines.
 	sem     chan struct{}
@@ -231,10 +236,15 @@ func (w *pullWorker) run(ctx context.Context) int {
 	killCtx, kill := context.WithCancel(context.WithoutCancel(ctx))
 	defer kill()
 	w.killCtx = killCtx
+	abandonCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	w.abandonCtx = abandonCtx
 
-	// Signals: the first stops leasing, the second stops the commands and
-	// makes the exit status that of a death by it (128+N), as for the
-	// server: the stop was not the clean one the first signal asked for.
+	// Signals: the first stops leasing, the second stops the commands,
+	// gives up the reports not yet made (their tasks run again once their
+	// leases expire) and makes the exit status that of a death by it
+	// (128+N), as for the server: the stop was not the clean one the first
+	// signal asked for.
 	stopped := make(chan struct{})
 	defer close(stopped)
 	second := make(chan os.Signal, 1)
@@ -250,8 +260,10 @@ func (w *pullWorker) run(ctx context.Context) int {
 		}
 		select {
 		case s := <-sigs:
-			w.logf("received %v again: stopping running commands", s)
+			w.logf("received %v again: stopping running commands and abandoning the outcomes not yet reported (%d task(s) held); their tasks run again once their leases expire",
+				s, len(w.sem))
 			second <- s
+			abandon()
 			kill()
 		case <-stopped:
 		}
@@ -380,6 +392,18 @@ func (w *pullWorker) lease(ctx context.Context, n int) ([]leasedTask, error) {
 	if _, err := w.c.call(ctx, "POST", "/v1/leases", nil, body, &out); err != nil {
 		return nil, err
 	}
+	// A task more than asked for would run past --concurrency and give
+	// back a slot it never took (leaseLoop), one without an id or a lease
+	// id could not be reported, and the log prints ids and types raw.
+	if len(out.Tasks) > n {
+		return nil, fmt.Errorf("POST /v1/leases: the server answered %d tasks for at most %d; is %s a retryq server?", len(out.Tasks), n, w.c.base)
+	}
+	for _, t := range out.Tasks {
+		if t.ID == "" || t.LeaseID == "" || strings.ContainsFunc(t.ID+t.Type+t.LeaseID, unprintable) {
+			return nil, fmt.Errorf("POST /v1/leases: the server answered a task with an id %q, type %q and lease id %q; is %s a retryq server?",
+				t.ID, t.Type, t.LeaseID, w.c.base)
+		}
+	}
 	return out.Tasks, nil
 }
 
@@ -388,7 +412,7 @@ func (w *pullWorker) lease(ctx context.Context, n int) ([]leasedTask, error) {
 func (w *pullWorker) handle(t leasedTask) {
 	start := time.Now()
 	lost := make(chan struct{})
-	hbCtx, stopHB := context.WithCancel(context.Background())
+	hbCtx, stopHB := context.WithCancel(w.abandonCtx)
 	hbDone := make(chan time.Time, 1)
 	go func() { hbDone <- w.heartbeat(hbCtx, t, lost) }()
 	res := w.execute(t, lost)
@@ -430,6 +454,9 @@ func (w *pullWorker) logReport(t leasedTask, err error, what string) {
 	switch {
 	case err == nil:
 		w.logf("task %s (%s, attempt %d) %s", t.ID, t.Type, t.Attempt, what)
+	case errors.Is(err, errReportAbandoned):
+		w.logf("task %s (%s, attempt %d) %s, but its outcome was abandoned by the second signal: the task runs again once its lease expires",
+			t.ID, t.Type, t.Attempt, what)
 	case isAPIError(err, 409, ""):
 		w.logf("task %s (%s, attempt %d) %s, but the lease was lost: outcome dropped (%v)", t.ID, t.Type, t.Attempt, what, err)
 	default:
@@ -497,6 +524,9 @@ func (w *pullWorker) heartbeat(ctx context.Context, t leasedTask, lost chan<- st
 	}
 }
 
+// errReportAbandoned is the error of a report a second signal gave up.
+var errReportAbandoned = errors.New("report abandoned by a second signal")
+
 // report posts an outcome, retrying through network errors and 5xx.
 func (w *pullWorker) report(t leasedTask, action string, body any) error {
 	return w.reportInto(t, action, body, nil)
@@ -506,8 +536,9 @@ func (w *pullWorker) report(t leasedTask, action string, body any) error {
 // errors and 5xx answers (a server restarting, a database failing over)
 // are retried, with pauses doubling from reportRetryPause up to
 // maxReportPause, until the lease has surely expired (the server refuses
-// the outcome after that) but at least reportAttempts times; a forced stop
-// (the grace period over, a second signal) ends the retries early.
+// the outcome after that) but at least reportAttempts times; the grace
+// period's end ends the retries after those tries. A second signal gives
+// the report up at once (errReportAbandoned), cutting a call in flight.
 func (w *pullWorker) reportInto(t leasedTask, action string, body, out any) error {
 	path := "/v1/tasks/" + url.PathEscape(t.ID) + "/" + action
 	pause := reportRetryPause
@@ -515,8 +546,14 @@ func (w *pullWorker) reportInto(t leasedTask, action string, body, out any) erro
 	// Bounded by time (the lease, at most an hour) and by count: an hour of
 	// pauses of up to 5s is some 720 tries.
 	for i := 0; i < 1000; i++ {
-		if _, err = w.c.call(context.Background(), "POST", path, nil, body, out); err == nil {
+		if w.abandonCtx.Err() != nil {
+			return errReportAbandoned
+		}
+		if _, err = w.c.call(w.abandonCtx, "POST", path, nil, body, out); err == nil {
 			return nil
+		}
+		if w.abandonCtx.Err() != nil {
+			return errReportAbandoned
 		}
 		var ae *apiCallError
 		if errors.As(err, &ae) && ae.Status < 500 {
@@ -537,7 +574,12 @@ func (w *pullWorker) reportInto(t leasedTask, action string, body, out any) erro
 				tm.Stop()
 				return err
 			}
-			<-tm.C
+			select {
+			case <-tm.C:
+			case <-w.abandonCtx.Done():
+				tm.Stop()
+				return errReportAbandoned
+			}
 		}
 		pause = min(2*pause, maxReportPause)
 	}
