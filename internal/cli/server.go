@@ -39,11 +39,13 @@ keeps a class; 0 takes the default. A plain number is refused, since
 elsewhere it means seconds. The start-up log shows the retention in force.
 
 SIGTERM, SIGINT or SIGHUP (unless ignored at start, as under nohup) stops
-the server within --shutdown-timeout: it drains HTTP requests, in-process
-handlers and push deliveries, cutting them short (their tasks released,
-attempts not counted) a quarter of the timeout (at most 5s) before it
-ends, then exits; status 1 if even that did not finish in time. A second
-signal exits at once.
+the server within --shutdown-timeout: it leases no more tasks, answers
+/readyz 503, keeps taking pull workers' reports of the leases it handed
+out for up to 10s, then drains HTTP requests, in-process handlers and push
+deliveries, cutting them short (their tasks released, attempts not
+counted) a quarter of the timeout (at most 5s) before it ends, then
+exits; status 1 if even that did not finish in time. A second signal
+exits at once.
 `
 
 // stringsValue is a repeatable string flag.
