@@ -511,7 +511,7 @@ func (f *pushFetcher) run(ctx context.Context) {
 	defer e.wake.unsubscribe(sub)
 	timer := time.NewTimer(e.cfg.PollInterval)
 	defer timer.Stop()
-	backoff := 10 * time.Millisecond
+	retry := fetchRetry{log: e.log, prefix: "push: ", attrs: []any{"type", f.typ}}
 	for ctx.Err() == nil {
 		pt := f.target.Load()
 		free := int64(pt.concurrency) - f.slots.inFlight.Load()
@@ -551,12 +551,12 @@ func (f *pushFetcher) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			e.log.Warn("push: fetch failed; backing off", "type", f.typ, "err", err, "backoff", backoff)
-			sleepCtx(ctx, backoff)
-			backoff = min(backoff*2, 5*time.Second)
+			// As an in-process worker's: at most fetchBackoffMax, cut
+			// short by a wake-up, logged once per outage.
+			retry.failed(ctx, sub, err)
 			continue
 		}
-		backoff = 10 * time.Millisecond
+		retry.succeeded()
 		for i := range tasks {
 			t := &tasks[i]
 			f.slots.inFlight.Add(1)

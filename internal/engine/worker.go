@@ -198,8 +198,7 @@ func (w *workerRun) loop(ctx context.Context) {
 	defer e.wake.unsubscribe(sub)
 	timer := time.NewTimer(e.cfg.PollInterval)
 	defer timer.Stop()
-	backoff := fetchBackoffMin
-	failures, failingSince := 0, time.Time{} // the fetch failures in a row, and when they began
+	retry := fetchRetry{log: e.log, attrs: []any{"worker", w.cfg.ID}}
 	// While there is a backlog (the last fetch came back full, or cut short
 	// by its payload bytes: fetchMayHaveMore), wait until half the capacity
 	// is free before fetching again, so fetches stay large and commits few; when the queue is drained, any free slot fetches at
@@ -233,25 +232,10 @@ func (w *workerRun) loop(ctx context.Context) {
 			if ctx.Err() != nil {
 				break
 			}
-			// One warning per outage, not one per attempt: a database
-			// away for a minute would otherwise log a line per worker
-			// every few seconds. The attempts in between are at Debug.
-			failures++
-			if failures == 1 {
-				failingSince = time.Now()
-				e.log.Warn("fetch failed; backing off", "worker", w.cfg.ID, "err", err, "backoff", backoff)
-			} else {
-				e.log.Debug("fetch failed again; backing off", "worker", w.cfg.ID, "err", err, "backoff", backoff, "failures", failures)
-			}
-			waitBackoff(ctx, sub, backoff)
-			backoff = min(backoff*2, fetchBackoffMax)
+			retry.failed(ctx, sub, err) // logged once per outage
 			continue
 		}
-		if failures > 0 {
-			e.log.Info("fetches work again", "worker", w.cfg.ID, "failures", failures, "after", time.Since(failingSince).Round(time.Millisecond))
-			failures = 0
-		}
-		backoff = fetchBackoffMin
+		retry.succeeded()
 		e.ctr.fetches.Add(1)
 		e.ctr.fetched.Add(int64(len(tasks)))
 		for i := range tasks {
