@@ -101,7 +101,8 @@ func decodeAPIError(resp *http.Response, data []byte) error {
 	if first == "" {
 		first = "no error details"
 	}
-	e.Message = "the server answered " + resp.Status + ": " + first
+	// The status line's reason phrase is the server's text too.
+	e.Message = "the server answered " + cleanCell(resp.Status, 120) + ": " + first
 	e.RequestID = cleanCell(e.RequestID, 0)
 	if e.Status < 500 {
 		e.RequestID = ""
