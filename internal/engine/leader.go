@@ -17,6 +17,12 @@ import (
 // leaderName is the leadership lease of the scheduler loops.
 const leaderName = "scheduler"
 
+// leaderFailureReminder is how often a node whose leader lease attempts
+// keep failing (the database is away) warns again that they do, with how
+// many failed and for how long: the first failure of an outage is a
+// warning, the attempts in between (every TTL/4) are at Debug.
+const leaderFailureReminder = time.Minute
+
 // The leadership lease is held in the name of this engine instance, not
 // of its node id alone: the holder is "NODEID#TOKEN" with a token drawn
 // when the engine is made. Two processes that share a node id (a restart
@@ -65,6 +71,9 @@ type leaderState struct {
 	// it, as a process stopped past its lease's safe end (SIGSTOP, a frozen
 	// VM) runs its overdue timers in no set order with its goroutines.
 	afterFunc func(time.Duration, func()) *time.Timer
+	// remindEvery is how often a node whose lease attempts keep failing
+	// says so again; 0 is leaderFailureReminder. Tests shorten it.
+	remindEvery time.Duration
 	// safeEnd is the safe end of the last successful renewal (its
 	// S+TTL-margin, with a monotonic reading): schedCallCtx sends no
 	// scheduler statement after it, whether the watchdog has run or not.
@@ -161,10 +170,17 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		// seen is the node this one last found leading (itself included),
 		// "" when unknown: a standby logs who leads when it changes, and
 		// after failed attempts, so that every node's log follows the
-		// leadership. failures counts the attempts failed in a row.
-		seen     string
-		failures int
+		// leadership. failures counts the attempts failed in a row,
+		// since the first of them; reminded is when they were last
+		// logged as a warning.
+		seen            string
+		failures        int
+		since, reminded time.Time
 	)
+	remindEvery := e.leading.remindEvery
+	if remindEvery <= 0 {
+		remindEvery = leaderFailureReminder
+	}
 	start := func() {
 		lctx, lcancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -245,17 +261,25 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // closing: the deferred release gives the row up
 		}
-		if err != nil {
-			failures++
-		}
 		switch {
 		case err != nil:
+			failures++
+			// A leader's renewal, or a standby's attempt to take the
+			// lease; logged once per outage and then at most once per
+			// remindEvery, not at every attempt.
+			what := "leader lease attempt"
 			if loopsCancel != nil {
-				e.log.Warn("leader lease renewal failed", "node", e.cfg.NodeID, "err", err)
-			} else {
-				// A standby's attempt to take the lease, not a leader's
-				// renewal.
-				e.log.Warn("leader lease attempt failed", "node", e.cfg.NodeID, "err", err)
+				what = "leader lease renewal"
+			}
+			switch now := time.Now(); {
+			case failures == 1:
+				since, reminded = now, now
+				e.log.Warn(what+" failed", "node", e.cfg.NodeID, "err", err)
+			case now.Sub(reminded) >= remindEvery:
+				reminded = now
+				e.log.Warn(what+" still failing", "node", e.cfg.NodeID, "failures", failures, "for", now.Sub(since).Round(time.Second), "err", err)
+			default:
+				e.log.Debug(what+" failed again", "node", e.cfg.NodeID, "failures", failures, "err", err)
 			}
 			if loopsCancel != nil && !time.Now().Before(validUntil) {
 				stop("renewal failed past the lease's safe end")
@@ -281,7 +305,7 @@ func (e *Engine) electionLoop(ctx context.Context) {
 				// Logged once the loops are known to go on: a renewal
 				// that came back after the watchdog stopped them is a
 				// lost leadership and a new election above.
-				e.log.Info("leader lease renewed again", "node", e.cfg.NodeID, "failed_renewals", failed)
+				e.log.Info("leader lease renewed again", "node", e.cfg.NodeID, "failed_renewals", failed, "after", time.Since(since).Round(time.Millisecond))
 			}
 		default:
 			leader := LeaseHolderNode(lease.NodeID)

@@ -13,14 +13,18 @@ import (
 )
 
 // startLoggedLeaderEngine starts an engine named node over st whose log
-// goes to the returned buffer; it is closed when t ends.
-func startLoggedLeaderEngine(t *testing.T, st store.Store, node string, ttl time.Duration) (*Engine, *logBuffer) {
+// goes to the returned buffer; it is closed when t ends. The setup
+// functions run on the engine before it starts.
+func startLoggedLeaderEngine(t *testing.T, st store.Store, node string, ttl time.Duration, setup ...func(*Engine)) (*Engine, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
 	e, err := New(Config{Store: st, NodeID: node, Version: "test", LeaderTTL: ttl, PollInterval: 50 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatalf("engine: %v", err)
+	}
+	for _, f := range setup {
+		f(e)
 	}
 	if err := e.Start(context.Background()); err != nil {
 		t.Fatalf("start: %v", err)
@@ -120,5 +124,115 @@ func TestLateRenewalIsNotLoggedAsRenewedAgain(t *testing.T) {
 	mode.Store(0)
 	if s := logs.String(); strings.Contains(s, "renewed again") {
 		t.Fatalf("a renewal that came back after the loops stopped was logged as renewed again:\n%s", s)
+	}
+}
+
+// failingLeaderStore is a leaderStore whose AcquireLeader calls fail while
+// down is set, counting them in fails.
+func failingLeaderStore(t *testing.T) (st *leaderStore, down *atomic.Bool, fails *atomic.Int64) {
+	st = newLeaderStore(t)
+	down, fails = new(atomic.Bool), new(atomic.Int64)
+	st.acquire = func(ctx context.Context, _ int, p store.LeaderParams) (store.Lease, error) {
+		if down.Load() {
+			fails.Add(1)
+			return store.Lease{}, errors.New("database down")
+		}
+		return st.Store.AcquireLeader(ctx, p)
+	}
+	return st, down, fails
+}
+
+// leaseFailureLines counts the log's warnings about failed leader lease
+// renewals and attempts.
+func leaseFailureLines(out string) int {
+	n := 0
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, "level=WARN") && (strings.Contains(line, "leader lease renewal") || strings.Contains(line, "leader lease attempt")) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLeaderLeaseFailuresLoggedOncePerOutage: a leader whose renewals keep
+// failing, and goes on failing as a standby once its lease's safe end has
+// passed, warns once for the outage, not once per attempt (every TTL/4, as
+// long as the database is away); so does a standby whose attempts fail.
+// The attempts in between are at Debug.
+func TestLeaderLeaseFailuresLoggedOncePerOutage(t *testing.T) {
+	t.Parallel()
+	const ttl = time.Second // an attempt every 250 ms
+	st, down, fails := failingLeaderStore(t)
+	e, logs := startLoggedLeaderEngine(t, st, "outage-leader", ttl)
+	waitFor(t, "the node to lead", e.IsLeader)
+	standby := &leaderStore{Store: st.Store}
+	sdown := new(atomic.Bool)
+	sfails := new(atomic.Int64)
+	standby.acquire = func(ctx context.Context, _ int, p store.LeaderParams) (store.Lease, error) {
+		if sdown.Load() {
+			sfails.Add(1)
+			return store.Lease{}, errors.New("database down")
+		}
+		return standby.Store.AcquireLeader(ctx, p)
+	}
+	b, blogs := startLoggedLeaderEngine(t, standby, "outage-standby", ttl)
+	waitFor(t, "the standby to see the leader", func() bool { return strings.Contains(blogs.String(), "standing by") })
+
+	down.Store(true)
+	sdown.Store(true)
+	waitFor(t, "eight failed attempts on each node", func() bool { return fails.Load() >= 8 && sfails.Load() >= 8 })
+	if e.IsLeader() {
+		t.Fatalf("the leader still leads %d failed renewals later", fails.Load())
+	}
+	down.Store(false)
+	waitFor(t, "the node to lead again", func() bool { return strings.Count(logs.String(), "elected leader") == 2 })
+	sdown.Store(false)
+	waitFor(t, "the standby to see the leader again", func() bool { return strings.Count(blogs.String(), "standing by") == 2 })
+	if b.IsLeader() {
+		t.Fatal("the standby leads")
+	}
+	out := logs.String()
+	if n := leaseFailureLines(out); n != 1 {
+		t.Errorf("the leader warned %d times for %d failed attempts in one outage, want once:\n%s", n, fails.Load(), out)
+	}
+	if !strings.Contains(out, `level=WARN msg="leader lease renewal failed" node=outage-leader`) {
+		t.Errorf("the leader's first failed renewal is not a warning:\n%s", out)
+	}
+	bout := blogs.String()
+	if n := leaseFailureLines(bout); n != 1 {
+		t.Errorf("the standby warned %d times for %d failed attempts in one outage, want once:\n%s", n, sfails.Load(), bout)
+	}
+	if !strings.Contains(bout, `level=WARN msg="leader lease attempt failed" node=outage-standby`) {
+		t.Errorf("the standby's first failed attempt is not a warning:\n%s", bout)
+	}
+}
+
+// TestLeaderLeaseFailuresRemindedAtMostOncePerInterval: during a long
+// outage the node reminds that its attempts still fail, with how many
+// failed and for how long, at most once per reminder interval (a minute;
+// shortened here).
+func TestLeaderLeaseFailuresRemindedAtMostOncePerInterval(t *testing.T) {
+	t.Parallel()
+	const (
+		ttl   = time.Second // an attempt every 250 ms
+		every = 600 * time.Millisecond
+	)
+	st, down, fails := failingLeaderStore(t)
+	e, logs := startLoggedLeaderEngine(t, st, "long-outage", ttl, func(e *Engine) { e.leading.remindEvery = every })
+	waitFor(t, "the node to lead", e.IsLeader)
+	down.Store(true)
+	start := time.Now()
+	waitFor(t, "two reminders", func() bool { return strings.Count(logs.String(), "still failing") >= 2 })
+	elapsed := time.Since(start)
+	out := logs.String()
+	n := strings.Count(out, "still failing")
+	if limit := int(elapsed/every) + 1; n > limit {
+		t.Fatalf("%d reminders in %s, want at most %d (one per %s):\n%s", n, elapsed.Round(time.Millisecond), limit, every, out)
+	}
+	if !strings.Contains(out, `level=WARN msg="leader lease attempt still failing" node=long-outage failures=`) || !strings.Contains(out, " for=") {
+		t.Fatalf("a reminder does not say how many attempts failed and for how long:\n%s", out)
+	}
+	if n := leaseFailureLines(out) - n; n != 1 {
+		t.Fatalf("%d warnings besides the reminders for %d failed attempts, want 1:\n%s", n, fails.Load(), out)
 	}
 }

@@ -427,8 +427,10 @@ func TestStandbyLogsAttemptNotRenewal(t *testing.T) {
 		return store.Lease{}, down
 	}
 	logs := &logBuffer{}
+	// At Debug: after the first failure of an outage, a warning, the
+	// attempts are logged at Debug ("... failed again").
 	e, err := New(Config{Store: st, NodeID: "standby", LeaderTTL: time.Second, PollInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
