@@ -25,8 +25,10 @@ import (
 // TestDiskFullOnATablespace: the tasks table on a tablespace whose file
 // system fills up (a tmpfs of 1 MiB) makes PostgreSQL refuse inserts with
 // disk_full (53100). The store answers them with ErrUnavailable and
-// ErrDiskFull, the tasks committed before stay readable, and inserts work
-// again once the file system has room. It needs root (to mount the tmpfs)
+// ErrDiskFull, the tasks committed before stay readable, Ping (/readyz)
+// fails with ErrDiskFull until a write commits again (it passed, as it only
+// reads), and inserts work again once the file system has room. It needs
+// root (to mount the tmpfs)
 // and a local server (the tablespace is a directory of this machine).
 func TestDiskFullOnATablespace(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -133,11 +135,17 @@ func TestDiskFullOnATablespace(t *testing.T) {
 			t.Errorf("task %s committed before the disk filled: %v", id, err)
 		}
 	}
+	if err := s.Ping(ctx); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, store.ErrDiskFull) {
+		t.Errorf("Ping after an insert refused for a full tablespace: %v, want ErrUnavailable and ErrDiskFull", err)
+	}
 	if err := syscall.Mount("tmpfs", loc, "tmpfs", syscall.MS_REMOUNT, "size=64m,mode=0700"); err != nil {
 		t.Fatalf("grow the tmpfs: %v", err)
 	}
 	if _, err := s.InsertTasks(ctx, store.InsertParams{Now: now,
 		Tasks: []store.NewTask{{ID: "after", Type: "t", MaxAttempts: 3, Payload: payload}}}); err != nil {
 		t.Fatalf("insert once the tablespace has room: %v", err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Errorf("Ping after an insert committed on the grown tablespace: %v", err)
 	}
 }

@@ -227,11 +227,13 @@ func (s *Store) runGroup(group []*groupWrite) int {
 			}
 			err := s.sendGroup([]*groupWrite{w})
 			s.count(1, 1)
+			s.noteWrite(err) // before answering: a caller may Ping next
 			w.done <- err
 		}
 		return queued
 	}
 	s.count(1, len(live)) // before the answers: a caller may read the counters next
+	s.noteWrite(err)      // and Ping
 	for _, w := range live {
 		w.done <- err
 	}

@@ -320,8 +320,9 @@ func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTas
 		}
 		vanished, err := s.insertKeyedRound(insCtx, settle, tasks, byID, byKey, r, results)
 		if err != nil {
-			return nil, translate(op, err)
+			return nil, s.noted(translate(op, err))
 		}
+		s.noteWrite(nil)
 		if len(vanished) == 0 {
 			break
 		}

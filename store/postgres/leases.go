@@ -72,7 +72,7 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 	// the id-ordered outcome batch, aborting it.
 	rows, err := s.pool.Query(ctx, extendLeasesSQL, ids, leases, exps, us(p.Now))
 	if err != nil {
-		return nil, translate(op, err)
+		return nil, s.noted(translate(op, err))
 	}
 	ok := map[ref]bool{}
 	for rows.Next() {
@@ -84,7 +84,10 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 		ok[r] = true
 	}
 	if err := rows.Err(); err != nil {
-		return nil, translate(op, err)
+		return nil, s.noted(translate(op, err))
+	}
+	if len(ok) > 0 { // an extension that found no lease wrote nothing
+		s.noteWrite(nil)
 	}
 	for i, l := range p.Leases {
 		if errs[i] == nil && !ok[ref{l.TaskID, l.LeaseID}] {

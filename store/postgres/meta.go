@@ -56,8 +56,9 @@ ON CONFLICT (type) DO UPDATE SET policy = EXCLUDED.policy, timeout_ns = EXCLUDED
 	priority = EXCLUDED.priority, target = EXCLUDED.target, updated_at = EXCLUDED.updated_at
 RETURNING `+typeCols, t.Type, []byte(t.Policy), int64(t.Timeout), t.Priority, []byte(t.Target), us(now)))
 	if err != nil {
-		return store.TypeConfig{}, translate(op, err)
+		return store.TypeConfig{}, s.noted(translate(op, err))
 	}
+	s.noteWrite(nil)
 	return out, nil
 }
 
@@ -141,6 +142,9 @@ ON CONFLICT (name) DO UPDATE SET node_id = EXCLUDED.node_id, expires_at = EXCLUD
 WHERE l.node_id = EXCLUDED.node_id OR l.expires_at < $4
 RETURNING name, node_id, expires_at`, p.Name, p.NodeID, us(p.Now.Add(p.TTL)), us(p.Now)).
 		Scan(&l.Name, &l.NodeID, &l.ExpiresAt)
+	if !errors.Is(err, pgx.ErrNoRows) { // else nothing was written
+		s.noteWrite(err)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Held by another node: report the current holder.
 		err = s.pool.QueryRow(ctx, "SELECT name, node_id, expires_at FROM leader WHERE name = $1", p.Name).
@@ -218,7 +222,7 @@ INSERT INTO nodes (id, host, version, role, started_at, last_seen) VALUES ($1, $
 ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, version = EXCLUDED.version, role = EXCLUDED.role,
 	started_at = EXCLUDED.started_at, last_seen = EXCLUDED.last_seen`,
 		n.ID, n.Host, n.Version, n.Role, nullTime(n.StartedAt), us(now))
-	return translate(op, err)
+	return s.noted(translate(op, err))
 }
 
 // ListNodes lists nodes seen at or after since, ordered by id.

@@ -235,6 +235,10 @@ type Store struct {
 	// opSlots holds a token for each operator call running (operatorConns).
 	opSlots chan struct{}
 
+	// full holds the disk_full error of the last write that failed so
+	// while none has committed since (noteWrite); nil else.
+	full atomic.Pointer[error]
+
 	wq          writeQueue   // the group-commit writer's queue (group.go)
 	groups      atomic.Int64 // batches sent by the writer
 	groupWrites atomic.Int64 // writes in them
@@ -350,6 +354,8 @@ var ErrReadOnly = errors.New("the server accepts no writes (a read-only session,
 // sessions are read-only (default_transaction_read_only, a hot standby, a
 // primary demoted by a failover the URL still names) answers every write
 // with an error, so it fails with store.ErrUnavailable and ErrReadOnly.
+// While the last write failed with disk_full and none has committed since
+// (diskfull.go), it fails with store.ErrUnavailable and store.ErrDiskFull.
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return fmt.Errorf("ping: %w", store.ErrClosed)
@@ -385,7 +391,8 @@ func (s *Store) Ping(ctx context.Context) error {
 	if missing != "" {
 		return fmt.Errorf("ping: %w: %w: no table %s in the search_path", store.ErrUnavailable, store.ErrSchemaBroken, missing)
 	}
-	return nil
+	// Reads work on a full disk; writes do not.
+	return s.diskFull()
 }
 
 // schemaProbe returns the tables of the schema that the search_path does

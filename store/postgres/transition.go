@@ -134,8 +134,9 @@ func (s *Store) transition(ctx context.Context, op, verb, id string, from []stor
 		t, state, err := s.transitionRound(ctx, op, sql, id, args)
 		switch {
 		case err != nil:
-			return store.Task{}, err
+			return store.Task{}, s.noted(err)
 		case state == "":
+			s.noteWrite(nil) // the update applied
 			return t, nil
 		case !slices.Contains(from, state):
 			return store.Task{}, fmt.Errorf("%s: %w", op, &store.ConflictError{ID: id, State: state, Op: verb})
