@@ -398,13 +398,28 @@ func (p *pusher) stopFetching() bool {
 	return p.started
 }
 
-// run keeps the set of fetchers in line with the stored targets.
+// run keeps the set of fetchers in line with the stored targets. Failed
+// reloads are logged once per outage (a warning at the first, the rest at
+// Debug, a line when one works again), not every pushRefreshInterval for
+// as long as the database is away.
 func (p *pusher) run(ctx context.Context) {
 	tick := time.NewTicker(pushRefreshInterval)
 	defer tick.Stop()
+	failures, since := 0, time.Time{}
 	for {
-		if err := p.sync(ctx); err != nil && ctx.Err() == nil {
-			p.e.log.Warn("push: reload types failed; keeping the current targets", "err", err)
+		switch err := p.sync(ctx); {
+		case ctx.Err() != nil:
+		case err != nil:
+			failures++
+			if failures == 1 {
+				since = time.Now()
+				p.e.log.Warn("push: reload types failed; keeping the current targets", "err", err)
+			} else {
+				p.e.log.Debug("push: reload types failed again; keeping the current targets", "err", err, "failures", failures)
+			}
+		case failures > 0:
+			p.e.log.Info("push: types reloaded again", "failures", failures, "after", time.Since(since).Round(time.Millisecond))
+			failures = 0
 		}
 		select {
 		case <-ctx.Done():
@@ -575,17 +590,6 @@ func (f *pushFetcher) run(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}
-}
-
-// pushLease is the lease a push fetch takes for a target's timeout: the
-// timeout plus pushLeaseMargin, and at least the engine's LeaseDuration.
-// The heartbeat loop extends the lease only every third of LeaseDuration,
-// and the lease watchdog stops a delivery a tenth of it before the known
-// expiry: a shorter lease (a short timeout under a long --lease) was
-// stopped by the watchdog, or ran out in the store, before its first
-// heartbeat, while the request was still within its timeout.
-func pushLease(timeout, leaseDuration time.Duration) time.Duration {
-	return max(timeout+pushLeaseMargin, leaseDuration)
 }
 
 func (f *pushFetcher) finish() {

@@ -287,3 +287,14 @@ func (r *pushResult) errText(pt *pushTarget) string {
 	}
 	return r.err.Error()
 }
+
+// pushLease is the lease a push fetch takes for a target's timeout: the
+// timeout plus pushLeaseMargin, and at least the engine's LeaseDuration.
+// The heartbeat loop extends the lease only every third of LeaseDuration,
+// and the lease watchdog stops a delivery a tenth of it before the known
+// expiry: a shorter lease (a short timeout under a long --lease) was
+// stopped by the watchdog, or ran out in the store, before its first
+// heartbeat, while the request was still within its timeout.
+func pushLease(timeout, leaseDuration time.Duration) time.Duration {
+	return max(timeout+pushLeaseMargin, leaseDuration)
+}

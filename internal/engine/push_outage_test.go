@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,5 +117,55 @@ func TestPushFetchFailuresLoggedOncePerOutage(t *testing.T) {
 	}
 	if !strings.Contains(out, `msg="push: fetches work again" type=push.outage.log failures=`) || !strings.Contains(out, " after=") {
 		t.Fatalf("the recovery line does not say how many fetches failed and for how long:\n%s", out)
+	}
+}
+
+// failingTypeLists is a store whose ListTypes (the pusher's reload of the
+// stored targets) fails while down is set.
+type failingTypeLists struct {
+	store.Store
+	down  atomic.Bool
+	fails atomic.Int64
+}
+
+func (s *failingTypeLists) ListTypes(ctx context.Context) ([]store.TypeConfig, error) {
+	if s.down.Load() {
+		s.fails.Add(1)
+		return nil, errors.New("list types: connection refused")
+	}
+	return s.Store.ListTypes(ctx)
+}
+
+// TestPushReloadFailuresLoggedOncePerOutage: a pusher whose reloads of the
+// stored targets keep failing (every 5 s, and after each PutType) warns
+// once when they start failing and says once when they work again; it
+// warned at every reload for as long as the database was away.
+func TestPushReloadFailuresLoggedOncePerOutage(t *testing.T) {
+	var logs logBuffer
+	st := &failingTypeLists{Store: openWorkerStoreOn(t, "sqlite")}
+	e := startWorkerEngine(t, st, Config{NoScheduler: true, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	srv := target(t, func(http.ResponseWriter, *http.Request) {})
+	put := func() {
+		t.Helper()
+		if _, err := e.PutType(context.Background(), TypeSpec{Type: "push.reload", Policy: fastPolicy(3), Target: &Target{URL: srv.URL}}); err != nil {
+			t.Fatalf("put type: %v", err)
+		}
+	}
+	put()
+	waitFor(t, "the target to be active", func() bool { return strings.Contains(logs.String(), "push target active") })
+	st.down.Store(true)
+	for i := int64(1); i <= 4; i++ {
+		put() // each makes the pusher reload now
+		waitFor(t, "a failed reload", func() bool { return st.fails.Load() >= i })
+	}
+	st.down.Store(false)
+	put()
+	waitFor(t, "the recovery line", func() bool { return strings.Contains(logs.String(), "push: types reloaded again") })
+	out := logs.String()
+	if n := strings.Count(out, "reload types failed"); n != 1 {
+		t.Fatalf("%d reload failure lines at info level or above for %d failed reloads, want 1:\n%s", n, st.fails.Load(), out)
+	}
+	if !strings.Contains(out, `msg="push: types reloaded again" failures=`) {
+		t.Fatalf("the recovery line does not say how many reloads failed:\n%s", out)
 	}
 }
