@@ -219,3 +219,63 @@ func TestCheckpointThatCannotGrowTheFileLosesNothing(t *testing.T) {
 		t.Fatalf("integrity_check = %q, %v", check, err)
 	}
 }
+
+// TestWriteThatChangesNothingKeepsDiskFull: while writes fail for lack of
+// space, a write transaction that changes nothing (a fetch or promotion
+// with nothing due, which workers and the scheduler run all the time)
+// commits without writing a page; it must not mark the disk writable
+// again. It did: Ping said ready within a poll interval while every
+// enqueue still failed with ErrDiskFull.
+func TestWriteThatChangesNothingKeepsDiskFull(t *testing.T) {
+	if inOwnProcess(t) {
+		return
+	}
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "q.db")
+	s, err := Open(ctx, Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setFileSizeLimit(t, uint64(max(fi.Size(), 32<<10)+64<<10))
+	payload := []byte(`{"pad":"` + strings.Repeat("x", 8000) + `"}`)
+	insert := func(id string) error {
+		_, err := s.InsertTasks(ctx, store.InsertParams{Now: time.Now(),
+			Tasks: []store.NewTask{{ID: id, Type: "t", MaxAttempts: 3, Payload: payload, RunAt: time.Now().Add(time.Hour)}}})
+		return err
+	}
+	var werr error
+	for i := 0; i < 200 && werr == nil; i++ {
+		werr = insert(fmt.Sprintf("t_%03d", i))
+	}
+	if !errors.Is(werr, ErrDiskFull) {
+		t.Fatalf("inserts past the file size limit ended with %v, want ErrDiskFull", werr)
+	}
+	if _, err := s.FetchTasks(ctx, store.FetchParams{Types: []string{"none"}, Limit: 10, WorkerID: "w",
+		LeaseDuration: time.Minute, Now: time.Now()}); err != nil {
+		t.Fatalf("fetch with nothing due: %v", err)
+	}
+	if _, err := s.PromoteDue(ctx, store.PromoteParams{Now: time.Now(), Limit: 10}); err != nil {
+		t.Fatalf("promotion with nothing due: %v", err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, ErrDiskFull) {
+		t.Errorf("Ping after writes that changed nothing = %v, want ErrDiskFull: inserts still fail", err)
+	}
+	if err := insert("t_still"); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("insert still past the limit = %v, want ErrDiskFull", err)
+	}
+	setFileSizeLimit(t, rlimInfinity)
+	if err := insert("t_after"); err != nil {
+		t.Fatalf("insert once the limit is raised: %v", err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping after a write changed the database again: %v", err)
+	}
+}

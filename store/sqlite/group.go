@@ -240,6 +240,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 	bg := context.Background()
 	errs := make([]error, len(batch))
 	committed := false
+	wrote := true // the transaction changed rows (see changesWhileFull)
 	reply := func(commitErr error) {
 		s.queuedAtReply = len(s.writeCh)
 		// Count before answering: a caller may read the counters next.
@@ -251,12 +252,16 @@ func (s *Store) commitGroup(batch []*writeReq) {
 			}
 		}
 		s.explainIOErrs(errs)
-		s.noteWrite(committed, errs) // before answering: a caller may Ping next
+		s.noteWrite(committed && wrote, committed, errs) // before answering: a caller may Ping next
 		for i, r := range batch {
 			r.done <- errs[i]
 		}
 	}
+	before := int64(-1)
 	commit := func(tx *sql.Tx) {
+		if before >= 0 {
+			wrote = s.changesWhileFull(tx) != before
+		}
 		err := tx.Commit()
 		committed = err == nil
 		reply(err)
@@ -272,6 +277,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 		reply(err)
 		return
 	}
+	before = s.changesWhileFull(tx)
 	if len(batch) == 1 { // the common idle case: no savepoint needed
 		r := batch[0]
 		if err := r.claim(); err != nil {
@@ -406,16 +412,35 @@ func (s *Store) explainIOErrs(errs []error) {
 	}
 }
 
-// noteWrite records how a write transaction ended, for Ping: committed
-// clears a full disk and a lock held by another process; a transaction
-// that failed with SQLITE_FULL or ErrDiskFull (in a statement, a savepoint
-// or its commit) sets the first, one that failed with SQLITE_BUSY (the
-// busy timeout run out) the second. Other failures change nothing.
-func (s *Store) noteWrite(committed bool, errs []error) {
+// changesWhileFull returns SQLite's count of the rows the writer
+// connection changed so far (total_changes()) while the disk is marked
+// full, else -1 (also when the count cannot be read): compared before and
+// after a transaction's writes, it tells one that changed rows from one
+// that wrote nothing (a fetch or promotion with nothing due), whose commit
+// needs no space and so must not clear the mark. Nothing is asked while
+// the disk is not marked full.
+func (s *Store) changesWhileFull(tx *sql.Tx) int64 {
+	if s.full.Load() == nil {
+		return -1
+	}
+	var n int64
+	if err := tx.QueryRowContext(context.Background(), `SELECT total_changes()`).Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// noteWrite records how a write transaction ended, for Ping: wrote (it
+// committed changes) clears a full disk, committed (even with no change)
+// a lock held by another process; a transaction that failed with
+// SQLITE_FULL or ErrDiskFull (in a statement, a savepoint or its commit)
+// sets the first, one that failed with SQLITE_BUSY (the busy timeout run
+// out) the second. Other failures change nothing.
+func (s *Store) noteWrite(wrote, committed bool, errs []error) {
+	if wrote && s.full.Load() != nil {
+		s.full.Store(nil)
+	}
 	if committed {
-		if s.full.Load() != nil {
-			s.full.Store(nil)
-		}
 		if s.busy.Load() != nil {
 			s.busy.Store(nil)
 		}

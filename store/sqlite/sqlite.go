@@ -62,8 +62,8 @@ var ErrFileReplaced = errors.New("database file deleted or replaced while open; 
 // database's files is at the process's file size limit (RLIMIT_FSIZE; the
 // write failed with EFBIG) or its file system has no space left. Ping
 // fails with it while the most recent write transaction failed so and none
-// has committed since: every enqueue and outcome would fail until space is
-// freed. The node registry's heartbeat writes every few seconds, so Ping
+// that changed rows has committed since: every enqueue and outcome would
+// fail until space is freed. The node registry's heartbeat writes every few seconds, so Ping
 // passes again soon after.
 var ErrDiskFull = store.ErrDiskFull
 
@@ -77,7 +77,8 @@ type Store struct {
 	r      *sql.DB        // read-only pool
 	closed atomic.Bool
 	// full holds the SQLITE_FULL error of the most recent write
-	// transaction while none has committed since (noteWrite); nil else.
+	// transaction while none that changed rows has committed since
+	// (noteWrite); nil else.
 	full atomic.Pointer[error]
 	// busy holds the SQLITE_BUSY error of the most recent write
 	// transaction (another process held the write lock past the busy
@@ -280,7 +281,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	}
 	// Reads still work on a full file system; writes do not.
 	if full := s.full.Load(); full != nil {
-		return fmt.Errorf("ping sqlite: no write has committed since one failed: %w", *full)
+		return fmt.Errorf("ping sqlite: no write has committed changes since one failed: %w", *full)
 	}
 	// Reads also work while another process holds the write lock.
 	if busy := s.busy.Load(); busy != nil {
