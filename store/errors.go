@@ -44,10 +44,14 @@ var (
 	ErrDiskFull = errors.New("database storage is full")
 	// ErrCorrupt is returned, always together with ErrUnavailable, when
 	// the database's storage is damaged or is not a database at all
-	// (SQLite: SQLITE_CORRUPT, SQLITE_NOTADB); the error names the file.
-	// It does not pass by itself: Ping fails with it from then on, so the
-	// node is not ready until the database is restored (from a backup)
-	// and the server restarted.
+	// (SQLite: SQLITE_CORRUPT, SQLITE_NOTADB, and the error names the
+	// file; PostgreSQL: data_corrupted or index_corrupted, SQLSTATE XX001
+	// or XX002). On SQLite it does not pass by itself: Ping fails with it
+	// from then on, so the node is not ready until the database is
+	// restored (from a backup) and the server restarted. On PostgreSQL
+	// only the statements that meet the damage fail (the server's log
+	// names the table or index; REINDEX rebuilds an index), and the store
+	// does not remember it.
 	ErrCorrupt = errors.New("database corrupt")
 	// ErrInvalid is returned for params that can never succeed (empty id,
 	// non-positive limit, unknown state name).

@@ -39,6 +39,21 @@ const msgStorageFull = "the database's storage is full (disk, quota or file size
 // msgCorrupt is the message of a 503 for a database file found corrupt.
 const msgCorrupt = "the database file is corrupt or not a database: restore it from a backup and restart the server (the server log names the file)"
 
+// corruptMessage is the message of a 503 for err, a store.ErrCorrupt: a
+// database server that reports damage names it by its SQLSTATE
+// (PostgreSQL: XX001 data_corrupted, XX002 index_corrupted) and has no
+// file of retryq's to restore; else the database file is corrupt (SQLite).
+func corruptMessage(err error) string {
+	var se interface{ SQLState() string }
+	if !errors.As(err, &se) {
+		return msgCorrupt
+	}
+	if se.SQLState() == "XX002" {
+		return "the database reports a corrupted index (SQLSTATE XX002): check the database server's log; rebuilding the index (REINDEX) may repair it"
+	}
+	return "the database reports corrupted data (SQLSTATE " + se.SQLState() + "): check the database server's log; the damaged data may have to be restored from a backup"
+}
+
 // apiError is an error with its HTTP status and code.
 type apiError struct {
 	Status  int
@@ -132,7 +147,7 @@ func classify(err error) (ae *apiError, internal bool) {
 		// (after Retry-After) where they may give up on a 507.
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeStorageFull, Message: msgStorageFull}, true
 	case errors.Is(err, store.ErrCorrupt):
-		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: msgCorrupt}, true
+		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Message: corruptMessage(err)}, true
 	case errors.Is(err, store.ErrSchemaBroken):
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 			Message: "the database schema is broken: a table or column retryq needs is missing (see the server log)"}, true
@@ -159,6 +174,8 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 				msg = "api: database storage full; answering 503 to writes until space is freed"
 			case ae.Message == msgCorrupt:
 				msg = "api: database file corrupt; answering 503 until it is restored"
+			case errors.Is(err, store.ErrCorrupt):
+				msg = "api: database reports corruption; answering 503 until it is repaired (see its server log)"
 			}
 			s.log.Warn(msg, "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
 		} else {

@@ -229,7 +229,7 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 		case errors.Is(err, store.ErrDiskFull):
 			msg = "not ready: the database's storage is full (disk, quota or file size limit); writes fail until space is freed (see the server log)"
 		case errors.Is(err, store.ErrCorrupt):
-			msg = "not ready: " + msgCorrupt
+			msg = "not ready: " + corruptMessage(err)
 		}
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: msg}
 	}

@@ -52,6 +52,9 @@ func translate(op string, err error) error {
 		switch {
 		case pgErr.Code == "53100": // disk_full: a table or its WAL cannot grow
 			return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, store.ErrDiskFull, err)
+		case pgErr.Code == "XX001", // data_corrupted: a damaged table page
+			pgErr.Code == "XX002": // index_corrupted
+			return fmt.Errorf("%s: %w: %w: %w", op, store.ErrUnavailable, store.ErrCorrupt, err)
 		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
 			pgErr.Code == "57P01", // admin_shutdown
 			pgErr.Code == "57P02", // crash_shutdown

@@ -239,3 +239,34 @@ func TestInsufficientResourcesTranslation(t *testing.T) {
 		}
 	}
 }
+
+// TestCorruptionTranslation: PostgreSQL's data_corrupted (XX001) and
+// index_corrupted (XX002) are store.ErrCorrupt with ErrUnavailable, as
+// SQLite's SQLITE_CORRUPT is, so that the API answers 503 saying the
+// database reports damage instead of 500 internal. Other internal errors
+// (XX000) stay unclassified. A real XX002 needs an index damaged on disk
+// and amcheck, which a throwaway cluster may not have.
+func TestCorruptionTranslation(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		code    string
+		corrupt bool
+	}{
+		{"XX000", false}, // internal_error
+		{"XX001", true},  // data_corrupted
+		{"XX002", true},  // index_corrupted
+	} {
+		pe := &pgconn.PgError{Severity: "ERROR", Code: c.code, Message: `index "tasks_pkey" contains unexpected zero page at block 3`}
+		err := translate("list tasks", fmt.Errorf("query: %w", pe))
+		if errors.Is(err, store.ErrCorrupt) != c.corrupt || errors.Is(err, store.ErrUnavailable) != c.corrupt {
+			t.Errorf("%s: %v, want ErrCorrupt and ErrUnavailable %v", c.code, err, c.corrupt)
+		}
+		var got *pgconn.PgError
+		if !errors.As(err, &got) || got.Code != c.code {
+			t.Errorf("%s: %v does not carry the server's error", c.code, err)
+		}
+		if again := translate("dead letters", err); errors.Is(again, store.ErrCorrupt) != c.corrupt {
+			t.Errorf("%s translated twice: %v", c.code, again)
+		}
+	}
+}
