@@ -57,9 +57,15 @@ func (pl *pullLeases) add(tasks []store.Task, now time.Time) {
 		return
 	}
 	pl.lastPrune = now
+	pl.pruneLocked(now)
+}
+
+// pruneLocked drops the leases whose known expiry is before now: their
+// workers are gone, or heartbeat through another node. pl.mu is held.
+func (pl *pullLeases) pruneLocked(now time.Time) {
 	for id, l := range pl.m {
 		if l.expires.Before(now) {
-			delete(pl.m, id)
+			pl.dropLocked(id, l.leaseID)
 		}
 	}
 }
@@ -101,11 +107,12 @@ func (pl *pullLeases) dropLocked(taskID, leaseID string) {
 	}
 }
 
-// waitable returns how many leases are out and, when some are, a channel
-// closed once none is.
-func (pl *pullLeases) waitable() (int, <-chan struct{}) {
+// waitable returns how many leases are out at now (expired ones are
+// dropped) and, when some are, a channel closed once none is.
+func (pl *pullLeases) waitable(now time.Time) (int, <-chan struct{}) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	pl.pruneLocked(now)
 	n := len(pl.m)
 	if n == 0 {
 		return 0, nil
@@ -116,10 +123,11 @@ func (pl *pullLeases) waitable() (int, <-chan struct{}) {
 	return n, pl.emptied
 }
 
-// sample returns up to n of the leases out.
-func (pl *pullLeases) sample(n int) map[string]string {
+// sample returns up to n of the leases out at now.
+func (pl *pullLeases) sample(n int, now time.Time) map[string]string {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
+	pl.pruneLocked(now)
 	out := make(map[string]string, min(n, len(pl.m)))
 	for id, l := range pl.m {
 		if len(out) == n {
@@ -134,7 +142,7 @@ func (pl *pullLeases) sample(n int) map[string]string {
 // (Lease) are still out as far as it knows: not reported to it, released
 // or found lost, and not past their last known expiry.
 func (e *Engine) PullLeasesOut() int {
-	n, _ := e.pulled.waitable()
+	n, _ := e.pulled.waitable(e.now())
 	return n
 }
 
@@ -143,12 +151,13 @@ func (e *Engine) PullLeasesOut() int {
 // that stops calls it between BeginShutdown and closing its API, so that
 // the workers running its tasks can still complete, fail or heartbeat
 // them. A lease leaves the count when it is reported here (Complete,
-// Fail), or when the store, asked every pullCheckEvery, no longer holds
-// it: reported through another node, cancelled, expired or reaped.
+// Fail), when its last known expiry passes, or when the store, asked
+// every pullCheckEvery, no longer holds it: reported through another
+// node, cancelled, expired or reaped.
 func (e *Engine) AwaitPullReports(ctx context.Context) int {
 	for {
 		e.checkPullLeases(ctx)
-		n, emptied := e.pulled.waitable()
+		n, emptied := e.pulled.waitable(e.now())
 		if n == 0 {
 			return 0
 		}
@@ -160,7 +169,7 @@ func (e *Engine) AwaitPullReports(ctx context.Context) int {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			n, _ := e.pulled.waitable()
+			n, _ := e.pulled.waitable(e.now())
 			return n
 		}
 	}
@@ -170,7 +179,7 @@ func (e *Engine) AwaitPullReports(ctx context.Context) int {
 // store no longer holds (the task is not running under that lease, or
 // the lease has expired), and takes the expiry of those it holds.
 func (e *Engine) checkPullLeases(ctx context.Context) {
-	for id, leaseID := range e.pulled.sample(pullChecksPerRound) {
+	for id, leaseID := range e.pulled.sample(pullChecksPerRound, e.now()) {
 		if ctx.Err() != nil {
 			return
 		}

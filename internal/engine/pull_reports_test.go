@@ -118,3 +118,40 @@ func TestPullLeasesOutForgetsLostLeases(t *testing.T) {
 		t.Errorf("PullLeasesOut after a report refused as lost = %d, want 0", n)
 	}
 }
+
+// TestPullLeasesOutLeavesOutExpiredLeases: a lease past its last known
+// expiry is not out (as PullLeasesOut says): its worker is gone, or
+// reports through another node. A stopping node whose pull workers died
+// waited for them: PullLeasesOut counted each until the next lease's
+// pruning, up to a minute later, and AwaitPullReports checked them in the
+// store a hundred per half second (some 1.5 s for 250).
+func TestPullLeasesOutLeavesOutExpiredLeases(t *testing.T) {
+	e := startWorkerEngine(t, openWorkerStoreOn(t, "sqlite"), Config{NoScheduler: true})
+	const n = 250
+	for range n {
+		mustEnqueue(t, e, "pull.expired", `1`)
+	}
+	var last time.Time
+	for left := n; left > 0; left -= MaxLeaseBatch {
+		k := min(left, MaxLeaseBatch)
+		ts, err := e.Lease(context.Background(), LeaseRequest{WorkerID: "dead", Types: []string{"pull.expired"}, Max: k, LeaseDuration: time.Second})
+		if err != nil || len(ts) != k {
+			t.Fatalf("lease %d: %d tasks, %v", k, len(ts), err)
+		}
+		last = ts[len(ts)-1].LeaseExpiresAt
+	}
+	if out := e.PullLeasesOut(); out != n {
+		t.Fatalf("PullLeasesOut with %d leases out = %d", n, out)
+	}
+	waitFor(t, "the leases to expire", func() bool { return e.now().After(last) })
+	if out := e.PullLeasesOut(); out != 0 {
+		t.Errorf("PullLeasesOut once every lease expired = %d, want 0", out)
+	}
+	start := time.Now()
+	if left := e.AwaitPullReports(context.Background()); left != 0 {
+		t.Errorf("AwaitPullReports with only expired leases = %d, want 0", left)
+	}
+	if took := time.Since(start); took > 400*time.Millisecond {
+		t.Errorf("AwaitPullReports took %s for leases expired already", took)
+	}
+}
