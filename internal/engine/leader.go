@@ -17,12 +17,6 @@ import (
 // leaderName is the leadership lease of the scheduler loops.
 const leaderName = "scheduler"
 
-// leaderFailureReminder is how often a node whose leader lease attempts
-// keep failing (the database is away) warns again that they do, with how
-// many failed and for how long: the first failure of an outage is a
-// warning, the attempts in between (every TTL/4) are at Debug.
-const leaderFailureReminder = time.Minute
-
 // The leadership lease is held in the name of this engine instance, not
 // of its node id alone: the holder is "NODEID#TOKEN" with a token drawn
 // when the engine is made. Two processes that share a node id (a restart
@@ -71,8 +65,9 @@ type leaderState struct {
 	// it, as a process stopped past its lease's safe end (SIGSTOP, a frozen
 	// VM) runs its overdue timers in no set order with its goroutines.
 	afterFunc func(time.Duration, func()) *time.Timer
-	// remindEvery is how often a node whose lease attempts keep failing
-	// says so again; 0 is leaderFailureReminder. Tests shorten it.
+	// remindEvery is how often a node whose lease attempts, or whose
+	// scheduler loops' calls, keep failing says so again (outageLog);
+	// 0 is outageReminder. Tests shorten it.
 	remindEvery time.Duration
 	// safeEnd is the safe end of the last successful renewal (its
 	// S+TTL-margin, with a monotonic reading): schedCallCtx sends no
@@ -170,17 +165,10 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		// seen is the node this one last found leading (itself included),
 		// "" when unknown: a standby logs who leads when it changes, and
 		// after failed attempts, so that every node's log follows the
-		// leadership. failures counts the attempts failed in a row,
-		// since the first of them; reminded is when they were last
-		// logged as a warning.
-		seen            string
-		failures        int
-		since, reminded time.Time
+		// leadership. out counts and logs the attempts failed in a row.
+		seen string
+		out  = outageLog{log: e.log, attrs: []any{"node", e.cfg.NodeID}, every: e.leading.remindEvery}
 	)
-	remindEvery := e.leading.remindEvery
-	if remindEvery <= 0 {
-		remindEvery = leaderFailureReminder
-	}
 	start := func() {
 		lctx, lcancel := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -263,7 +251,6 @@ func (e *Engine) electionLoop(ctx context.Context) {
 		}
 		switch {
 		case err != nil:
-			failures++
 			// A leader's renewal, or a standby's attempt to take the
 			// lease; logged once per outage and then at most once per
 			// remindEvery, not at every attempt.
@@ -271,22 +258,12 @@ func (e *Engine) electionLoop(ctx context.Context) {
 			if loopsCancel != nil {
 				what = "leader lease renewal"
 			}
-			switch now := time.Now(); {
-			case failures == 1:
-				since, reminded = now, now
-				e.log.Warn(what+" failed", "node", e.cfg.NodeID, "err", err)
-			case now.Sub(reminded) >= remindEvery:
-				reminded = now
-				e.log.Warn(what+" still failing", "node", e.cfg.NodeID, "failures", failures, "for", now.Sub(since).Round(time.Second), "err", err)
-			default:
-				e.log.Debug(what+" failed again", "node", e.cfg.NodeID, "failures", failures, "err", err)
-			}
+			out.failed(what, err)
 			if loopsCancel != nil && !time.Now().Before(validUntil) {
 				stop("renewal failed past the lease's safe end")
 			}
 		case lease.NodeID == e.holder:
-			failed := failures
-			failures = 0
+			failed, after := out.ended()
 			validUntil = started.Add(ttl - margin)
 			e.setSafeEnd(validUntil)
 			if !time.Now().Before(validUntil) {
@@ -305,16 +282,17 @@ func (e *Engine) electionLoop(ctx context.Context) {
 				// Logged once the loops are known to go on: a renewal
 				// that came back after the watchdog stopped them is a
 				// lost leadership and a new election above.
-				e.log.Info("leader lease renewed again", "node", e.cfg.NodeID, "failed_renewals", failed, "after", time.Since(since).Round(time.Millisecond))
+				e.log.Info("leader lease renewed again", "node", e.cfg.NodeID, "failed_renewals", failed, "after", after)
 			}
 		default:
 			leader := LeaseHolderNode(lease.NodeID)
+			failed, _ := out.ended()
 			if loopsCancel != nil {
 				stop("lease held by " + leader)
-			} else if leader != seen || failures > 0 {
+			} else if leader != seen || failed > 0 {
 				e.log.Info("standing by; another node leads", "node", e.cfg.NodeID, "leader", leader)
 			}
-			seen, failures = leader, 0
+			seen = leader
 		}
 		// Wake for the next renewal, TTL/4 after this one started, or at the
 		// safe end of the lease if that comes first (then the code below

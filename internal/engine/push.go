@@ -405,21 +405,14 @@ func (p *pusher) stopFetching() bool {
 func (p *pusher) run(ctx context.Context) {
 	tick := time.NewTicker(pushRefreshInterval)
 	defer tick.Stop()
-	failures, since := 0, time.Time{}
+	out := outageLog{log: p.e.log, then: "; keeping the current targets"}
 	for {
 		switch err := p.sync(ctx); {
 		case ctx.Err() != nil:
 		case err != nil:
-			failures++
-			if failures == 1 {
-				since = time.Now()
-				p.e.log.Warn("push: reload types failed; keeping the current targets", "err", err)
-			} else {
-				p.e.log.Debug("push: reload types failed again; keeping the current targets", "err", err, "failures", failures)
-			}
-		case failures > 0:
-			p.e.log.Info("push: types reloaded again", "failures", failures, "after", time.Since(since).Round(time.Millisecond))
-			failures = 0
+			out.failed("push: reload types", err)
+		default:
+			out.recovered("push: types reloaded again")
 		}
 		select {
 		case <-ctx.Done():
@@ -526,7 +519,7 @@ func (f *pushFetcher) run(ctx context.Context) {
 	defer e.wake.unsubscribe(sub)
 	timer := time.NewTimer(e.cfg.PollInterval)
 	defer timer.Stop()
-	retry := fetchRetry{log: e.log, prefix: "push: ", attrs: []any{"type", f.typ}}
+	retry := newFetchRetry(e.log, "push: ", "type", f.typ)
 	for ctx.Err() == nil {
 		pt := f.target.Load()
 		free := int64(pt.concurrency) - f.slots.inFlight.Load()

@@ -48,11 +48,31 @@ func (s *schedPoke) take() (time.Time, bool) {
 	return at, re
 }
 
+// schedOutages logs the failures of the scheduler loops' store calls
+// once per outage each (outageLog): while the database is away, every pass
+// (once per PollInterval) fails alike.
+type schedOutages struct {
+	promote, reap, wakeup, retention, prune outageLog
+}
+
+// newSchedOutages returns the outage logs of one term of the scheduler
+// loops. They remind of a lasting outage as often as the leader lease's
+// (leaderState.remindEvery).
+func (e *Engine) newSchedOutages() *schedOutages {
+	o := &schedOutages{}
+	for _, l := range []*outageLog{&o.promote, &o.reap, &o.wakeup, &o.retention, &o.prune} {
+		l.log, l.every = e.log, e.leading.remindEvery
+	}
+	return o
+}
+
 // runScheduler runs the central scheduler loops while ctx (the leadership
 // context) lives: retry/scheduled promotion and lease reaping, woken exactly
-// at the next due time, and retention every RetentionInterval.
+// at the next due time, and retention every RetentionInterval. Failed calls
+// are logged once per outage (schedOutages).
 func (e *Engine) runScheduler(ctx context.Context) {
 	ctx = context.WithValue(ctx, schedLoopKey{}, ctx)
+	out := e.newSchedOutages()
 	e.log.Info("scheduler loops started", "node", e.cfg.NodeID, "retention", e.Retention())
 	defer e.log.Info("scheduler loops stopped", "node", e.cfg.NodeID)
 	// The first pass runs at once; next records that the timer is armed
@@ -84,8 +104,8 @@ func (e *Engine) runScheduler(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		promoted, cut := e.promote(ctx)
-		reaped, passed := e.reap(ctx)
+		promoted, cut := e.promote(ctx, &out.promote)
+		reaped, passed := e.reap(ctx, &out.reap)
 		if len(passed) > store.MaxExcludeTypes {
 			passed, reaped = nil, false // too many to leave out: their expiries count
 		}
@@ -93,10 +113,10 @@ func (e *Engine) runScheduler(ctx context.Context) {
 			// One batch per pass, so that a backlog of finished tasks does
 			// not hold up promotion and reaping: while batches come back
 			// full, the next pass follows at once.
-			if e.retention(ctx) {
+			if e.retention(ctx, &out.retention) {
 				nextRetention = time.Now()
 			} else {
-				e.pruneNodes(ctx)
+				e.pruneNodes(ctx, &out.prune)
 				nextRetention = time.Now().Add(e.cfg.RetentionInterval)
 			}
 		}
@@ -119,6 +139,7 @@ func (e *Engine) runScheduler(ctx context.Context) {
 		wk, err := e.st.NextWakeup(cctx, store.WakeupParams{ExcludeTypes: passed})
 		cancel()
 		if err == nil {
+			out.wakeup.recovered("scheduler: next wake-up lookup works again")
 			for _, w := range []struct {
 				at, cut time.Time
 				done    bool
@@ -131,7 +152,7 @@ func (e *Engine) runScheduler(ctx context.Context) {
 				}
 			}
 		} else if ctx.Err() == nil {
-			e.log.Warn("scheduler: next wake-up lookup failed", "err", err)
+			out.wakeup.failed("scheduler: next wake-up lookup", err)
 		}
 		if nextRetention.Before(next) {
 			next = nextRetention
@@ -158,8 +179,9 @@ func resetTimer(t *time.Timer, d time.Duration) {
 // cut is that batch's time: every task due then that the store could move
 // was moved, and one still due then was left on purpose (a row locked
 // elsewhere), no reason for another pass at once. cut is zero when the
-// batches were bounded with more perhaps left, or when it failed.
-func (e *Engine) promote(ctx context.Context) (ok bool, cut time.Time) {
+// batches were bounded with more perhaps left, or when it failed. A
+// failure is logged on o.
+func (e *Engine) promote(ctx context.Context, o *outageLog) (ok bool, cut time.Time) {
 	total := 0
 	ok = true
 	for i := 0; i < 100 && ctx.Err() == nil; i++ { // bounded: at most 100 batches per wake-up
@@ -169,11 +191,12 @@ func (e *Engine) promote(ctx context.Context) (ok bool, cut time.Time) {
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
-				e.log.Warn("promote due tasks failed", "err", err)
+				o.failed("scheduler: promote due tasks", err)
 			}
 			ok = false
 			break
 		}
+		o.recovered("scheduler: promoting due tasks works again")
 		total += n
 		e.ctr.promoted.Add(int64(n))
 		if n > 0 {
@@ -194,9 +217,16 @@ func (e *Engine) promote(ctx context.Context) (ok bool, cut time.Time) {
 // false when it left expired leases it could not reap for another reason
 // than passed: the types whose configuration could not be read, whose
 // leases it leaves expired (at most store.MaxExcludeTypes; more make it
-// report false).
-func (e *Engine) reap(ctx context.Context) (ok bool, passed []string) {
+// report false). A failed listing or recording is logged on o; a pass
+// that lists and records without one ends the outage.
+func (e *Engine) reap(ctx context.Context, o *outageLog) (ok bool, passed []string) {
 	ok = true
+	failed := false
+	defer func() {
+		if !failed && ctx.Err() == nil {
+			o.recovered("scheduler: reaping expired leases works again")
+		}
+	}()
 	// Types whose configuration could not be read in this pass: their
 	// tasks are left expired, and the later listings of the pass leave
 	// them out, so that a full batch of them at the head of the list (a
@@ -213,8 +243,8 @@ func (e *Engine) reap(ctx context.Context) (ok bool, passed []string) {
 		tasks, err := e.st.ExpiredLeases(cctx, store.ExpiredParams{Limit: reapBatch, Now: now, ExcludeTypes: exclude})
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				e.log.Warn("list expired leases failed", "err", err)
+			if failed = ctx.Err() == nil; failed {
+				o.failed("scheduler: list expired leases", err)
 			}
 			return false, exclude
 		}
@@ -258,8 +288,8 @@ func (e *Engine) reap(ctx context.Context) (ok bool, passed []string) {
 		errs, err := e.st.RecordOutcomes(cctx, store.OutcomeParams{Outcomes: outs, Now: now})
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				e.log.Warn("record reaped outcomes failed", "err", err)
+			if failed = ctx.Err() == nil; failed {
+				o.failed("scheduler: record reaped outcomes", err)
 			}
 			return false, exclude
 		}
@@ -290,8 +320,8 @@ func (e *Engine) reap(ctx context.Context) (ok bool, passed []string) {
 
 // retention deletes one batch of finished tasks past their age and logs
 // the counts. It reports whether a class filled its batch, so that more
-// may be left.
-func (e *Engine) retention(ctx context.Context) (more bool) {
+// may be left. A failure is logged on o.
+func (e *Engine) retention(ctx context.Context, o *outageLog) (more bool) {
 	now := e.now()
 	p := store.RetentionParams{Limit: retentionBatch}
 	if e.cfg.SucceededRetention > 0 {
@@ -311,10 +341,11 @@ func (e *Engine) retention(ctx context.Context) (more bool) {
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			e.log.Warn("retention failed", "err", err)
+			o.failed("scheduler: retention", err)
 		}
 		return false
 	}
+	o.recovered("scheduler: retention works again")
 	e.retained.add(res)
 	if res.Succeeded+res.Cancelled+res.Dead > 0 {
 		e.log.Info("retention deleted finished tasks", "succeeded", res.Succeeded, "cancelled", res.Cancelled, "dead", res.Dead)
@@ -324,8 +355,8 @@ func (e *Engine) retention(ctx context.Context) (more bool) {
 
 // pruneNodes deletes the registry rows of nodes not seen for
 // NodeRetention, judged on the registry's clock (RegistryNow), and logs
-// how many went.
-func (e *Engine) pruneNodes(ctx context.Context) {
+// how many went. A failure is logged on o.
+func (e *Engine) pruneNodes(ctx context.Context, o *outageLog) {
 	if e.cfg.NodeRetention < 0 {
 		return
 	}
@@ -333,11 +364,15 @@ func (e *Engine) pruneNodes(ctx context.Context) {
 	defer cancel()
 	n, err := e.st.PruneNodes(cctx, store.PruneNodesParams{SeenBefore: e.RegistryNow(cctx).Add(-e.cfg.NodeRetention)})
 	switch {
-	case err != nil && ctx.Err() == nil:
-		e.log.Warn("node registry: pruning failed", "err", err)
+	case err != nil:
+		if ctx.Err() == nil {
+			o.failed("node registry: pruning", err)
+		}
+		return
 	case n > 0:
 		e.log.Info("node registry: deleted the rows of nodes not seen for a while", "nodes", n, "not_seen_for", RetentionText(e.cfg.NodeRetention))
 	}
+	o.recovered("node registry: pruning works again")
 }
 
 // Retention is how long the engine keeps finished tasks when it leads,

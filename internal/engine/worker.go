@@ -198,7 +198,7 @@ func (w *workerRun) loop(ctx context.Context) {
 	defer e.wake.unsubscribe(sub)
 	timer := time.NewTimer(e.cfg.PollInterval)
 	defer timer.Stop()
-	retry := fetchRetry{log: e.log, attrs: []any{"worker", w.cfg.ID}}
+	retry := newFetchRetry(e.log, "", "worker", w.cfg.ID)
 	// While there is a backlog (the last fetch came back full, or cut short
 	// by its payload bytes: fetchMayHaveMore), wait until half the capacity
 	// is free before fetching again, so fetches stay large and commits few; when the queue is drained, any free slot fetches at

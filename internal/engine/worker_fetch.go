@@ -26,17 +26,20 @@ const (
 // fetcher's) while its fetches fail: the backoff, and the failures in a
 // row, which it logs once per outage rather than once per attempt (a
 // database away for a minute would otherwise log a line per loop every
-// second): a warning at the first failure, the attempts in between at
-// Debug, and one line when a fetch works again with how many failed and
-// for how long. Its zero value, with log set, is ready.
+// second; see outageLog): a warning at the first failure, the attempts in
+// between at Debug with a reminder at most once a minute, and one line
+// when a fetch works again with how many failed and for how long.
 type fetchRetry struct {
-	log    *slog.Logger
-	prefix string // of the lines' messages: "" or "push: "
-	attrs  []any  // name the loop in its lines
+	prefix  string        // of the lines' messages: "" or "push: "
+	out     outageLog     // the failures
+	backoff time.Duration // the next wait; 0 is fetchBackoffMin
+}
 
-	backoff  time.Duration // the next wait; 0 is fetchBackoffMin
-	failures int           // in a row
-	since    time.Time     // of the first of them
+// newFetchRetry returns the state of a fetch loop that logs on log, its
+// messages after prefix ("" or "push: "), its lines naming the loop with
+// attrs.
+func newFetchRetry(log *slog.Logger, prefix string, attrs ...any) fetchRetry {
+	return fetchRetry{prefix: prefix, out: outageLog{log: log, attrs: attrs, then: "; backing off"}}
 }
 
 // failed logs a failed fetch and waits its backoff (waitBackoff: cut short
@@ -46,13 +49,7 @@ func (r *fetchRetry) failed(ctx context.Context, sub <-chan struct{}, err error)
 	if r.backoff <= 0 {
 		r.backoff = fetchBackoffMin
 	}
-	r.failures++
-	if r.failures == 1 {
-		r.since = time.Now()
-		r.log.Warn(r.prefix+"fetch failed; backing off", r.with("err", err, "backoff", r.backoff)...)
-	} else {
-		r.log.Debug(r.prefix+"fetch failed again; backing off", r.with("err", err, "backoff", r.backoff, "failures", r.failures)...)
-	}
+	r.out.failed(r.prefix+"fetch", err, "backoff", r.backoff)
 	waitBackoff(ctx, sub, r.backoff)
 	r.backoff = min(r.backoff*2, fetchBackoffMax)
 }
@@ -60,16 +57,8 @@ func (r *fetchRetry) failed(ctx context.Context, sub <-chan struct{}, err error)
 // succeeded ends an outage: it logs that fetches work again, if they
 // failed, and resets the backoff.
 func (r *fetchRetry) succeeded() {
-	if r.failures > 0 {
-		r.log.Info(r.prefix+"fetches work again", r.with("failures", r.failures, "after", time.Since(r.since).Round(time.Millisecond))...)
-		r.failures = 0
-	}
+	r.out.recovered(r.prefix + "fetches work again")
 	r.backoff = fetchBackoffMin
-}
-
-// with returns the loop's attributes followed by kv, in a new slice.
-func (r *fetchRetry) with(kv ...any) []any {
-	return append(append(make([]any, 0, len(r.attrs)+len(kv)), r.attrs...), kv...)
 }
 
 // fetchTypes returns the types the worker fetches: its own less those this

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// schedOutageStore fails the scheduler loops' calls (promotion, the
+// listing of expired leases, the next wake-up, retention, registry
+// pruning) as a database that is away does, while down is set, counting
+// each call's failures.
+type schedOutageStore struct {
+	store.Store
+	down                                  atomic.Bool
+	promote, expired, wakeup, kept, prune atomic.Int64
+}
+
+var errSchedDown = errors.New("database down")
+
+func (s *schedOutageStore) fail(n *atomic.Int64) error {
+	if !s.down.Load() {
+		return nil
+	}
+	n.Add(1)
+	return errSchedDown
+}
+
+func (s *schedOutageStore) PromoteDue(ctx context.Context, p store.PromoteParams) (int, error) {
+	if err := s.fail(&s.promote); err != nil {
+		return 0, err
+	}
+	return s.Store.PromoteDue(ctx, p)
+}
+
+func (s *schedOutageStore) ExpiredLeases(ctx context.Context, p store.ExpiredParams) ([]store.Task, error) {
+	if err := s.fail(&s.expired); err != nil {
+		return nil, err
+	}
+	return s.Store.ExpiredLeases(ctx, p)
+}
+
+func (s *schedOutageStore) NextWakeup(ctx context.Context, p store.WakeupParams) (store.Wakeup, error) {
+	if err := s.fail(&s.wakeup); err != nil {
+		return store.Wakeup{}, err
+	}
+	return s.Store.NextWakeup(ctx, p)
+}
+
+func (s *schedOutageStore) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
+	if err := s.fail(&s.kept); err != nil {
+		return store.RetentionResult{}, err
+	}
+	return s.Store.DeleteFinished(ctx, p)
+}
+
+func (s *schedOutageStore) PruneNodes(ctx context.Context, p store.PruneNodesParams) (int, error) {
+	if err := s.fail(&s.prune); err != nil {
+		return 0, err
+	}
+	return s.Store.PruneNodes(ctx, p)
+}
+
+// startSchedOutage starts a leading engine over a schedOutageStore whose
+// scheduler passes run every 20 ms, retention and pruning with them, and
+// returns it with its log. setup runs on the engine before it starts.
+func startSchedOutage(t *testing.T, setup ...func(*Engine)) (*Engine, *schedOutageStore, *logBuffer) {
+	t.Helper()
+	st := &schedOutageStore{Store: newLeaderStore(t).Store}
+	logs := &logBuffer{}
+	e, err := New(Config{Store: st, NodeID: "sched", Version: "test", LeaderTTL: 2 * time.Second,
+		PollInterval: 20 * time.Millisecond, RetentionInterval: MinRetentionInterval,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatalf("engine: %v", err)
+	}
+	for _, f := range setup {
+		f(e)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	waitFor(t, "the node to lead", e.IsLeader)
+	return e, st, logs
+}
+
+// schedCalls names each scheduler call by a word its log lines hold.
+func schedCalls(st *schedOutageStore) map[string]*atomic.Int64 {
+	return map[string]*atomic.Int64{"due tasks": &st.promote, "expired leases": &st.expired,
+		"wake-up": &st.wakeup, "scheduler: retention": &st.kept, "pruning": &st.prune}
+}
+
+// linesWith returns the lines of out at level that contain word.
+func linesWith(out, level, word string) []string {
+	var lines []string
+	for line := range strings.Lines(out) {
+		if strings.Contains(line, "level="+level+" ") && strings.Contains(line, word) {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// TestSchedulerFailuresLoggedOncePerOutage: while the database is away,
+// each of the leader's scheduler loops (promotion, reaping, the next
+// wake-up, retention, registry pruning) warns at its first failure and
+// logs the rest at Debug, and says when its call works again, with how
+// many failed and after how long. Each warned at every pass, once per
+// poll interval (a second by default), for as long as the outage lasted.
+func TestSchedulerFailuresLoggedOncePerOutage(t *testing.T) {
+	t.Parallel()
+	_, st, logs := startSchedOutage(t)
+	st.down.Store(true)
+	calls := schedCalls(st)
+	waitFor(t, "five failures of each scheduler call", func() bool {
+		for _, n := range calls {
+			if n.Load() < 5 {
+				return false
+			}
+		}
+		return true
+	})
+	st.down.Store(false)
+	waitFor(t, "a recovery line for each scheduler call", func() bool {
+		out := logs.String()
+		for word := range calls {
+			if len(linesWith(out, "INFO", word)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	out := logs.String()
+	for word, n := range calls {
+		if w := linesWith(out, "WARN", word); len(w) != 1 {
+			t.Errorf("%s: %d warnings for %d failures in one outage, want 1:\n%s", word, len(w), n.Load(), strings.Join(w, ""))
+		}
+		if d := linesWith(out, "DEBUG", word); len(d) == 0 {
+			t.Errorf("%s: the failures after the first are not at Debug", word)
+		}
+		info := linesWith(out, "INFO", word)
+		if len(info) != 1 || !strings.Contains(info[0], " failures=") || !strings.Contains(info[0], " after=") {
+			t.Errorf("%s: recovery lines %q, want one with failures and after", word, info)
+		}
+	}
+}
+
+// TestSchedulerFailuresRemindedAtMostOncePerInterval: during a long
+// outage each scheduler loop reminds that its call still fails, with how
+// many failed and for how long, at most once per reminder interval (a
+// minute; shortened here with the leader lease's).
+func TestSchedulerFailuresRemindedAtMostOncePerInterval(t *testing.T) {
+	t.Parallel()
+	const every = 300 * time.Millisecond
+	_, st, logs := startSchedOutage(t, func(e *Engine) { e.leading.remindEvery = every })
+	st.down.Store(true)
+	start := time.Now()
+	waitFor(t, "two reminders of the promotion's failures", func() bool {
+		return len(linesWith(logs.String(), "WARN", "scheduler: promote due tasks still failing")) >= 2
+	})
+	elapsed := time.Since(start)
+	out := logs.String()
+	r := linesWith(out, "WARN", "scheduler: promote due tasks still failing")
+	if limit := int(elapsed/every) + 1; len(r) > limit {
+		t.Fatalf("%d reminders in %s, want at most %d (one per %s):\n%s", len(r), elapsed.Round(time.Millisecond), limit, every, out)
+	}
+	if !strings.Contains(r[0], " failures=") || !strings.Contains(r[0], " for=") {
+		t.Fatalf("a reminder does not say how many failed and for how long: %s", r[0])
+	}
+	if w := len(linesWith(out, "WARN", "promote")) - len(r); w != 1 {
+		t.Fatalf("%d promotion warnings besides the reminders, want 1:\n%s", w, out)
+	}
+}
