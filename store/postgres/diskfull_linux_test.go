@@ -26,8 +26,9 @@ import (
 // system fills up (a tmpfs of 1 MiB) makes PostgreSQL refuse inserts with
 // disk_full (53100). The store answers them with ErrUnavailable and
 // ErrDiskFull, the tasks committed before stay readable, Ping (/readyz)
-// fails with ErrDiskFull until a write commits again (it passed, as it only
-// reads), and inserts work again once the file system has room. It needs
+// fails with ErrDiskFull while its own try of an insert of 1 KiB fails too
+// (it passed, as it only reads), and inserts work again once the file
+// system has room. It needs
 // root (to mount the tmpfs)
 // and a local server (the tablespace is a directory of this machine).
 func TestDiskFullOnATablespace(t *testing.T) {
@@ -134,6 +135,18 @@ func TestDiskFullOnATablespace(t *testing.T) {
 		if _, err := s.GetTask(ctx, id); err != nil {
 			t.Errorf("task %s committed before the disk filled: %v", id, err)
 		}
+	}
+	// Ping tries an insert of a task of a typical size (1 KiB): while the
+	// table's pages have room for such a row, it may say ready (such an
+	// enqueue works); once they are full too, it fails.
+	small := []byte(`{"pad":"` + string(pad[:1000]) + `"}`)
+	var serr error
+	for i := 0; i < 1000 && serr == nil; i++ {
+		_, serr = s.InsertTasks(ctx, store.InsertParams{Now: now,
+			Tasks: []store.NewTask{{ID: fmt.Sprintf("small_%03d", i), Type: "t", MaxAttempts: 3, Payload: small}}})
+	}
+	if !errors.Is(serr, store.ErrDiskFull) {
+		t.Fatalf("inserts of 1 KiB on a full tablespace ended with %v, want ErrDiskFull", serr)
 	}
 	if err := s.Ping(ctx); !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, store.ErrDiskFull) {
 		t.Errorf("Ping after an insert refused for a full tablespace: %v, want ErrUnavailable and ErrDiskFull", err)

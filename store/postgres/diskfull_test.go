@@ -47,7 +47,11 @@ END $$`,
 // ErrDiskFull. Ping only reads, and reads work on a full disk: it said
 // ready while every enqueue failed with 503 storage_full. The mark comes
 // from the inserts (grouped or keyed) and the fetches' updates, and goes
-// with the next write that commits, the node's heartbeat or an insert.
+// with the next insert that commits, or with Ping's own try of one (an
+// insert it rolls back). A write to another table that still has room
+// (the node heartbeat, every few seconds) does not end it: it did, and a
+// node whose tasks table could not grow flipped back to ready at every
+// heartbeat.
 func TestPingFailsWhileTheLastWriteFoundTheDiskFull(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.URL(t)
@@ -95,7 +99,10 @@ func TestPingFailsWhileTheLastWriteFoundTheDiskFull(t *testing.T) {
 	}
 	pingFull("a read")
 	heartbeat()
-	pingOK("a heartbeat committed")
+	pingFull("a heartbeat committed while the tasks table cannot grow")
+	setFull(false)
+	pingOK("the tasks table has room again (Ping's own insert)")
+	setFull(true)
 
 	keyed := newTasks("keyed", 1)
 	keyed[0].IdempotencyKey = "k1"
@@ -115,7 +122,12 @@ func TestPingFailsWhileTheLastWriteFoundTheDiskFull(t *testing.T) {
 		t.Fatalf("fetch on a full disk: %v, want ErrDiskFull", err)
 	}
 	pingFull("a fetch refused for a full disk")
-	setFull(false)
 	heartbeat()
-	pingOK("a heartbeat committed")
+	pingFull("a heartbeat committed while the tasks table cannot grow")
+	setFull(false)
+	pingOK("the tasks table has room again (Ping's own insert)")
+	var n int
+	if err := x.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE id = $1`, pingProbeID).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("Ping's probe left %d rows (%v)", n, err)
+	}
 }

@@ -187,9 +187,7 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 		tasks, err = collectTasks(rows)
 		return err
 	})
-	if err != nil || len(tasks) > 0 { // a fetch that leased nothing wrote nothing
-		s.noteWrite(err)
-	}
+	s.noteWrite(err)
 	if err != nil {
 		return nil, err
 	}
@@ -240,9 +238,6 @@ func (s *Store) PromoteDue(ctx context.Context, p store.PromoteParams) (int, err
 	var n int
 	if err := s.pool.QueryRow(ctx, sql, us(p.Now), p.Limit).Scan(&n, nil); err != nil {
 		return 0, s.noted(translate(op, err))
-	}
-	if n > 0 { // a promotion that moved nothing wrote nothing
-		s.noteWrite(nil)
 	}
 	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,13 +228,21 @@ func (s *Store) runGroup(group []*groupWrite) int {
 			}
 			err := s.sendGroup([]*groupWrite{w})
 			s.count(1, 1)
-			s.noteWrite(err) // before answering: a caller may Ping next
+			if isInsert(w) { // before answering: a caller may Ping next
+				s.noteInsert(err)
+			} else {
+				s.noteWrite(err)
+			}
 			w.done <- err
 		}
 		return queued
 	}
-	s.count(1, len(live)) // before the answers: a caller may read the counters next
-	s.noteWrite(err)      // and Ping
+	s.count(1, len(live))                    // before the answers: a caller may read the counters next
+	if slices.ContainsFunc(live, isInsert) { // and Ping
+		s.noteInsert(err)
+	} else {
+		s.noteWrite(err)
+	}
 	for _, w := range live {
 		w.done <- err
 	}

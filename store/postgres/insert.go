@@ -322,7 +322,7 @@ func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTas
 		if err != nil {
 			return nil, s.noted(translate(op, err))
 		}
-		s.noteWrite(nil)
+		s.noteInsert(nil)
 		if len(vanished) == 0 {
 			break
 		}

@@ -86,9 +86,6 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 	if err := rows.Err(); err != nil {
 		return nil, s.noted(translate(op, err))
 	}
-	if len(ok) > 0 { // an extension that found no lease wrote nothing
-		s.noteWrite(nil)
-	}
 	for i, l := range p.Leases {
 		if errs[i] == nil && !ok[ref{l.TaskID, l.LeaseID}] {
 			errs[i] = fmt.Errorf("extend lease of task %s lease %s: %w", l.TaskID, l.LeaseID, store.ErrLeaseLost)

@@ -58,7 +58,6 @@ RETURNING `+typeCols, t.Type, []byte(t.Policy), int64(t.Timeout), t.Priority, []
 	if err != nil {
 		return store.TypeConfig{}, s.noted(translate(op, err))
 	}
-	s.noteWrite(nil)
 	return out, nil
 }
 
@@ -142,9 +141,7 @@ ON CONFLICT (name) DO UPDATE SET node_id = EXCLUDED.node_id, expires_at = EXCLUD
 WHERE l.node_id = EXCLUDED.node_id OR l.expires_at < $4
 RETURNING name, node_id, expires_at`, p.Name, p.NodeID, us(p.Now.Add(p.TTL)), us(p.Now)).
 		Scan(&l.Name, &l.NodeID, &l.ExpiresAt)
-	if !errors.Is(err, pgx.ErrNoRows) { // else nothing was written
-		s.noteWrite(err)
-	}
+	s.noteWrite(err)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Held by another node: report the current holder.
 		err = s.pool.QueryRow(ctx, "SELECT name, node_id, expires_at FROM leader WHERE name = $1", p.Name).

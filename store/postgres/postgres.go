@@ -354,8 +354,9 @@ var ErrReadOnly = errors.New("the server accepts no writes (a read-only session,
 // sessions are read-only (default_transaction_read_only, a hot standby, a
 // primary demoted by a failover the URL still names) answers every write
 // with an error, so it fails with store.ErrUnavailable and ErrReadOnly.
-// While the last write failed with disk_full and none has committed since
-// (diskfull.go), it fails with store.ErrUnavailable and store.ErrDiskFull.
+// While the last write failed with disk_full and no insert has committed
+// since, it tries one (rolled back), and fails with store.ErrUnavailable
+// and store.ErrDiskFull if the server refuses it too (diskfull.go).
 func (s *Store) Ping(ctx context.Context) error {
 	if s.closed.Load() {
 		return fmt.Errorf("ping: %w", store.ErrClosed)
@@ -392,6 +393,11 @@ func (s *Store) Ping(ctx context.Context) error {
 		return fmt.Errorf("ping: %w: %w: no table %s in the search_path", store.ErrUnavailable, store.ErrSchemaBroken, missing)
 	}
 	// Reads work on a full disk; writes do not.
+	if s.full.Load() != nil {
+		if err := s.probeRoom(ctx, c); err != nil && !errors.Is(err, store.ErrDiskFull) {
+			return err
+		}
+	}
 	return s.diskFull()
 }
 

@@ -136,7 +136,6 @@ func (s *Store) transition(ctx context.Context, op, verb, id string, from []stor
 		case err != nil:
 			return store.Task{}, s.noted(err)
 		case state == "":
-			s.noteWrite(nil) // the update applied
 			return t, nil
 		case !slices.Contains(from, state):
 			return store.Task{}, fmt.Errorf("%s: %w", op, &store.ConflictError{ID: id, State: state, Op: verb})

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -60,7 +61,9 @@ type writeReq struct {
 	// outcome marks an outcome batch, which may be held back from groups
 	// with inserts (store.Holder).
 	outcome bool
-	done    chan error
+	// probe marks Ping's try of an enqueue-sized write (probeRoom).
+	probe bool
+	done  chan error
 }
 
 const (
@@ -240,7 +243,7 @@ func (s *Store) commitGroup(batch []*writeReq) {
 	bg := context.Background()
 	errs := make([]error, len(batch))
 	committed := false
-	wrote := true // the transaction changed rows (see changesWhileFull)
+	roomy := false // the transaction committed an enqueue-sized write (see tookRoom)
 	reply := func(commitErr error) {
 		s.queuedAtReply = len(s.writeCh)
 		// Count before answering: a caller may read the counters next.
@@ -252,16 +255,13 @@ func (s *Store) commitGroup(batch []*writeReq) {
 			}
 		}
 		s.explainIOErrs(errs)
-		s.noteWrite(committed && wrote, committed, errs) // before answering: a caller may Ping next
+		s.noteWrite(committed && roomy, committed, errs) // before answering: a caller may Ping next
 		for i, r := range batch {
 			r.done <- errs[i]
 		}
 	}
-	before := int64(-1)
 	commit := func(tx *sql.Tx) {
-		if before >= 0 {
-			wrote = s.changesWhileFull(tx) != before
-		}
+		roomy = s.full.Load() != nil && tookRoom(batch, errs)
 		err := tx.Commit()
 		committed = err == nil
 		reply(err)
@@ -277,7 +277,6 @@ func (s *Store) commitGroup(batch []*writeReq) {
 		reply(err)
 		return
 	}
-	before = s.changesWhileFull(tx)
 	if len(batch) == 1 { // the common idle case: no savepoint needed
 		r := batch[0]
 		if err := r.claim(); err != nil {
@@ -412,32 +411,39 @@ func (s *Store) explainIOErrs(errs []error) {
 	}
 }
 
-// changesWhileFull returns SQLite's count of the rows the writer
-// connection changed so far (total_changes()) while the disk is marked
-// full, else -1 (also when the count cannot be read): compared before and
-// after a transaction's writes, it tells one that changed rows from one
-// that wrote nothing (a fetch or promotion with nothing due), whose commit
-// needs no space and so must not clear the mark. Nothing is asked while
-// the disk is not marked full.
-func (s *Store) changesWhileFull(tx *sql.Tx) int64 {
-	if s.full.Load() == nil {
-		return -1
+// tookRoom reports whether a write of batch that ran (its error nil) is
+// one that a full disk refuses: an insert that added a task row, or Ping's
+// probe of one (probeRoom). Only the commit of such a write ends a disk
+// full: a fetch or promotion with nothing due writes no page, and a small
+// update (the node heartbeat, an outcome, a lease extension) may commit in
+// the room the WAL already has while every enqueue is refused.
+func tookRoom(batch []*writeReq, errs []error) bool {
+	for i, r := range batch {
+		if errs[i] != nil {
+			continue
+		}
+		if r.probe {
+			return true
+		}
+		if r.ins != nil {
+			for _, res := range r.ins.results {
+				if !res.Duplicate {
+					return true
+				}
+			}
+		}
 	}
-	var n int64
-	if err := tx.QueryRowContext(context.Background(), `SELECT total_changes()`).Scan(&n); err != nil {
-		return -1
-	}
-	return n
+	return false
 }
 
-// noteWrite records how a write transaction ended, for Ping: wrote (it
-// committed changes) clears a full disk, committed (even with no change)
-// a lock held by another process; a transaction that failed with
+// noteWrite records how a write transaction ended, for Ping: roomy (it
+// committed an insert or Ping's probe: see tookRoom) clears a full disk,
+// committed (any write) a lock held by another process; a transaction that failed with
 // SQLITE_FULL or ErrDiskFull (in a statement, a savepoint or its commit)
 // sets the first, one that failed with SQLITE_BUSY (the busy timeout run
 // out) the second. Other failures change nothing.
-func (s *Store) noteWrite(wrote, committed bool, errs []error) {
-	if wrote && s.full.Load() != nil {
+func (s *Store) noteWrite(roomy, committed bool, errs []error) {
+	if roomy && s.full.Load() != nil {
 		s.full.Store(nil)
 	}
 	if committed {
@@ -462,4 +468,30 @@ func (s *Store) noteWrite(wrote, committed bool, errs []error) {
 			return
 		}
 	}
+}
+
+// pingProbeID is the id of the task row Ping's probe inserts and deletes
+// (probeRoom): no task has it, as a task id holds no NUL byte.
+const pingProbeID = "\x00retryq ping probe"
+
+// probePayload is the payload of the probe's row: a task of a typical
+// size, on a leaf page with the others, as most enqueues are.
+var probePayload = []byte(`{"probe":"` + strings.Repeat("x", 1000) + `"}`)
+
+// probeRoom tries, while a full disk is marked, whether an enqueue could
+// commit now: it inserts a task row of a typical size and deletes it in
+// one write transaction, so that no reader ever sees it, and that
+// transaction's commit needs the room an enqueue's does (the pages of the
+// tasks table and its indexes written to the WAL). It commits, and ends
+// the mark, or fails as the enqueue would. It runs only on Ping while the
+// mark is set, never on the write path.
+func (s *Store) probeRoom(ctx context.Context) error {
+	return s.submit(ctx, "ping sqlite: try an enqueue-sized write", &writeReq{probe: true, fn: func(ctx context.Context, tx *sql.Tx) error {
+		job := &insertJob{now: time.Now(), tasks: []store.NewTask{{ID: pingProbeID, Type: pingProbeID, MaxAttempts: 1, Payload: probePayload}}}
+		if err := s.insertJobs(ctx, tx, []*insertJob{job}); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE id = ?`, pingProbeID)
+		return err
+	}})
 }

@@ -61,10 +61,12 @@ var ErrFileReplaced = errors.New("database file deleted or replaced while open; 
 // SQLITE_FULL (the disk is full), or with an I/O error while one of the
 // database's files is at the process's file size limit (RLIMIT_FSIZE; the
 // write failed with EFBIG) or its file system has no space left. Ping
-// fails with it while the most recent write transaction failed so and none
-// that changed rows has committed since: every enqueue and outcome would
-// fail until space is freed. The node registry's heartbeat writes every few seconds, so Ping
-// passes again soon after.
+// fails with it while the most recent write transaction failed so and no
+// insert of tasks has committed since: every enqueue would fail until
+// space is freed. Smaller writes (a heartbeat, an outcome) may commit
+// meanwhile in the room the WAL has; they do not end it. Ping itself tries
+// an enqueue-sized write then (a task row inserted and deleted in one
+// transaction), so readiness returns once space is freed.
 var ErrDiskFull = store.ErrDiskFull
 
 // Store is a SQLite-backed store.Store. It is safe for concurrent use.
@@ -77,8 +79,8 @@ type Store struct {
 	r      *sql.DB        // read-only pool
 	closed atomic.Bool
 	// full holds the SQLITE_FULL error of the most recent write
-	// transaction while none that changed rows has committed since
-	// (noteWrite); nil else.
+	// transaction while no insert (nor Ping's probe of one) has
+	// committed since (noteWrite); nil else.
 	full atomic.Pointer[error]
 	// busy holds the SQLITE_BUSY error of the most recent write
 	// transaction (another process held the write lock past the busy
@@ -279,9 +281,17 @@ func (s *Store) Ping(ctx context.Context) error {
 	if c := s.corrupt.Load(); c != nil {
 		return fmt.Errorf("ping sqlite: %w", *c)
 	}
-	// Reads still work on a full file system; writes do not.
+	// Reads still work on a full file system; writes do not. While the
+	// last write refused for space is not followed by an insert that
+	// committed, Ping tries one itself: a node that is not ready is sent
+	// no enqueue that could end it.
 	if full := s.full.Load(); full != nil {
-		return fmt.Errorf("ping sqlite: no write has committed changes since one failed: %w", *full)
+		if err := s.probeRoom(ctx); err != nil && !errors.Is(err, ErrDiskFull) {
+			return err
+		}
+		if full := s.full.Load(); full != nil {
+			return fmt.Errorf("ping sqlite: no enqueue-sized write has committed since one failed: %w", *full)
+		}
 	}
 	// Reads also work while another process holds the write lock.
 	if busy := s.busy.Load(); busy != nil {
