@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/internal/outage"
 )
 
 // DefaultMaxBodyBytes is the default limit on request bodies (1 MiB).
@@ -68,10 +69,10 @@ type server struct {
 	mux          *http.ServeMux
 	routes       []route
 	clock        engine.Clock
-	// dbDown and notReady log the database's outages once: the first
-	// answered 503 unavailable, and /readyz's (see outage).
-	dbDown   outage
-	notReady outage
+	// dbDown and notReady log the database's outages once: those the
+	// requests meet (see dbOutages), and /readyz's.
+	dbDown   dbOutages
+	notReady outage.Tracker
 }
 
 // now is the engine clock's time.
@@ -190,10 +191,11 @@ var publicPaths = map[string]bool{
 }
 
 // wrap turns a handlerFunc into an http.Handler that writes returned
-// errors. A success of a route that writes to the database, or of
-// /readyz (writes), ends an outage the API logged; reads do not: on SQLite
-// they still work while another process holds the write lock, and one
-// between two failed writes would log the outage again each time.
+// errors. A success may end an outage the API logged (outageSucceeded):
+// that of a route that writes to the database, or of /readyz (writes),
+// any kind; that of a read only corruption it met before: on SQLite reads
+// still work while another process holds the write lock, and one between
+// two failed writes would end the outage.
 func (s *server) wrap(h handlerFunc, writes bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := h(w, r)
@@ -201,10 +203,7 @@ func (s *server) wrap(h handlerFunc, writes bool) http.Handler {
 			s.writeError(w, r, err)
 			return
 		}
-		if writes && s.dbDown.ok() {
-			s.log.Info("api: database available again", "request_id", requestIDFrom(r.Context()),
-				"method", r.Method, "path", r.URL.Path)
-		}
+		s.outageSucceeded(r, writes)
 	})
 }
 

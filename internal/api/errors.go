@@ -166,22 +166,8 @@ func (s *server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case internal && (ae.Code == CodeUnavailable || ae.Code == CodeStorageFull):
 		// Logged once per outage: every request fails alike until the
-		// database is back (wrap logs its return).
-		if s.dbDown.fail() {
-			msg := "api: database unavailable; answering 503 until it is back"
-			switch {
-			case ae.Code == CodeStorageFull:
-				msg = "api: database storage full; answering 503 to writes until space is freed"
-			case ae.Message == msgCorrupt:
-				msg = "api: database file corrupt; answering 503 until it is restored"
-			case errors.Is(err, store.ErrCorrupt):
-				msg = "api: database reports corruption; answering 503 until it is repaired (see its server log)"
-			}
-			s.log.Warn(msg, "request_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
-		} else {
-			s.log.Debug("api request failed", "request_id", id, "method", r.Method, "path", r.URL.Path,
-				"status", ae.Status, "err", err)
-		}
+		// database is back (see dbOutages).
+		s.outageFailed(r, ae, err)
 	case internal:
 		s.log.Error("api request failed", "request_id", id, "method", r.Method, "path", r.URL.Path,
 			"status", ae.Status, "err", err)

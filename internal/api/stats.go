@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/retryq/retryq/internal/engine"
+	"github.com/retryq/retryq/internal/outage"
 	"github.com/retryq/retryq/store"
 )
 
@@ -219,10 +221,17 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 	defer cancel()
 	if err := s.ready(ctx); err != nil {
 		// Logged once per outage: a load balancer probes every few seconds.
-		if s.notReady.fail() {
+		// A node that flaps between ready and not is warned about at
+		// most once a minute (outage.Tracker).
+		now := time.Now()
+		switch step, failures, since := s.notReady.Failure(now); step {
+		case outage.First:
 			s.log.Warn("not ready", "request_id", requestIDFrom(r.Context()), "err", err)
-		} else {
-			s.log.Debug("not ready", "request_id", requestIDFrom(r.Context()), "err", err)
+		case outage.Reminder:
+			s.log.Warn("not ready", "request_id", requestIDFrom(r.Context()), "failures", failures,
+				"for", now.Sub(since).Round(time.Second), "err", err)
+		default:
+			s.log.Debug("not ready", "request_id", requestIDFrom(r.Context()), "failures", failures, "err", err)
 		}
 		msg := "not ready: the database is unreachable, refuses writes, is missing tables, or its migrations are not current (see the server log)"
 		switch {
@@ -233,8 +242,13 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) error {
 		}
 		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeNotReady, Message: msg}
 	}
-	if s.notReady.ok() {
-		s.log.Info("ready again", "request_id", requestIDFrom(r.Context()))
+	if failures, after, logged := s.notReady.Success(time.Now()); failures > 0 {
+		level := slog.LevelDebug // not ready again within the minute
+		if logged {
+			level = slog.LevelInfo
+		}
+		s.log.Log(r.Context(), level, "ready again", "request_id", requestIDFrom(r.Context()),
+			"failures", failures, "after", after.Round(time.Millisecond))
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	return nil
