@@ -53,6 +53,8 @@ func (s *schedPoke) take() (time.Time, bool) {
 // (once per PollInterval) fails alike.
 type schedOutages struct {
 	promote, reap, wakeup, retention, prune outageLog
+	// postponed logs the types whose expired leases the reaper leaves.
+	postponed postponedLog
 }
 
 // newSchedOutages returns the outage logs of one term of the scheduler
@@ -63,6 +65,7 @@ func (e *Engine) newSchedOutages() *schedOutages {
 	for _, l := range []*outageLog{&o.promote, &o.reap, &o.wakeup, &o.retention, &o.prune} {
 		l.log, l.every = e.log, e.leading.remindEvery
 	}
+	o.postponed.log = e.log
 	return o
 }
 
@@ -105,7 +108,7 @@ func (e *Engine) runScheduler(ctx context.Context) {
 			return
 		}
 		promoted, cut := e.promote(ctx, &out.promote)
-		reaped, passed := e.reap(ctx, &out.reap)
+		reaped, passed := e.reap(ctx, &out.reap, &out.postponed)
 		if len(passed) > store.MaxExcludeTypes {
 			passed, reaped = nil, false // too many to leave out: their expiries count
 		}
@@ -218,8 +221,9 @@ func (e *Engine) promote(ctx context.Context, o *outageLog) (ok bool, cut time.T
 // than passed: the types whose configuration could not be read, whose
 // leases it leaves expired (at most store.MaxExcludeTypes; more make it
 // report false). A failed listing or recording is logged on o; a pass
-// that lists and records without one ends the outage.
-func (e *Engine) reap(ctx context.Context, o *outageLog) (ok bool, passed []string) {
+// that lists and records without one ends the outage. The types postponed,
+// and those whose configuration reads again, are logged on pl.
+func (e *Engine) reap(ctx context.Context, o *outageLog, pl *postponedLog) (ok bool, passed []string) {
 	ok = true
 	failed := false
 	defer func() {
@@ -272,9 +276,10 @@ func (e *Engine) reap(ctx context.Context, o *outageLog) (ok bool, passed []stri
 				}
 				postponed[typ] = true
 				exclude = append(exclude, typ)
-				e.log.Warn("reaping postponed: type configuration unavailable", "type", typ, "err", err)
+				pl.postponed(typ, err)
 				continue
 			}
+			pl.readable(typ)
 			kept = append(kept, tasks[j])
 			outs = append(outs, e.Decide(&kept[len(kept)-1], &spec, Failure{LeaseExpired: true}, now))
 		}

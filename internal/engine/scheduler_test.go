@@ -151,7 +151,8 @@ func TestReaperWaitsForTheTypeConfiguration(t *testing.T) {
 	st.down.Store(true)
 	var logs logBuffer
 	e, err := New(Config{Store: st, NodeID: "cfg-test", PollInterval: 20 * time.Millisecond,
-		Logger:        slog.New(slog.NewTextHandler(&logs, nil)),
+		// At Debug: the passes after the first postpone at that level.
+		Logger:        slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		DefaultPolicy: retry.Policy{MaxAttempts: 1, Backoff: retry.BackoffFixed, InitialDelay: time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
