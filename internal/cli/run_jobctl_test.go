@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,30 +53,39 @@ func readPID(t *testing.T, path string) int {
 // the attempt's status. Go's default, a dump of retryq's goroutines and
 // exit status 2, left the attempt running with nobody waiting for it.
 func TestRunForwardsSIGQUIT(t *testing.T) {
-	skipIfIgnored(t, syscall.SIGQUIT)
+	checkRunForwardsStop(t, syscall.SIGQUIT, "QUIT", 131)
+}
+
+// checkRunForwardsStop runs an attempt that traps sig (by its shell name)
+// and exits with status, sends sig to retryq, and checks that the attempt
+// got it, was not retried and that retryq exited with its status, saying
+// it was interrupted.
+func checkRunForwardsStop(t *testing.T, sig syscall.Signal, name string, status int) {
+	t.Helper()
+	skipIfIgnored(t, sig)
 	dir := t.TempDir()
 	ready, marker, runs := filepath.Join(dir, "ready"), filepath.Join(dir, "marker"), filepath.Join(dir, "runs")
-	job := script(t, dir, "job.sh", "trap 'echo QUIT > "+marker+"; exit 131' QUIT\n"+
+	job := script(t, dir, "job.sh", fmt.Sprintf("trap 'echo %s > %s; exit %d' %s\n", name, marker, status, name)+
 		"echo run >> "+runs+"\necho $$ > "+ready+".tmp\nmv "+ready+".tmp "+ready+"\nwhile :; do sleep 0.05; done\n")
 	cmd, lines := startRetryq(t, dir, "run", "--attempts", "5", "--delay", "10ms", "--", job)
 	pgid := readPID(t, ready)
 	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) }) // an attempt left running
-	if err := cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	out := readUntil(t, lines, "retryq: interrupted")
 	cmd.Wait()
-	if status := cmd.ProcessState.ExitCode(); status != 131 {
-		t.Fatalf("status %d\n%s", status, strings.Join(out, "\n"))
+	if got := cmd.ProcessState.ExitCode(); got != status {
+		t.Fatalf("status %d, want %d\n%s", got, status, strings.Join(out, "\n"))
 	}
 	waitFor(t, "the attempt's group to end", func() bool { return !groupAlive(t, pgid) })
-	if b, err := os.ReadFile(marker); err != nil || string(b) != "QUIT\n" {
-		t.Fatalf("child did not get SIGQUIT: %q %v", b, err)
+	if b, err := os.ReadFile(marker); err != nil || string(b) != name+"\n" {
+		t.Fatalf("child did not get SIG%s: %q %v", name, b, err)
 	}
 	if countLines(t, runs) != 1 {
-		t.Fatalf("retried after SIGQUIT: %d runs", countLines(t, runs))
+		t.Fatalf("retried after SIG%s: %d runs", name, countLines(t, runs))
 	}
-	if joined := strings.Join(out, "\n"); !strings.Contains(joined, "interrupted by SIGQUIT after 1 attempt") {
+	if joined := strings.Join(out, "\n"); !strings.Contains(joined, "interrupted by SIG"+name+" after 1 attempt") {
 		t.Fatalf("stderr:\n%s", joined)
 	}
 }

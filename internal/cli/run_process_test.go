@@ -382,40 +382,7 @@ func TestRunJSONLogNamesStartError(t *testing.T) {
 // and SIGTERM: it reaches the attempt's process group, which is not the
 // terminal's, instead of killing retryq and leaving the attempt running.
 func TestRunForwardsSIGHUP(t *testing.T) {
-	skipIfIgnored(t, syscall.SIGHUP)
-	dir := t.TempDir()
-	ready, marker, runs := filepath.Join(dir, "ready"), filepath.Join(dir, "marker"), filepath.Join(dir, "runs")
-	job := script(t, dir, "job.sh", "trap 'echo HUP > "+marker+"; exit 129' HUP\n"+
-		"echo run >> "+runs+"\necho $$ > "+ready+".tmp\nmv "+ready+".tmp "+ready+"\nwhile :; do sleep 0.05; done\n")
-	cmd, lines := startRetryq(t, dir, "run", "--attempts", "5", "--delay", "10ms", "--", job)
-	waitFor(t, "the attempt to start", func() bool { _, err := os.Stat(ready); return err == nil })
-	b, err := os.ReadFile(ready)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) }) // an attempt left running
-	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	out := readUntil(t, lines, "retryq: interrupted")
-	cmd.Wait()
-	if status := cmd.ProcessState.ExitCode(); status != 129 {
-		t.Fatalf("status %d\n%s", status, strings.Join(out, "\n"))
-	}
-	waitFor(t, "the attempt's group to end", func() bool { return !groupAlive(t, pgid) })
-	if b, err := os.ReadFile(marker); err != nil || string(b) != "HUP\n" {
-		t.Fatalf("child did not get SIGHUP: %q %v", b, err)
-	}
-	if countLines(t, runs) != 1 {
-		t.Fatalf("retried after SIGHUP: %d runs", countLines(t, runs))
-	}
-	if joined := strings.Join(out, "\n"); !strings.Contains(joined, "interrupted by SIGHUP after 1 attempt") {
-		t.Fatalf("stderr:\n%s", joined)
-	}
+	checkRunForwardsStop(t, syscall.SIGHUP, "HUP", 129)
 }
 
 // An attempt killed by SIGPIPE because its output's reader went away (as
