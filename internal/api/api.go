@@ -193,9 +193,9 @@ var publicPaths = map[string]bool{
 // wrap turns a handlerFunc into an http.Handler that writes returned
 // errors. A success may end an outage the API logged (outageSucceeded):
 // that of a route that writes to the database, or of /readyz (writes),
-// any kind; that of a read only corruption it met before: on SQLite reads
-// still work while another process holds the write lock, and one between
-// two failed writes would end the outage.
+// any kind; that of a read only corruption it met before, or an outage
+// no write met: on SQLite reads still work while another process holds
+// the write lock, and one between two failed writes would end the outage.
 func (s *server) wrap(h handlerFunc, writes bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := h(w, r)

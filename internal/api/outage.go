@@ -25,12 +25,17 @@ import (
 // probe then writes an enqueue-sized row, says ready), corruption that
 // only some statements meet ends when each route that met it works again,
 // and any other unavailability when a write other than a lease (which may
-// have leased nothing) works, or /readyz says ready.
+// have leased nothing) works, or /readyz says ready, or, when no write met
+// it (a node that serves reads only meanwhile), when a read works.
 type dbOutages struct {
 	unavailable, full, corrupt outage.Tracker
 
 	mu      sync.Mutex
 	damaged map[string]bool // the routes ("POST /v1/tasks") that met corruption
+	// writeMet says that a write met the unavailable outage: reads may
+	// work while writes do not (SQLite's write lock held by another
+	// process), so a read no longer ends it.
+	writeMet bool
 }
 
 // outageKind names a kind of outage in its log lines.
@@ -59,6 +64,12 @@ func (s *server) outageFailed(r *http.Request, ae *apiError, err error) {
 			o.damaged = make(map[string]bool)
 		}
 		o.damaged[r.Pattern] = true
+	default:
+		if r.Method != http.MethodGet { // /readyz's failures do not come here
+			o.mu.Lock()
+			o.writeMet = true
+			o.mu.Unlock()
+		}
 	}
 	now := time.Now()
 	kv := []any{"request_id", requestIDFrom(r.Context()), "method", r.Method, "path", r.URL.Path}
@@ -81,8 +92,16 @@ func (s *server) outageSucceeded(r *http.Request, writes bool) {
 	if enqueue || readyz {
 		s.outageEnded(r, &o.full, kindFull)
 	}
-	if writes && r.Pattern != "POST /v1/leases" {
-		s.outageEnded(r, &o.unavailable, kindUnavailable)
+	if o.unavailable.Down() {
+		o.mu.Lock()
+		end := (writes && r.Pattern != "POST /v1/leases") || !o.writeMet
+		if end {
+			o.writeMet = false
+		}
+		o.mu.Unlock()
+		if end {
+			s.outageEnded(r, &o.unavailable, kindUnavailable)
+		}
 	}
 	if o.corrupt.Down() {
 		o.mu.Lock()

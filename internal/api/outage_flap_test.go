@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -115,5 +116,44 @@ func TestFlappingOutageWarnsAtMostOncePerInterval(t *testing.T) {
 	warns, infos := apiOutageLines(logs.String())
 	if len(warns) != 1 || len(infos) != 1 {
 		t.Fatalf("20 turns of a full disk within a minute: %d warnings and %d recovery lines, want 1 and 1:\n%s", len(warns), len(infos), logs.String())
+	}
+}
+
+// readDownStore fails GetTask as unavailable while down is set, as when
+// the database is away and the node only serves reads.
+type readDownStore struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (s *readDownStore) GetTask(ctx context.Context, id string) (store.Task, error) {
+	if s.down.Load() {
+		return store.Task{}, fmt.Errorf("get task: %w", store.ErrUnavailable)
+	}
+	return s.Store.GetTask(ctx, id)
+}
+
+// TestOutageMetByReadsOnlyEndsWithARead: an outage that only reads met
+// (a node that serves a dashboard, or writes are rare) ends when a read
+// works again. Before, only a write ended it, so its warning had no
+// recovery line, and the next outage was counted as the same one.
+func TestOutageMetByReadsOnlyEndsWithARead(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	var rs *readDownStore
+	e := newEnv(t, envOpts{
+		log:  slog.New(slog.NewTextHandler(&logs, nil)),
+		wrap: func(st store.Store) store.Store { rs = &readDownStore{Store: st}; return rs },
+	})
+	id, _ := e.enqueue(map[string]any{"type": "a"})["id"].(string)
+	rs.down.Store(true)
+	for range 5 {
+		e.mustErr(http.StatusServiceUnavailable, CodeUnavailable, "", "GET", "/v1/tasks/"+id, nil)
+	}
+	rs.down.Store(false)
+	e.must(http.StatusOK, "GET", "/v1/tasks/"+id, nil)
+	warns, infos := apiOutageLines(logs.String())
+	if len(warns) != 1 || len(infos) != 1 || !strings.Contains(infos[0], "outage=unavailable") {
+		t.Fatalf("an outage met by reads only, then a read that works: %d warnings and %d recovery lines, want 1 and 1:\n%s", len(warns), len(infos), logs.String())
 	}
 }
