@@ -148,32 +148,5 @@ func TestRunJobControlStopsAndContinuesTheAttempt(t *testing.T) {
 // group: Ctrl-\ reaches it from the terminal, and retryq, which got it
 // too, stops retrying without sending it a second SIGQUIT.
 func TestRunFromTerminalCtrlBackslashReachesAttemptOnce(t *testing.T) {
-	skipIfIgnored(t, syscall.SIGQUIT)
-	dir := t.TempDir()
-	master, tty := openPTY(t)
-	count := filepath.Join(dir, "count")
-	args := append([]string{"run", "--attempts", "3", "--delay", "10ms", "--"}, signalCounter(count)...)
-	done := startOnTerminal(t, dir, tty, args...)
-	if out, ok := readTerminal(t, master, "ready"); !ok {
-		t.Fatalf("the attempt did not start; terminal shows %q", out)
-	}
-	if _, err := master.Write([]byte{0x1c}); err != nil { // ^\
-		t.Fatal(err)
-	}
-	waitFor(t, "the attempt to get SIGQUIT", func() bool { return countLines(t, count) > 0 })
-	if err := os.WriteFile(count+".stop", nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, ok := readTerminal(t, master, "interrupted by SIGQUIT after 1 attempt")
-	if !ok || !strings.Contains(out, "exit status 3") {
-		t.Fatalf("terminal shows %q", out)
-	}
-	select {
-	case <-done:
-	case <-time.After(waitLimit):
-		t.Fatal("retryq did not exit")
-	}
-	if n := countLines(t, count); n != 1 {
-		t.Fatalf("one Ctrl-\\ gave the attempt %d SIGQUITs, want 1", n)
-	}
+	checkTerminalKeyReachesAttemptOnce(t, 0x1c, "Ctrl-\\", syscall.SIGQUIT, "SIGQUIT")
 }

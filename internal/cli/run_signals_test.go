@@ -75,7 +75,17 @@ func signalCounter(path string) []string {
 // programs take for "stop now, skip the clean-up" (terraform, docker
 // compose, make).
 func TestRunFromTerminalCtrlCReachesAttemptOnce(t *testing.T) {
-	skipIfIgnored(t, syscall.SIGINT)
+	checkTerminalKeyReachesAttemptOnce(t, 3, "Ctrl-C", syscall.SIGINT, "SIGINT")
+}
+
+// checkTerminalKeyReachesAttemptOnce runs retryq run on a terminal with an
+// attempt that counts the signals it gets, types key (sending sig to the
+// terminal's foreground group, which retryq and its attempt share), and
+// checks that retryq stops retrying, exits with the attempt's status and
+// that the attempt got sig once, from the terminal, not again from retryq.
+func checkTerminalKeyReachesAttemptOnce(t *testing.T, key byte, keyName string, sig syscall.Signal, sigName string) {
+	t.Helper()
+	skipIfIgnored(t, sig)
 	dir := t.TempDir()
 	master, tty := openPTY(t)
 	count := filepath.Join(dir, "count")
@@ -84,14 +94,14 @@ func TestRunFromTerminalCtrlCReachesAttemptOnce(t *testing.T) {
 	if out, ok := readTerminal(t, master, "ready"); !ok {
 		t.Fatalf("the attempt did not start; terminal shows %q", out)
 	}
-	if _, err := master.Write([]byte{3}); err != nil { // ^C
+	if _, err := master.Write([]byte{key}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the attempt to get SIGINT", func() bool { return countLines(t, count) > 0 })
+	waitFor(t, "the attempt to get "+sigName, func() bool { return countLines(t, count) > 0 })
 	if err := os.WriteFile(count+".stop", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, ok := readTerminal(t, master, "interrupted by SIGINT after 1 attempt")
+	out, ok := readTerminal(t, master, "interrupted by "+sigName+" after 1 attempt")
 	if !ok || !strings.Contains(out, "exit status 3") {
 		t.Fatalf("terminal shows %q", out)
 	}
@@ -101,7 +111,7 @@ func TestRunFromTerminalCtrlCReachesAttemptOnce(t *testing.T) {
 		t.Fatal("retryq did not exit")
 	}
 	if n := countLines(t, count); n != 1 {
-		t.Fatalf("one Ctrl-C gave the attempt %d SIGINTs, want 1", n)
+		t.Fatalf("one %s gave the attempt %d %ss, want 1", keyName, n, sigName)
 	}
 }
 
