@@ -62,6 +62,31 @@ func setFileSizeLimit(t *testing.T, n uint64) {
 	}
 }
 
+// openFile opens the store in the file at path, closed when the test ends.
+func openFile(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// checkpointedSize moves the WAL's pages into the database file at path
+// and returns the file's size: the size a file size limit is set from.
+func checkpointedSize(t *testing.T, s *Store, path string) int64 {
+	t.Helper()
+	if _, err := s.w.ExecContext(t.Context(), "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
 // TestFileSizeLimitIsDiskFull: a write past the process's file size limit
 // (RLIMIT_FSIZE) fails with EFBIG, which SQLite reports as a plain disk
 // I/O error (SQLITE_IOERR_WRITE), not SQLITE_FULL; a file system's own
@@ -79,11 +104,7 @@ func TestFileSizeLimitIsDiskFull(t *testing.T) {
 	// write past the limit fails with EFBIG instead of killing the process.
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "q.db")
-	s, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openFile(t, path)
 	now := time.Now()
 	var before []string
 	for i := range 20 {
@@ -94,15 +115,9 @@ func TestFileSizeLimitIsDiskFull(t *testing.T) {
 		}
 		before = append(before, id)
 	}
-	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	size := checkpointedSize(t, s, path)
 	// Room for a few pages of WAL, not for 200 tasks of 8 KB.
-	setFileSizeLimit(t, uint64(max(fi.Size(), 32<<10)+64<<10))
+	setFileSizeLimit(t, uint64(max(size, 32<<10)+64<<10))
 	payload := []byte(`{"pad":"` + strings.Repeat("x", 8000) + `"}`)
 	insert := func(id string) error {
 		_, err := s.InsertTasks(ctx, store.InsertParams{Now: time.Now(),
@@ -123,7 +138,7 @@ func TestFileSizeLimitIsDiskFull(t *testing.T) {
 	if !strings.Contains(werr.Error(), "file size limit") {
 		t.Errorf("insert error %q does not name the file size limit", werr)
 	}
-	err = s.Ping(ctx)
+	err := s.Ping(ctx)
 	t.Logf("Ping: %v", err)
 	if !errors.Is(err, store.ErrUnavailable) || !errors.Is(err, ErrDiskFull) {
 		t.Errorf("Ping while writes fail past the file size limit = %v, want ErrUnavailable and ErrDiskFull", err)
@@ -169,20 +184,10 @@ func TestCheckpointThatCannotGrowTheFileLosesNothing(t *testing.T) {
 	}
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "q.db")
-	s, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openFile(t, path)
+	size := checkpointedSize(t, s, path)
 	// The WAL and -shm file (32 KiB) fit; the file cannot grow.
-	setFileSizeLimit(t, uint64(max(fi.Size(), 64<<10)))
+	setFileSizeLimit(t, uint64(max(size, 64<<10)))
 	payload := []byte(`{"pad":"` + strings.Repeat("x", 3000) + `"}`)
 	var ids []string
 	for i := range 3 { // a commit writes a few pages
@@ -194,7 +199,7 @@ func TestCheckpointThatCannotGrowTheFileLosesNothing(t *testing.T) {
 		ids = append(ids, id)
 	}
 	var busy, logged, moved int
-	err = s.w.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &moved)
+	err := s.w.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &moved)
 	t.Logf("checkpoint past the limit: busy=%d log=%d checkpointed=%d err=%v", busy, logged, moved, err)
 	if err == nil && logged >= 0 && moved == logged && busy == 0 {
 		st, _ := os.Stat(path)
@@ -204,11 +209,7 @@ func TestCheckpointThatCannotGrowTheFileLosesNothing(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatalf("close: %v", err)
 	}
-	s, err = Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s = openFile(t, path)
 	for _, id := range ids {
 		if _, err := s.GetTask(ctx, id); err != nil {
 			t.Errorf("task %s committed to the WAL: %v", id, err)
@@ -232,19 +233,9 @@ func TestWriteThatChangesNothingKeepsDiskFull(t *testing.T) {
 	}
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "q.db")
-	s, err := Open(ctx, Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	setFileSizeLimit(t, uint64(max(fi.Size(), 32<<10)+64<<10))
+	s := openFile(t, path)
+	size := checkpointedSize(t, s, path)
+	setFileSizeLimit(t, uint64(max(size, 32<<10)+64<<10))
 	payload := []byte(`{"pad":"` + strings.Repeat("x", 8000) + `"}`)
 	insert := func(id string) error {
 		_, err := s.InsertTasks(ctx, store.InsertParams{Now: time.Now(),
