@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -153,13 +154,21 @@ func (e *Engine) PullLeasesOut() int {
 // them. A lease leaves the count when it is reported here (Complete,
 // Fail), when its last known expiry passes, or when the store, asked
 // every pullCheckEvery, no longer holds it: reported through another
-// node, cancelled, expired or reaped.
+// node, cancelled, expired or reaped. The wait ends early, logging why,
+// when every lease a round asked the store about failed with
+// store.ErrUnavailable: no report can commit while the database is away,
+// and the leases come back to other workers as they expire.
 func (e *Engine) AwaitPullReports(ctx context.Context) int {
 	for {
-		e.checkPullLeases(ctx)
+		err := e.checkPullLeases(ctx)
 		n, emptied := e.pulled.waitable(e.now())
 		if n == 0 {
 			return 0
+		}
+		if err != nil {
+			e.log.Warn("pull reports: the database is unavailable; waiting no longer for reports that cannot commit",
+				"leases", n, "err", err)
+			return n
 		}
 		t := time.NewTimer(pullCheckEvery)
 		select {
@@ -177,16 +186,24 @@ func (e *Engine) AwaitPullReports(ctx context.Context) int {
 
 // checkPullLeases forgets up to pullChecksPerRound leases out that the
 // store no longer holds (the task is not running under that lease, or
-// the lease has expired), and takes the expiry of those it holds.
-func (e *Engine) checkPullLeases(ctx context.Context) {
+// the lease has expired), and takes the expiry of those it holds. It
+// returns the store's error when every lease it asked about failed with
+// store.ErrUnavailable, and nil otherwise.
+func (e *Engine) checkPullLeases(ctx context.Context) error {
+	var down error
+	asked, unavailable := 0, 0
 	for id, leaseID := range e.pulled.sample(pullChecksPerRound, e.now()) {
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
+		asked++
 		t, err := e.st.GetTask(ctx, id)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			e.pulled.drop(id, leaseID)
+		case errors.Is(err, store.ErrUnavailable):
+			unavailable++
+			down = err
 		case err != nil: // asked again next round
 		case t.State != store.StateRunning || t.LeaseID != leaseID || e.now().After(t.LeaseExpiresAt):
 			e.pulled.drop(id, leaseID)
@@ -194,4 +211,8 @@ func (e *Engine) checkPullLeases(ctx context.Context) {
 			e.pulled.extended(id, leaseID, t.LeaseExpiresAt)
 		}
 	}
+	if asked > 0 && unavailable == asked {
+		return fmt.Errorf("check pull leases: %w", down)
+	}
+	return nil
 }

@@ -2,6 +2,10 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,5 +157,45 @@ func TestPullLeasesOutLeavesOutExpiredLeases(t *testing.T) {
 	}
 	if took := time.Since(start); took > 400*time.Millisecond {
 		t.Errorf("AwaitPullReports took %s for leases expired already", took)
+	}
+}
+
+// failingGets is a store whose GetTask answers ErrUnavailable while down,
+// as while the database is away.
+type failingGets struct {
+	store.Store
+	down atomic.Bool
+}
+
+func (s *failingGets) GetTask(ctx context.Context, id string) (store.Task, error) {
+	if s.down.Load() {
+		return store.Task{}, fmt.Errorf("get task: connection refused: %w", store.ErrUnavailable)
+	}
+	return s.Store.GetTask(ctx, id)
+}
+
+// TestAwaitPullReportsEndsWhileTheStoreIsUnavailable: a stop while the
+// database is away does not wait for reports that cannot commit: the
+// wait ends at the first round whose every check found the store
+// unavailable, saying why, with the leases still out counted. It waited
+// its whole bound (10 s in retryq server).
+func TestAwaitPullReportsEndsWhileTheStoreIsUnavailable(t *testing.T) {
+	var logs logBuffer
+	st := &failingGets{Store: openWorkerStoreOn(t, "sqlite")}
+	e := startWorkerEngine(t, st, Config{NoScheduler: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	leaseN(t, e, "pull.db.away", 2)
+	st.down.Store(true)
+	e.BeginShutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if n := e.AwaitPullReports(ctx); n != 2 {
+		t.Errorf("AwaitPullReports with the store unavailable = %d, want the 2 leases out", n)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("AwaitPullReports took %s with the store unavailable", took)
+	}
+	if out := logs.String(); !strings.Contains(out, "database is unavailable") {
+		t.Errorf("no line says the wait ended for the unavailable database:\n%s", out)
 	}
 }
