@@ -68,3 +68,43 @@ func TestReapPostponedWarnedOncePerType(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestReapPostponedEndsWhenNoExpiredLeaseOfTheTypeIsLeft: a postponed
+// type whose expired tasks went away otherwise (here a cancel, as a late
+// outcome or a purge would) leaves the postponed list at the first
+// complete pass that meets none of them, saying so at Info, while its
+// configuration still cannot be read. It stayed listed for the term,
+// without a line saying that nothing was postponed any more, and a later
+// expired lease of the type was not warned about again.
+func TestReapPostponedEndsWhenNoExpiredLeaseOfTheTypeIsLeft(t *testing.T) {
+	ctx := context.Background()
+	st := &typeOutageStore{Store: openWorkerStoreOn(t, "sqlite")}
+	now := time.Now()
+	id := NewID(now)
+	if _, err := st.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: []store.NewTask{{ID: id, Type: "cfg.gone", Payload: []byte("null"), RunAt: now}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.FetchTasks(ctx, store.FetchParams{Types: []string{"cfg.gone"}, Limit: 1, WorkerID: "gone", LeaseDuration: 10 * time.Millisecond, Now: now}); err != nil || len(got) != 1 {
+		t.Fatalf("fetch: %d tasks, %v", len(got), err)
+	}
+	st.down.Store(true)
+	var logs logBuffer
+	e, err := New(Config{Store: st, NodeID: "postponed-gone", PollInterval: 10 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	waitFor(t, "the reaper to postpone the type", func() bool { return strings.Contains(logs.String(), "reaping postponed") })
+	if _, err := st.CancelTask(ctx, store.CancelParams{ID: id, Now: e.now()}); err != nil {
+		t.Fatal(err)
+	}
+	const ended = `level=INFO msg="scheduler: reaping no longer postponed: no expired leases of the type left" type=cfg.gone`
+	waitFor(t, "the postponed type to end", func() bool { return strings.Contains(logs.String(), ended) })
+	if strings.Contains(logs.String(), "reaping resumed") {
+		t.Errorf("the reaper says it resumed a type whose configuration still cannot be read:\n%s", logs.String())
+	}
+}

@@ -238,6 +238,7 @@ func (e *Engine) reap(ctx context.Context, o *outageLog, pl *postponedLog) (ok b
 	// does not come back on every listing and hide the tasks behind it.
 	var postponed map[string]bool
 	var exclude []string
+	pl.beginPass()
 	for i := 0; i < 20 && ctx.Err() == nil; i++ {
 		if len(exclude) > store.MaxExcludeTypes {
 			return false, nil // bounded: the rest waits for the next pass
@@ -253,6 +254,7 @@ func (e *Engine) reap(ctx context.Context, o *outageLog, pl *postponedLog) (ok b
 			return false, exclude
 		}
 		if len(tasks) == 0 {
+			pl.passComplete()
 			return ok, exclude
 		}
 		full := len(tasks) == reapBatch
@@ -285,6 +287,7 @@ func (e *Engine) reap(ctx context.Context, o *outageLog, pl *postponedLog) (ok b
 		}
 		if tasks = kept; len(tasks) == 0 {
 			if !full {
+				pl.passComplete()
 				return ok, exclude
 			}
 			continue // list past the postponed types
@@ -317,6 +320,7 @@ func (e *Engine) reap(ctx context.Context, o *outageLog, pl *postponedLog) (ok b
 			e.sched.poke(time.Time{})
 		}
 		if !full {
+			pl.passComplete()
 			return ok, exclude
 		}
 	}
