@@ -19,7 +19,8 @@ import (
 // that writes fail, the store remembers the last write refused so (the
 // inserts and outcomes of the group writer, keyed inserts, fetches,
 // promotions, lease extensions, transitions, type and leader lease upserts
-// and the node heartbeat) until an insert of tasks commits again, as
+// and the node heartbeat) until an insert of tasks commits a row again
+// (one that only found its idempotency keys taken took no room), as
 // store/sqlite does. Other writes do not end it: a table that still has
 // room (the node heartbeat's, written every few seconds) says nothing of
 // the tasks table, and a node flipped back to ready at every heartbeat
@@ -50,12 +51,13 @@ func (s *Store) noteWrite(err error) {
 }
 
 // noteInsert records how a write that inserted tasks ended, for Ping: nil
-// (it committed) clears a full disk, at the cost of one atomic load; an
-// error is noteWrite's.
-func (s *Store) noteInsert(err error) {
+// (it committed) with at least one row inserted clears a full disk, at the
+// cost of one atomic load; an insert that only found its idempotency keys
+// taken took no room and changes nothing; an error is noteWrite's.
+func (s *Store) noteInsert(rows int64, err error) {
 	if err != nil {
 		s.noteWrite(err)
-	} else if s.full.Load() != nil {
+	} else if rows > 0 && s.full.Load() != nil {
 		s.full.Store(nil)
 	}
 }
@@ -97,8 +99,8 @@ func (s *Store) probeRoom(ctx context.Context, c *pgxpool.Conn) error {
 		return translate(op, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // the probe's row must not stay
-	_, err = tx.Exec(ctx, probeSQL, pingProbeID, probePayload)
-	s.noteInsert(err)
+	tag, err := tx.Exec(ctx, probeSQL, pingProbeID, probePayload)
+	s.noteInsert(tag.RowsAffected(), err)
 	return translate(op, err)
 }
 

@@ -131,3 +131,53 @@ func TestPingFailsWhileTheLastWriteFoundTheDiskFull(t *testing.T) {
 		t.Fatalf("Ping's probe left %d rows (%v)", n, err)
 	}
 }
+
+// TestDuplicateOnlyInsertLeavesTheDiskFullMark: a keyed insert that only
+// found its keys taken inserted no row, so it says nothing of the room in
+// the tasks table and leaves the full-disk mark (store/sqlite leaves
+// duplicates out too); one that inserted a row ends it. The first ended
+// it: Ping, and /readyz, said ready again with the disk still full.
+func TestDuplicateOnlyInsertLeavesTheDiskFullMark(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.URL(t)
+	x := connect(t, dbURL)
+	s := openURL(t, dbURL, nil)
+	ctx := t.Context()
+	setFull := refuseForFullDisk(t, x)
+	now := time.Now()
+	keyed := func(prefix string, keys ...string) []store.NewTask {
+		ts := newTasks(prefix, len(keys))
+		for i, k := range keys {
+			ts[i].IdempotencyKey = k
+		}
+		return ts
+	}
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: keyed("first", "d1", "d2"), Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	setFull(true)
+	if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("refused", 1), Now: now}); !errors.Is(err, store.ErrDiskFull) {
+		t.Fatalf("insert on a full disk: %v, want ErrDiskFull", err)
+	}
+	// The server's trigger fires before the key's conflict is found, so
+	// the duplicates go in while it lets inserts through; Ping is asked
+	// once it refuses them again, so its own insert fails.
+	setFull(false)
+	res, err := s.InsertTasks(ctx, store.InsertParams{Tasks: keyed("again", "d1", "d2"), Now: now})
+	if err != nil || len(res) != 2 || !res[0].Duplicate || !res[1].Duplicate {
+		t.Fatalf("insert of taken keys: %+v, %v, want two duplicates", res, err)
+	}
+	setFull(true)
+	if err := s.Ping(ctx); !errors.Is(err, store.ErrDiskFull) {
+		t.Fatalf("Ping after an insert that only found its keys taken: %v, want ErrDiskFull", err)
+	}
+	setFull(false)
+	res, err = s.InsertTasks(ctx, store.InsertParams{Tasks: keyed("mixed", "d1", "n1"), Now: now})
+	if err != nil || len(res) != 2 || !res[0].Duplicate || res[1].Duplicate {
+		t.Fatalf("insert of a taken and a new key: %+v, %v", res, err)
+	}
+	setFull(true) // Ping only reads once the mark is gone
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping after an insert that inserted a row: %v", err)
+	}
+}

@@ -202,6 +202,16 @@ func (s *Store) writer() {
 func isInsert(w *groupWrite) bool  { return len(w.ins) > 0 }
 func isOutcome(w *groupWrite) bool { return w.outcome }
 
+// insertedRows returns how many task rows the writes of ws insert once
+// committed: a group's insert takes every row or fails (sendGroup).
+func insertedRows(ws []*groupWrite) int64 {
+	var n int64
+	for _, w := range ws {
+		n += int64(len(w.ins))
+	}
+	return n
+}
+
 // runGroup commits group and answers its writes. It returns how many
 // writes were queued when the commit came back.
 func (s *Store) runGroup(group []*groupWrite) int {
@@ -229,7 +239,7 @@ func (s *Store) runGroup(group []*groupWrite) int {
 			err := s.sendGroup([]*groupWrite{w})
 			s.count(1, 1)
 			if isInsert(w) { // before answering: a caller may Ping next
-				s.noteInsert(err)
+				s.noteInsert(insertedRows([]*groupWrite{w}), err)
 			} else {
 				s.noteWrite(err)
 			}
@@ -239,7 +249,7 @@ func (s *Store) runGroup(group []*groupWrite) int {
 	}
 	s.count(1, len(live))                    // before the answers: a caller may read the counters next
 	if slices.ContainsFunc(live, isInsert) { // and Ping
-		s.noteInsert(err)
+		s.noteInsert(insertedRows(live), err)
 	} else {
 		s.noteWrite(err)
 	}

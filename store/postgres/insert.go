@@ -318,11 +318,11 @@ func (s *Store) insertKeyed(ctx context.Context, op string, tasks []store.NewTas
 		if round > 1 {
 			insCtx = settle()
 		}
-		vanished, err := s.insertKeyedRound(insCtx, settle, tasks, byID, byKey, r, results)
+		inserted, vanished, err := s.insertKeyedRound(insCtx, settle, tasks, byID, byKey, r, results)
 		if err != nil {
 			return nil, s.noted(translate(op, err))
 		}
-		s.noteInsert(nil)
+		s.noteInsert(int64(inserted), nil)
 		if len(vanished) == 0 {
 			break
 		}
@@ -359,20 +359,21 @@ const committedTimeout = 30 * time.Second
 // insertKeyedRound inserts r with ctx and fills in the results of its
 // tasks (byID and byKey map their ids and keys to input indexes):
 // inserted, or duplicates of the tasks that hold their keys, read with the
-// context settle returns once the insert committed. It returns the keys
-// whose tasks it found neither inserted nor existing.
-func (s *Store) insertKeyedRound(ctx context.Context, settle func() context.Context, tasks []store.NewTask, byID, byKey map[string]int, r insertRows, results []store.InsertResult) ([]string, error) {
+// context settle returns once the insert committed. It returns how many
+// rows the insert inserted and the keys whose tasks it found neither
+// inserted nor existing.
+func (s *Store) insertKeyedRound(ctx context.Context, settle func() context.Context, tasks []store.NewTask, byID, byKey map[string]int, r insertRows, results []store.InsertResult) (int, []string, error) {
 	sql := insertKeyedSQL
 	if s.cfg.PollOnly {
 		sql = insertTasksSQL
 	}
 	rows, err := s.pool.Query(ctx, sql, r.args()...)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	inserted, err := collectTasks(rows)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	done := make(map[string]bool, len(inserted))
 	for _, t := range inserted {
@@ -389,15 +390,15 @@ func (s *Store) insertKeyedRound(ctx context.Context, settle func() context.Cont
 		}
 	}
 	if len(missingKeys) == 0 {
-		return nil, nil
+		return len(inserted), nil, nil
 	}
 	rows, err = s.pool.Query(settle(), "SELECT "+taskCols+" FROM tasks t WHERE t.idempotency_key = ANY($1)", missingKeys)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	existing, err := collectTasks(rows)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	holders := make(map[string]store.Task, len(existing))
 	for _, t := range existing {
@@ -412,7 +413,7 @@ func (s *Store) insertKeyedRound(ctx context.Context, settle func() context.Cont
 		}
 		results[byKey[key]] = store.InsertResult{Task: t, Duplicate: true}
 	}
-	return vanished, nil
+	return len(inserted), vanished, nil
 }
 
 // cmpBool orders false before true.
