@@ -62,6 +62,16 @@ func (o *outageLog) recovered(msg string, kv ...any) {
 	}
 }
 
+// stopped ends an outage still open as its loop stops, if it was warned
+// about, logging msg at Info with the loop's attributes, kv, failures and
+// for: without it the outage's last line was a warning, and no
+// "... works again" follows from a loop that no longer runs.
+func (o *outageLog) stopped(msg string, kv ...any) {
+	if failures, after := o.ended(); failures > 0 {
+		o.log.Info(msg, o.with(kv, "failures", failures, "for", after)...)
+	}
+}
+
 // with returns the loop's attributes followed by kv and more, in a new
 // slice.
 func (o *outageLog) with(kv []any, more ...any) []any {

@@ -69,6 +69,16 @@ func (e *Engine) newSchedOutages() *schedOutages {
 	return o
 }
 
+// stopped logs, as the loops stop (the leadership is lost or the node
+// stops), each outage still open, so that it does not end on its warning.
+func (o *schedOutages) stopped() {
+	o.promote.stopped("scheduler: promotion stopped while still failing")
+	o.reap.stopped("scheduler: reaping stopped while still failing")
+	o.wakeup.stopped("scheduler: next wake-up lookups stopped while still failing")
+	o.retention.stopped("scheduler: retention stopped while still failing")
+	o.prune.stopped("node registry: pruning stopped while still failing")
+}
+
 // runScheduler runs the central scheduler loops while ctx (the leadership
 // context) lives: retry/scheduled promotion and lease reaping, woken exactly
 // at the next due time, and retention every RetentionInterval. Failed calls
@@ -78,6 +88,7 @@ func (e *Engine) runScheduler(ctx context.Context) {
 	out := e.newSchedOutages()
 	e.log.Info("scheduler loops started", "node", e.cfg.NodeID, "retention", e.Retention())
 	defer e.log.Info("scheduler loops stopped", "node", e.cfg.NodeID)
+	defer out.stopped()
 	// The first pass runs at once; next records that the timer is armed
 	// for now, so that a wake-up already waiting (say for a task delayed
 	// by an hour) cannot push the first pass back to its own time.

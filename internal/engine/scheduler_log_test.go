@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -176,5 +177,58 @@ func TestSchedulerFailuresRemindedAtMostOncePerInterval(t *testing.T) {
 	}
 	if w := len(linesWith(out, "WARN", "promote")) - len(r); w != 1 {
 		t.Fatalf("%d promotion warnings besides the reminders, want 1:\n%s", w, out)
+	}
+}
+
+// losingLeaderStore is a schedOutageStore whose leader lease renewals
+// fail while lose is set, so that the node loses the leadership.
+type losingLeaderStore struct {
+	*schedOutageStore
+	lose atomic.Bool
+}
+
+func (s *losingLeaderStore) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.Lease, error) {
+	if s.lose.Load() {
+		return store.Lease{}, fmt.Errorf("acquire leader: %w", store.ErrUnavailable)
+	}
+	return s.schedOutageStore.AcquireLeader(ctx, p)
+}
+
+// TestSchedulerOutageClosedWhenTheLoopsStop: a scheduler loop whose calls
+// still fail when the leadership is lost says, as the loops stop, that it
+// stopped while still failing, with how many failed and for how long. Its
+// outage ended without a line: the last word was the warning.
+func TestSchedulerOutageClosedWhenTheLoopsStop(t *testing.T) {
+	t.Parallel()
+	st := &losingLeaderStore{schedOutageStore: &schedOutageStore{Store: newLeaderStore(t).Store}}
+	logs := &logBuffer{}
+	e, err := New(Config{Store: st, NodeID: "sched-lost", Version: "test", LeaderTTL: time.Second,
+		PollInterval: 20 * time.Millisecond, RetentionInterval: MinRetentionInterval,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatalf("engine: %v", err)
+	}
+	if err := e.Start(context.Background()); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	waitFor(t, "the node to lead", e.IsLeader)
+	st.down.Store(true)
+	waitFor(t, "a warning of the promotion and of the reaping", func() bool {
+		out := logs.String()
+		return len(linesWith(out, "WARN", "scheduler: promote due tasks failed")) > 0 &&
+			len(linesWith(out, "WARN", "scheduler: list expired leases failed")) > 0
+	})
+	st.lose.Store(true)
+	waitFor(t, "the scheduler loops to stop", func() bool { return strings.Contains(logs.String(), "scheduler loops stopped") })
+	out := logs.String()
+	for _, msg := range []string{"scheduler: promotion stopped while still failing", "scheduler: reaping stopped while still failing"} {
+		l := linesWith(out, "INFO", msg)
+		if len(l) != 1 || !strings.Contains(l[0], " failures=") || !strings.Contains(l[0], " for=") {
+			t.Errorf("%q lines %q, want one with failures and for:\n%s", msg, l, out)
+		}
+	}
+	if l := linesWith(out, "INFO", "works again"); len(l) != 0 {
+		t.Errorf("a loop says its calls work again while they still fail: %q", l)
 	}
 }
