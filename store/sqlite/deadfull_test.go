@@ -18,11 +18,7 @@ import (
 func TestDeadChangeRolledBackReportsNothing(t *testing.T) {
 	dir := mountSmallTmpfs(t, 4<<20)
 	ctx := t.Context()
-	s, err := Open(ctx, Config{Path: filepath.Join(dir, "q.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openFile(t, filepath.Join(dir, "q.db"))
 	const n = 2000
 	now := time.Now()
 	tasks := make([]store.NewTask, n)

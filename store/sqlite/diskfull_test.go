@@ -22,11 +22,7 @@ import (
 func TestPingNotReadyWhileTheDiskIsFull(t *testing.T) {
 	dir := mountSmallTmpfs(t, 1<<20)
 	ctx := t.Context()
-	s, err := Open(ctx, Config{Path: filepath.Join(dir, "q.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openFile(t, filepath.Join(dir, "q.db"))
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping on an empty database: %v", err)
 	}

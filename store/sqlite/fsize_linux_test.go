@@ -62,17 +62,6 @@ func setFileSizeLimit(t *testing.T, n uint64) {
 	}
 }
 
-// openFile opens the store in the file at path, closed when the test ends.
-func openFile(t *testing.T, path string) *Store {
-	t.Helper()
-	s, err := Open(t.Context(), Config{Path: path})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // checkpointedSize moves the WAL's pages into the database file at path
 // and returns the file's size: the size a file size limit is set from.
 func checkpointedSize(t *testing.T, s *Store, path string) int64 {
@@ -162,9 +151,8 @@ func TestFileSizeLimitIsDiskFull(t *testing.T) {
 	if _, err := s.w.ExecContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 		t.Fatalf("checkpoint once the limit is raised: %v", err)
 	}
-	var check string
-	if err := s.r.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check); err != nil || check != "ok" {
-		t.Fatalf("integrity_check = %q, %v", check, err)
+	if check := pragma(t, s.r, "integrity_check"); check != "ok" {
+		t.Fatalf("integrity_check = %q", check)
 	}
 	for _, id := range append(before, "t_after") {
 		if _, err := s.GetTask(ctx, id); err != nil {
@@ -215,9 +203,8 @@ func TestCheckpointThatCannotGrowTheFileLosesNothing(t *testing.T) {
 			t.Errorf("task %s committed to the WAL: %v", id, err)
 		}
 	}
-	var check string
-	if err := s.r.QueryRowContext(ctx, "PRAGMA integrity_check").Scan(&check); err != nil || check != "ok" {
-		t.Fatalf("integrity_check = %q, %v", check, err)
+	if check := pragma(t, s.r, "integrity_check"); check != "ok" {
+		t.Fatalf("integrity_check = %q", check)
 	}
 }
 

@@ -26,11 +26,7 @@ import (
 func TestSmallWritesDoNotEndADiskFull(t *testing.T) {
 	dir := mountSmallTmpfs(t, 4<<20)
 	ctx := t.Context()
-	s, err := Open(ctx, Config{Path: filepath.Join(dir, "q.db")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openFile(t, filepath.Join(dir, "q.db"))
 	heartbeat := func() error { return s.HeartbeatNode(ctx, store.Node{ID: "n1", Role: "leader"}, time.Now()) }
 	if err := heartbeat(); err != nil {
 		t.Fatal(err)

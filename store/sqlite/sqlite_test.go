@@ -64,6 +64,17 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// openFile opens the store in the file at path, closed when the test ends.
+func openFile(t *testing.T, path string) *Store {
+	t.Helper()
+	s, err := Open(t.Context(), Config{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func pragma(t *testing.T, db *sql.DB, name string) string {
 	t.Helper()
 	var v string
