@@ -394,7 +394,7 @@ func (s *Store) mergeInserts(ctx context.Context, tx *sql.Tx, batch []*writeReq,
 func (s *Store) explainIOErrs(errs []error) {
 	asked, why := false, ""
 	for i, err := range errs {
-		if !isIOErr(err) || errors.Is(err, ErrDiskFull) {
+		if err == nil || !isIOErr(err) || errors.Is(err, ErrDiskFull) { // nil first: isIOErr allocates
 			continue
 		}
 		if !asked {
