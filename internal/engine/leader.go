@@ -374,7 +374,9 @@ const nodeHeartbeat = 5 * time.Second
 // Each write (with its read of the database's time) gives up after the
 // heartbeat interval: one stuck on a dead connection would otherwise hold
 // the loop, and the row would show a role the node no longer has, until the
-// kernel gave up on the connection.
+// kernel gave up on the connection. Failed writes are logged once per
+// outage (outageLog): "node heartbeat failed", then "node heartbeat works
+// again".
 func (e *Engine) nodeLoop(ctx context.Context) {
 	host, _ := os.Hostname()
 	sctx, cancel := context.WithTimeout(ctx, nodeHeartbeat)
@@ -382,6 +384,9 @@ func (e *Engine) nodeLoop(ctx context.Context) {
 	cancel()
 	tick := time.NewTicker(nodeHeartbeat)
 	defer tick.Stop()
+	// A database that is away fails every write: warned about once per
+	// outage, as the leader lease's attempts are, not every 5 seconds.
+	out := outageLog{log: e.log, every: e.leading.remindEvery}
 	write := func(ctx context.Context, role string) error {
 		ctx, cancel := context.WithTimeout(ctx, nodeHeartbeat)
 		defer cancel()
@@ -400,8 +405,10 @@ func (e *Engine) nodeLoop(ctx context.Context) {
 		// reached the database, and committed after the last write below
 		// it would show the node alive again (for 30 s). It has its own
 		// bound.
-		if err := write(context.WithoutCancel(ctx), role); err != nil && ctx.Err() == nil {
-			e.log.Warn("node heartbeat failed", "err", err)
+		if err := write(context.WithoutCancel(ctx), role); err == nil {
+			out.recovered("node heartbeat works again")
+		} else if ctx.Err() == nil {
+			out.failed("node heartbeat", err)
 		}
 		select {
 		case <-ctx.Done():
