@@ -83,7 +83,7 @@ var (
 func openAPIOps() []openAPIOp {
 	return []openAPIOp{
 		{method: "GET", path: "/healthz", tag: "health", summary: "Liveness: the process is up.", status: 200, resp: "Status"},
-		{method: "GET", path: "/readyz", tag: "health", summary: "Readiness: the database is reachable, accepts writes, and its migrations are current.", status: 200, resp: "Status", errs: []int{503}},
+		{method: "GET", path: "/readyz", tag: "health", summary: "Readiness: the database is reachable, accepts writes, its storage is not full, and its migrations are current; 503 not_ready otherwise, once a SQLite database file was found corrupt (until restored and restarted), and from the start of a stop.", status: 200, resp: "Status", errs: []int{503}},
 		{method: "GET", path: "/v1/openapi.json", tag: "meta", summary: "This OpenAPI document (no token needed).", status: 200, resp: ""},
 
 		{method: "POST", path: "/v1/tasks", tag: "tasks", summary: "Enqueue a task. A repeated idempotency key returns the existing task with 200 and duplicate=true.", body: "EnqueueRequest", status: 201, resp: "Task", extra: map[int]string{200: "Task"}},
@@ -121,9 +121,9 @@ var errorDescriptions = map[int]string{
 	408: "The request body did not arrive in time; the connection is closed.",
 	409: "State conflict (code conflict) or lost lease (code lease_lost).",
 	413: "Body larger than the configured limit.",
-	415: "Body present but not application/json.",
+	415: "Body present but not application/json, or sent with a Content-Encoding other than identity.",
 	500: "Internal error; error.request_id identifies it in the server log.",
-	503: "Database unavailable, shutting down, not ready, or (POST /v1/leases) too many long polls waiting.",
+	503: "Database unavailable (unavailable), its storage full (storage_full), shutting down (unavailable), not ready (not_ready, /readyz), or (POST /v1/leases) too many long polls waiting (overloaded); with Retry-After.",
 }
 
 func openAPIDocument() map[string]any {

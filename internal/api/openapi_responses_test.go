@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retryq/retryq/store"
 )
 
 // openAPISpec is the parsed OpenAPI document with a small JSON Schema
@@ -368,6 +370,33 @@ func TestOpenAPIDescribesTheAnswers(t *testing.T) {
 		sp.checkAnswer(t, "GET", "/v1/stats", e.do("GET", "/v1/stats", nil))
 		sp.checkAnswer(t, "POST", "/v1/tasks", e.do("POST", "/v1/tasks", map[string]any{"type": "a"}, withToken("read")))
 		sp.checkAnswer(t, "GET", "/v1/openapi.json", e.do("GET", "/v1/openapi.json", nil))
+	})
+
+	// The 503s a client meets: a full disk on an enqueue (storage_full),
+	// a database away on a read (unavailable), /readyz (not_ready).
+	t.Run("unavailable", func(t *testing.T) {
+		var fs *fullStore
+		e := newEnv(t, envOpts{wrap: func(st store.Store) store.Store {
+			fs = &fullStore{Store: &readDownStore{Store: st}}
+			return fs
+		}})
+		fs.full.Store(true)
+		fs.Store.(*readDownStore).down.Store(true)
+		for _, c := range []struct{ method, path, tmpl, code string }{
+			{"POST", "/v1/tasks", "/v1/tasks", CodeStorageFull},
+			{"GET", "/v1/tasks/01ARZ3NDEKTSV4RRFFQ69G5FAV", "/v1/tasks/{id}", CodeUnavailable},
+			{"GET", "/readyz", "/readyz", CodeNotReady},
+		} {
+			var body any
+			if c.method == "POST" {
+				body = map[string]any{"type": "a"}
+			}
+			r := e.do(c.method, c.path, body)
+			if r.status != http.StatusServiceUnavailable || r.errCode() != c.code {
+				t.Fatalf("%s %s: %d %s, want 503 %s", c.method, c.path, r.status, r.raw, c.code)
+			}
+			sp.checkAnswer(t, c.method, c.tmpl, r)
+		}
 	})
 
 	// Every operation was seen succeeding: a new route needs a call here.

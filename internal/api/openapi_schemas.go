@@ -188,7 +188,7 @@ func openAPISchemas() map[string]any {
 		"LeaseRequest": obj(map[string]any{
 			"worker_id": str("At most 200 bytes."), "types": withDesc(arr(str("")), "Task types this worker runs (1..256; none with a push target)."),
 			"max": integer("1..100 (default 1); an answer also stops once its payloads pass 4 MiB (it holds at least one task)."), "wait_seconds": secs("Long-poll up to this long, at most 30 (default 0)"),
-			"lease_seconds": secs("Lease length, at most 3600 (default: the longest timeout of the stored types among them, at most 3600; 30 when none is stored)"),
+			"lease_seconds": secs("Lease length, at most 3600 (default: the longest timeout_seconds of the stored types among them, the server default 300 for one that sets none, at most 3600; 30 when none is stored)"),
 		}, "worker_id", "types"),
 		"LeaseResponse": obj(map[string]any{"tasks": arr(obj(map[string]any{
 			"id": str(""), "type": str(""), "payload": anyJSON(""), "attempt": integer("This attempt's number."),
