@@ -132,13 +132,15 @@ type pushTarget struct {
 	host        string // a "Host" header from the target, else ""
 	timeout     time.Duration
 	concurrency int
-	raw         string // stored JSON and timeout, to detect changes
+	raw         string     // stored JSON and timeout, to detect changes
+	conns       *pushConns // the target's connections (push_conns.go)
 }
 
 // resolveTarget applies the defaults: method POST, timeout the target's,
 // else the type's stored timeout, else 30s; concurrency 16.
 func resolveTarget(t *Target, typeTimeout time.Duration) *pushTarget {
-	pt := &pushTarget{url: t.URL, logURL: redactURL(t.URL), method: t.Method, header: make(http.Header), concurrency: t.Concurrency}
+	pt := &pushTarget{url: t.URL, logURL: redactURL(t.URL), method: t.Method, header: make(http.Header), concurrency: t.Concurrency,
+		conns: newPushConns()}
 	if pt.method == "" {
 		pt.method = http.MethodPost
 	}
@@ -207,7 +209,6 @@ func RedactURL(raw, mask string) string {
 // pusher runs the push fetchers and deliveries of one engine.
 type pusher struct {
 	e        *Engine
-	client   *http.Client
 	workerID string
 	grace    time.Duration // pushShutdownGrace; tests shorten it
 	refresh  chan struct{} // one slot: the stored types changed
@@ -236,7 +237,6 @@ type pusher struct {
 func newPusher(e *Engine) *pusher {
 	return &pusher{
 		e:        e,
-		client:   newPushClient(),
 		workerID: e.cfg.NodeID + "/push",
 		grace:    pushShutdownGrace,
 		refresh:  make(chan struct{}, 1),
@@ -245,8 +245,8 @@ func newPusher(e *Engine) *pusher {
 	}
 }
 
-// newPushClient returns the HTTP client shared by all deliveries: a
-// transport sized for many concurrent requests to the same few hosts (the
+// newPushClient returns the HTTP client of a target's deliveries
+// (pushConns): a transport sized for many concurrent requests to the same few hosts (the
 // default keeps only 2 idle connections per host, so a busy target would
 // pay a new connection per request), response headers bounded (net/http
 // would read up to 10 MiB per response, times every delivery in flight,
@@ -368,7 +368,11 @@ func (p *pusher) stop() {
 			}
 		}
 		p.cancelDeliveries()
-		p.client.CloseIdleConnections()
+		p.mu.Lock()
+		for _, f := range p.fetchers {
+			f.target.Load().conns.retire() // removed ones were retired then
+		}
+		p.mu.Unlock()
 	})
 }
 
@@ -456,13 +460,19 @@ func (p *pusher) sync(ctx context.Context) error {
 	for typ, f := range p.fetchers {
 		if want[typ] == nil {
 			f.cancel()
+			f.target.Load().conns.retire()
 			delete(p.fetchers, typ)
 			p.e.log.Info("push target removed; deliveries in flight finish", "type", typ)
 		}
 	}
 	for typ, pt := range want {
 		if f := p.fetchers[typ]; f != nil {
-			if f.target.Load().raw != pt.raw {
+			if old := f.target.Load(); old.raw != pt.raw {
+				if old.url == pt.url {
+					pt.conns = old.conns
+				} else {
+					old.conns.retire()
+				}
 				f.target.Store(pt)
 				signal(f.changed)
 				p.e.log.Info("push target updated", "type", typ, "url", pt.logURL, "concurrency", pt.concurrency, "timeout", pt.timeout)

@@ -165,7 +165,12 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 	req.Header.Set(HeaderAttempt, strconv.Itoa(t.Attempt))
 	req.Header.Set(HeaderTaskType, t.Type)
 
-	resp, err := p.client.Do(req)
+	// Counted until the body is closed (deferred below, so run first):
+	// the connection is idle again then, and closed if the target was
+	// retired meanwhile.
+	pt.conns.acquire()
+	defer pt.conns.release()
+	resp, err := pt.conns.client.Do(req)
 	if err != nil {
 		return pushResult{err: err, timedOut: errors.Is(context.Cause(ctx), ErrAttemptTimeout)}
 	}

@@ -66,7 +66,7 @@ func FuzzPushResponse(f *testing.F) {
 			}()
 		}
 	}()
-	p := &pusher{e: &Engine{cfg: Config{Clock: systemClock{}, Version: "fuzz"}}, client: newPushClient()}
+	p := &pusher{e: &Engine{cfg: Config{Clock: systemClock{}, Version: "fuzz"}}}
 	pt := resolveTarget(&Target{URL: "http://" + ln.Addr().String() + "/hook", TimeoutSeconds: 5}, 0)
 	task := &store.Task{ID: "t_1", Type: "fuzz", Attempt: 1, Payload: []byte(`{}`)}
 	f.Fuzz(func(t *testing.T, status uint16, reason, retryAfter, location string, body []byte) {
