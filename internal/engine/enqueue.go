@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -323,6 +324,10 @@ func (e *Engine) insertEachAlone(ctx context.Context, nts []store.NewTask, now t
 // Duplicates of existing tasks count and wake nothing.
 func (e *Engine) afterInsert(res []store.InsertResult, now time.Time, counted bool) {
 	ready := false
+	// The types of the ready tasks, for the wake-up, up to wakeTypesMax:
+	// a commit of more types wakes every fetcher.
+	var typesBuf [wakeTypesMax]string
+	types, anyType := typesBuf[:0], false
 	var earliest time.Time
 	debug := e.debugging()
 	for i := range res {
@@ -335,6 +340,11 @@ func (e *Engine) afterInsert(res []store.InsertResult, now time.Time, counted bo
 		t := &res[i].Task
 		if t.State == store.StatePending {
 			ready = true
+			if !anyType && !slices.Contains(types, t.Type) {
+				if anyType = len(types) == wakeTypesMax; !anyType {
+					types = append(types, t.Type)
+				}
+			}
 		} else if t.State == store.StateScheduled && (earliest.IsZero() || t.RunAt.Before(earliest)) {
 			earliest = t.RunAt
 		}
@@ -342,13 +352,20 @@ func (e *Engine) afterInsert(res []store.InsertResult, now time.Time, counted bo
 			e.log.Debug("task enqueued", "task_id", t.ID, "type", t.Type, "state", t.State)
 		}
 	}
-	if ready {
+	switch {
+	case ready && anyType:
 		e.wake.broadcast()
+	case ready:
+		e.wake.broadcastTypes(types)
 	}
 	if !earliest.IsZero() {
 		e.sched.poke(earliest)
 	}
 }
+
+// wakeTypesMax bounds the types a commit's wake-up names: past it, the
+// wake-up goes to every fetcher, so that matching it stays cheap.
+const wakeTypesMax = 8
 
 // compactPayload checks a payload and returns it compacted, in a buffer of
 // its own: every path (answers, push bodies, handlers, pull workers) then

@@ -525,7 +525,7 @@ type pushFetcher struct {
 
 func (f *pushFetcher) run(ctx context.Context) {
 	e := f.p.e
-	sub := e.wake.subscribe()
+	sub := e.wake.subscribe(f.typ)
 	defer e.wake.unsubscribe(sub)
 	timer := time.NewTimer(e.cfg.PollInterval)
 	defer timer.Stop()

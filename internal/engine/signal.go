@@ -11,8 +11,14 @@ import (
 // is busy is kept until it next waits: no wake-up is lost between a fetch
 // and the next wait.
 //
-// Plain subscribers (in-process workers, push loops: a few per node) are
-// all woken by each broadcast. Pull requests waiting in a long poll (up to
+// Plain subscribers (in-process workers, push loops) name the types they
+// fetch. A wake-up names the types of the tasks that became due when the
+// engine knows them (broadcastTypes: an enqueue, a manual retry), and then
+// wakes only the subscribers and groups that fetch one of them, so that
+// its cost grows with the fetchers of those types, not with every type a
+// fetcher waits on (one push loop per type with a target, one long-poll
+// group per set of types); other wake-ups (promotions, notifications from
+// other processes, a clock ready) wake them all. Pull requests waiting in a long poll (up to
 // MaxLongPolls per node) join a group per set of types instead, and a
 // broadcast wakes one waiter per group (wakeOneLocked): waking every
 // waiter would make each of them query the store for what one of them will
@@ -23,8 +29,8 @@ import (
 // fetch failed (Lease).
 type broadcaster struct {
 	mu     sync.Mutex
-	subs   map[chan struct{}]struct{}
-	groups map[string][]*waiter // waiters by type set, longest waiting first
+	subs   map[chan struct{}][]string // plain subscribers and their types (nil: every type)
+	groups map[string][]*waiter       // waiters by type set (typeSetKey), longest waiting first
 }
 
 // waiter is a pull request waiting in a long poll.
@@ -36,13 +42,20 @@ type waiter struct {
 }
 
 func newBroadcaster() *broadcaster {
-	return &broadcaster{subs: make(map[chan struct{}]struct{}), groups: make(map[string][]*waiter)}
+	return &broadcaster{subs: make(map[chan struct{}][]string), groups: make(map[string][]*waiter)}
 }
 
-func (b *broadcaster) subscribe() chan struct{} {
+// subscribe returns a channel woken by the wake-ups of types (any type
+// when none are named).
+func (b *broadcaster) subscribe(types ...string) chan struct{} {
 	ch := make(chan struct{}, 1)
+	if len(types) == 0 {
+		types = nil
+	} else {
+		types = slices.Clone(types) // the caller's may change
+	}
 	b.mu.Lock()
-	b.subs[ch] = struct{}{}
+	b.subs[ch] = types
 	b.mu.Unlock()
 	return ch
 }
@@ -157,18 +170,55 @@ func (b *broadcaster) wakeLocked(w *waiter) {
 	w.fetching = true
 }
 
+// broadcast wakes every subscriber and one waiter of every group: tasks of
+// any type may have become due.
 func (b *broadcaster) broadcast() {
+	b.broadcastTypes(nil)
+}
+
+// broadcastTypes wakes the subscribers and one waiter of each group that
+// fetch one of types: tasks of those types became due. Nil types wake all.
+func (b *broadcaster) broadcastTypes(types []string) {
 	b.mu.Lock()
-	for ch := range b.subs {
+	for ch, of := range b.subs {
+		if types != nil && of != nil && !namesAny(of, types) {
+			continue
+		}
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
 	}
-	for _, g := range b.groups {
-		b.wakeOneLocked(g)
+	for key, g := range b.groups {
+		if types == nil || keyNamesAny(key, types) {
+			b.wakeOneLocked(g)
+		}
 	}
 	b.mu.Unlock()
+}
+
+// namesAny reports whether of holds one of types.
+func namesAny(of, types []string) bool {
+	for _, t := range of {
+		if slices.Contains(types, t) {
+			return true
+		}
+	}
+	return false
+}
+
+// keyNamesAny reports whether the type set named by key (typeSetKey) holds
+// one of types. A type's name holds no NUL byte, so the key's parts are
+// the types.
+func keyNamesAny(key string, types []string) bool {
+	for rest, more := key, true; more; {
+		var typ string
+		typ, rest, more = strings.Cut(rest, "\x00")
+		if slices.Contains(types, typ) {
+			return true
+		}
+	}
+	return false
 }
 
 // typeSetKey names the set of types a pull request asks for, whatever

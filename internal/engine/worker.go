@@ -194,7 +194,7 @@ func (w *workerRun) deliver(t *store.Task) {
 
 func (w *workerRun) loop(ctx context.Context) {
 	e := w.e
-	sub := e.wake.subscribe()
+	sub := e.wake.subscribe(w.cfg.Types...)
 	defer e.wake.unsubscribe(sub)
 	timer := time.NewTimer(e.cfg.PollInterval)
 	defer timer.Stop()

@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/store"
+)
+
+// fetchesByType counts the store's FetchTasks calls by the types fetched.
+type fetchesByType struct {
+	store.Store
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (s *fetchesByType) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Task, error) {
+	s.mu.Lock()
+	if s.n == nil {
+		s.n = map[string]int{}
+	}
+	s.n[typeSetKey(p.Types)]++
+	s.mu.Unlock()
+	return s.Store.FetchTasks(ctx, p)
+}
+
+func (s *fetchesByType) count(key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[key]
+}
+
+// TestEnqueueWakesOnlyTheLongPollsOfItsType: with long polls waiting on
+// many distinct types (one per tenant, say), a task of one type makes only
+// the long polls that name it query the store: an enqueue used to wake
+// one waiter of every group, each of which queried the store for types
+// nobody had enqueued (2,000 types: 2,000 fetches per task).
+func TestEnqueueWakesOnlyTheLongPollsOfItsType(t *testing.T) {
+	st := &fetchesByType{Store: openWorkerStoreOn(t, "sqlite")}
+	e := startWorkerEngine(t, st, Config{NoScheduler: true, PollInterval: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const groups = 30
+	answers := make([]chan []store.Task, groups)
+	for i := range groups {
+		answers[i] = startLongPolls(ctx, e, 1, fmt.Sprintf("tenant.%d", i))
+	}
+	waitLongPolls(t, e, groups)
+	waitFor(t, "every long poll's first fetch", func() bool {
+		for i := range groups {
+			if st.count(fmt.Sprintf("tenant.%d", i)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	before := make([]int, groups)
+	for i := range groups {
+		before[i] = st.count(fmt.Sprintf("tenant.%d", i))
+	}
+	id := mustEnqueue(t, e, "tenant.7", `1`)
+	if ts := recvWithin(t, answers[7], 10*time.Second, "the tenant.7 long poll to answer"); len(ts) != 1 || ts[0].ID != id {
+		t.Fatalf("the tenant.7 long poll answered %v, want task %s", ts, id)
+	}
+	// Woken long polls query within milliseconds of the wake-up.
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		for i := range groups {
+			typ := fmt.Sprintf("tenant.%d", i)
+			if n := st.count(typ) - before[i]; i != 7 && n > 0 {
+				t.Fatalf("a task of tenant.7 made the long poll of %s query the store %d times", typ, n)
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestTypedBroadcastWakesOnlyThoseOfItsTypes: a wake-up naming types
+// reaches the plain subscribers that serve one of them or every type, and
+// one waiter of each group whose set holds one of them; an untyped one
+// reaches all.
+func TestTypedBroadcastWakesOnlyThoseOfItsTypes(t *testing.T) {
+	b := newBroadcaster()
+	all := b.subscribe()
+	a := b.subscribe("a")
+	bc := b.subscribe("b", "c")
+	ga := b.joinGroup(typeSetKey([]string{"a"}))
+	gab := b.joinGroup(typeSetKey([]string{"x", "a"}))
+	gb := b.joinGroup(typeSetKey([]string{"b", "ab"}))
+	for _, w := range []*waiter{ga, gab, gb} {
+		b.setFetching(w, false)
+	}
+	b.broadcastTypes([]string{"a"})
+	for name, got := range map[string]bool{"all": len(all) == 1, "a": len(a) == 1, "group a": len(ga.ch) == 1, "group a,x": len(gab.ch) == 1} {
+		if !got {
+			t.Errorf("a wake-up of type a did not reach the subscriber %s", name)
+		}
+	}
+	if len(bc) != 0 || len(gb.ch) != 0 {
+		t.Errorf("a wake-up of type a reached b,c (%d) or the group ab,b (%d)", len(bc), len(gb.ch))
+	}
+	<-all
+	b.broadcast()
+	if len(all) != 1 || len(bc) != 1 || len(gb.ch) != 1 {
+		t.Errorf("an untyped wake-up did not reach every subscriber: all %d, b,c %d, group ab,b %d", len(all), len(bc), len(gb.ch))
+	}
+}
