@@ -465,6 +465,14 @@ func (p *pusher) sync(ctx context.Context) error {
 			p.e.log.Info("push target removed; deliveries in flight finish", "type", typ)
 		}
 	}
+	for typ, s := range p.slots {
+		// A type with no fetcher left running and no delivery in flight
+		// needs its count no more (it would be kept for every type that
+		// ever had a target): one that gets a target again starts anew.
+		if s.fetchers == 0 && s.inFlight.Load() == 0 {
+			delete(p.slots, typ)
+		}
+	}
 	for typ, pt := range want {
 		if f := p.fetchers[typ]; f != nil {
 			if old := f.target.Load(); old.raw != pt.raw {
@@ -488,10 +496,12 @@ func (p *pusher) sync(ctx context.Context) error {
 		f := &pushFetcher{p: p, typ: typ, cancel: cancel, slots: slots, changed: make(chan struct{}, 1)}
 		f.target.Store(pt)
 		p.fetchers[typ] = f
+		slots.fetchers++
 		p.loops.Add(1)
 		go func() {
 			defer p.loops.Done()
 			f.run(fctx)
+			p.fetcherDone(typ, slots)
 		}()
 		p.e.log.Info("push target active", "type", typ, "url", pt.logURL, "concurrency", pt.concurrency, "timeout", pt.timeout)
 	}
@@ -504,13 +514,6 @@ func signal(ch chan struct{}) {
 	case ch <- struct{}{}:
 	default:
 	}
-}
-
-// pushSlots are a type's deliveries in flight: leased and not yet recorded
-// or released.
-type pushSlots struct {
-	inFlight atomic.Int64
-	freed    chan struct{} // one slot: a delivery finished
 }
 
 // pushFetcher leases and delivers the tasks of one push type.
@@ -593,9 +596,4 @@ func (f *pushFetcher) run(ctx context.Context) {
 		case <-ctx.Done():
 		}
 	}
-}
-
-func (f *pushFetcher) finish() {
-	f.slots.inFlight.Add(-1)
-	signal(f.slots.freed)
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/retryq/retryq/retry"
@@ -302,4 +303,33 @@ func (r *pushResult) errText(pt *pushTarget) string {
 // heartbeat, while the request was still within its timeout.
 func pushLease(timeout, leaseDuration time.Duration) time.Duration {
 	return max(timeout+pushLeaseMargin, leaseDuration)
+}
+
+// pushSlots are a type's deliveries in flight: leased and not yet recorded
+// or released.
+type pushSlots struct {
+	inFlight atomic.Int64
+	freed    chan struct{} // one slot: a delivery finished
+	// fetchers counts the fetchers running for the type, which alone add
+	// to inFlight (a removed one may still be in its last fetch); the
+	// slots go, in sync, once neither they nor deliveries are left.
+	// Guarded by pusher.mu.
+	fetchers int
+}
+
+// fetcherDone notes that a fetcher of typ, counted in slots, has
+// returned: no delivery of the type is started by it any more. The slots
+// go now if nothing else needs them (see sync for the other case).
+func (p *pusher) fetcherDone(typ string, slots *pushSlots) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	slots.fetchers--
+	if slots.fetchers == 0 && slots.inFlight.Load() == 0 && p.slots[typ] == slots {
+		delete(p.slots, typ)
+	}
+}
+
+func (f *pushFetcher) finish() {
+	f.slots.inFlight.Add(-1)
+	signal(f.slots.freed)
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -107,4 +108,46 @@ func TestTypedBroadcastWakesOnlyThoseOfItsTypes(t *testing.T) {
 	if len(all) != 1 || len(bc) != 1 || len(gb.ch) != 1 {
 		t.Errorf("an untyped wake-up did not reach every subscriber: all %d, b,c %d, group ab,b %d", len(all), len(bc), len(gb.ch))
 	}
+}
+
+// TestPushForgetsTheSlotsOfTypesNoLongerPushed: the delivery counts of a
+// type whose push target was removed go once none of its deliveries is in
+// flight; a node kept one per type that ever had a target, for as long as
+// it ran (types come and go with tenants and webhooks).
+func TestPushForgetsTheSlotsOfTypesNoLongerPushed(t *testing.T) {
+	srv := target(t, func(http.ResponseWriter, *http.Request) {})
+	e := startWorkerEngine(t, openWorkerStoreOn(t, "sqlite"), Config{NoScheduler: true})
+	ctx := context.Background()
+	const types = 20
+	for i := range types {
+		if _, err := e.PutType(ctx, TypeSpec{Type: fmt.Sprintf("slots.%d", i), Target: &Target{URL: srv.URL}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the pusher to read every target", func() bool {
+		for i := range types {
+			if !pushFetching(e, fmt.Sprintf("slots.%d", i)) {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range types {
+		if _, err := e.PutType(ctx, TypeSpec{Type: fmt.Sprintf("slots.%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the pusher to drop every target", func() bool {
+		for i := range types {
+			if pushFetching(e, fmt.Sprintf("slots.%d", i)) {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, "the pusher to forget the slots of the types without a target", func() bool {
+		e.push.mu.Lock()
+		defer e.push.mu.Unlock()
+		return len(e.push.slots) == 0
+	})
 }
