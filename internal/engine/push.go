@@ -212,6 +212,7 @@ type pusher struct {
 	workerID string
 	grace    time.Duration // pushShutdownGrace; tests shorten it
 	refresh  chan struct{} // one slot: the stored types changed
+	bad      badTargetLog  // the refresh loop's log of unusable targets
 
 	mu       sync.Mutex
 	started  bool
@@ -240,6 +241,7 @@ func newPusher(e *Engine) *pusher {
 		workerID: e.cfg.NodeID + "/push",
 		grace:    pushShutdownGrace,
 		refresh:  make(chan struct{}, 1),
+		bad:      badTargetLog{log: e.log},
 		fetchers: make(map[string]*pushFetcher),
 		slots:    make(map[string]*pushSlots),
 	}
@@ -434,6 +436,7 @@ func (p *pusher) sync(ctx context.Context) error {
 		return err
 	}
 	want := make(map[string]*pushTarget)
+	p.bad.beginReload()
 	for _, tc := range tcs {
 		raw := bytes.TrimSpace(tc.Target)
 		if len(raw) == 0 || string(raw) == "null" {
@@ -441,17 +444,18 @@ func (p *pusher) sync(ctx context.Context) error {
 		}
 		var t Target
 		if err := json.Unmarshal(raw, &t); err != nil {
-			p.e.log.Error("push: undecodable target; type not delivered", "type", tc.Type, "err", err)
+			p.bad.unusable(tc.Type, string(raw), "undecodable", err)
 			continue
 		}
 		if err := t.Validate(); err != nil {
-			p.e.log.Error("push: invalid target; type not delivered", "type", tc.Type, "err", err)
+			p.bad.unusable(tc.Type, string(raw), "invalid", err)
 			continue
 		}
 		pt := resolveTarget(&t, tc.Timeout)
 		pt.raw = string(raw) + "|" + tc.Timeout.String()
 		want[tc.Type] = pt
 	}
+	p.bad.reloaded(func(typ string) bool { return want[typ] != nil })
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped || ctx.Err() != nil {
