@@ -1,0 +1,65 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/retryq/retryq/internal/leakcheck"
+)
+
+// TestCancelledLongPollsLeakNothing: pull workers that hang up in the
+// middle of their long polls, many times over, leave nothing behind: no
+// request still waiting in the engine, and no more goroutines nor
+// descriptors (connections) than after the first.
+func TestCancelledLongPollsLeakNothing(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	hc := &http.Client{Transport: &http.Transport{}}
+	body := []byte(`{"worker_id":"w1","types":["lp.leak"],"wait_seconds":30}`)
+	poll := func() {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/v1/leases", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		done := make(chan error, 1)
+		go func() {
+			res, err := hc.Do(req)
+			if err == nil {
+				_ = res.Body.Close()
+				err = errors.New("answered " + res.Status + " before the client hung up")
+			}
+			done <- err
+		}()
+		waitLongPolls(t, e, 1)
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("long poll: %v, want the client's cancellation", err)
+		}
+		waitLongPolls(t, e, 0)
+	}
+	poll() // the server's and the client's lazily started parts count in the baseline
+	hc.CloseIdleConnections()
+	base := leakcheck.Take(t)
+	for range 30 {
+		poll()
+	}
+	hc.CloseIdleConnections()
+	base.Settled(t, 10*time.Second, "30 long polls cancelled by their clients")
+}
+
+// waitLongPolls waits until n lease requests wait in the engine.
+func waitLongPolls(t *testing.T, e *env, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); e.eng.LongPolls() != n; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d long polls waiting, want %d", e.eng.LongPolls(), n)
+		}
+	}
+}
