@@ -51,9 +51,18 @@ func (l *locals) remove(w *workerRun) {
 		ws := l.byType[t]
 		for i := range ws {
 			if ws[i] == w {
-				l.byType[t] = append(ws[:i:i], ws[i+1:]...)
+				ws = append(ws[:i:i], ws[i+1:]...)
 				break
 			}
+		}
+		if len(ws) == 0 {
+			// No worker serves the type any more: a program that runs a
+			// worker per scope, on types of its own, would otherwise
+			// leave an entry for every type it ever served.
+			delete(l.byType, t)
+			delete(l.next, t)
+		} else {
+			l.byType[t] = ws
 		}
 	}
 	l.n--
