@@ -256,3 +256,38 @@ func CheckDeadIDs(f DeadFilter) error {
 	}
 	return nil
 }
+
+// CheckDeadFilter validates a DeadFilter for ListDead, RedriveDead and
+// PurgeDead, the same way for every backend: at most MaxDeadIDs ids
+// (CheckDeadIDs), and Since and Before within CheckTime's range (a time
+// outside it would wrap around in a backend's encoding, and a "since" far
+// in the future match every dead task). Errors wrap ErrInvalid.
+func CheckDeadFilter(f DeadFilter) error {
+	if err := CheckDeadIDs(f); err != nil {
+		return err
+	}
+	if err := CheckTime("since", f.Since); err != nil {
+		return err
+	}
+	return CheckTime("before", f.Before)
+}
+
+// CheckRetention validates RetentionParams for DeleteFinished, the same
+// way for every backend: a Limit that is not negative (CheckLimit) and
+// cut-offs within CheckTime's range (one far in the past could wrap
+// around to far in the future and delete every finished task). Errors
+// wrap ErrInvalid.
+func CheckRetention(p RetentionParams) error {
+	if err := CheckLimit(p.Limit); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		what string
+		t    time.Time
+	}{{"succeeded cut-off", p.SucceededBefore}, {"cancelled cut-off", p.CancelledBefore}, {"dead cut-off", p.DeadBefore}} {
+		if err := CheckTime(c.what, c.t); err != nil {
+			return err
+		}
+	}
+	return nil
+}

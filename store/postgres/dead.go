@@ -69,7 +69,7 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	if err := store.CheckCursor(f.Cursor); err != nil {
 		return nil, "", fmt.Errorf("%s: %w", op, err)
 	}
-	if err := store.CheckDeadIDs(f); err != nil {
+	if err := store.CheckDeadFilter(f); err != nil {
 		return nil, "", fmt.Errorf("%s: %w", op, err)
 	}
 	end, werr := s.operatorSlot(ctx, op)
@@ -104,6 +104,9 @@ func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.S
 		return store.Summary{}, err
 	}
 	if err := store.CheckLimit(p.Limit); err != nil {
+		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := store.CheckTime("since", p.Since); err != nil {
 		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
 	}
 	end, werr := s.operatorSlot(ctx, op)
@@ -202,7 +205,7 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	if err := store.CheckNow(f.Now); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := store.CheckDeadIDs(f); err != nil {
+	if err := store.CheckDeadFilter(f); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	end, werr := s.operatorSlot(ctx, op)
@@ -228,7 +231,7 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := store.CheckDeadIDs(f); err != nil {
+	if err := store.CheckDeadFilter(f); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	end, werr := s.operatorSlot(ctx, op)
@@ -260,7 +263,7 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (st
 	if err := s.check(op); err != nil {
 		return res, err
 	}
-	if err := store.CheckLimit(p.Limit); err != nil {
+	if err := store.CheckRetention(p); err != nil {
 		return res, fmt.Errorf("%s: %w", op, err)
 	}
 	classes := []struct {
@@ -318,6 +321,9 @@ SELECT coalesce(sum(n), 0)::bigint FROM per`, args...)
 // Stats returns per-type counts by state and attempt counts since Since.
 func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeStats, error) {
 	const op = "get stats"
+	if err := store.CheckTime("since", p.Since); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	end, werr := s.operatorSlot(ctx, op)
 	if werr != nil {
 		return nil, werr

@@ -228,6 +228,9 @@ func (s *Store) ListNodes(ctx context.Context, since time.Time) ([]store.Node, e
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
+	if err := store.CheckTime("since", since); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	rows, err := s.pool.Query(ctx, `SELECT id, host, version, role, started_at, last_seen
 FROM nodes WHERE last_seen >= $1 ORDER BY id`, us(since))
 	if err != nil {

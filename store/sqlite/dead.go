@@ -65,7 +65,7 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 	if f.Limit <= 0 {
 		return nil, "", fmt.Errorf("%s: %w: Limit must be positive", op, store.ErrInvalid)
 	}
-	if err := store.CheckDeadIDs(f); err != nil {
+	if err := store.CheckDeadFilter(f); err != nil {
 		return nil, "", fmt.Errorf("%s: %w", op, err)
 	}
 	if err := store.CheckCursor(f.Cursor); err != nil {
@@ -91,6 +91,9 @@ func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.S
 		return store.Summary{}, err
 	}
 	if err := store.CheckLimit(p.Limit); err != nil {
+		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := store.CheckTime("since", p.Since); err != nil {
 		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(store.DeadFilter{Type: p.Type, ErrorCode: p.ErrorCode, NoErrorCode: p.NoErrorCode,
@@ -144,7 +147,7 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 	if err := store.CheckNow(f.Now); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := store.CheckDeadIDs(f); err != nil {
+	if err := store.CheckDeadFilter(f); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(f)
@@ -208,7 +211,7 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := store.CheckDeadIDs(f); err != nil {
+	if err := store.CheckDeadFilter(f); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(f)
@@ -264,7 +267,7 @@ func total(byType map[string]int) int {
 func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
 	const op = "delete finished tasks"
 	var res store.RetentionResult
-	if err := store.CheckLimit(p.Limit); err != nil {
+	if err := store.CheckRetention(p); err != nil {
 		return res, fmt.Errorf("%s: %w", op, err)
 	}
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
@@ -309,6 +312,9 @@ func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeSta
 	const op = "get stats"
 	if err := s.check(op); err != nil {
 		return nil, err
+	}
+	if err := store.CheckTime("since", p.Since); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {

@@ -189,6 +189,9 @@ func (s *Store) ListNodes(ctx context.Context, since time.Time) ([]store.Node, e
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
+	if err := store.CheckTime("since", since); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT id, host, version, role, started_at, last_seen
 		FROM nodes WHERE last_seen >= ? ORDER BY id`, tsNotNull(since))
 	if err != nil {

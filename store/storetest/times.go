@@ -11,6 +11,7 @@ import (
 var timeTests = []testCase{
 	{"Times/RoundTrip", testTimesRoundTrip},
 	{"Times/OutOfRange", testTimesOutOfRange},
+	{"Times/FilterOutOfRange", testTimesFilterOutOfRange},
 }
 
 // testTimesRoundTrip: a time is stored to the microsecond (rounded down)
@@ -128,4 +129,83 @@ func testTimesOutOfRange(e *env) {
 	if got := e.get(l.ID, store.StateRunning); !got.LeaseExpiresAt.Equal(l.LeaseExpiresAt) || got.LeaseID != l.LeaseID {
 		e.t.Errorf("after the refused calls the lease is %s until %v, want %s until %v", got.LeaseID, got.LeaseExpiresAt, l.LeaseID, l.LeaseExpiresAt)
 	}
+}
+
+// testTimesFilterOutOfRange: a time a method filters by (a DeadFilter's
+// or a summary's Since and Before, a retention cut-off, the Since of
+// Stats, ListNodes and PruneNodes) outside years 1 to 9999 is ErrInvalid,
+// as a stored time is, and changes nothing. SQLite's 64-bit microseconds
+// and PostgreSQL's timestamptz encoding wrap around out there: a "since"
+// far in the future read as long ago matched every dead task (a redrive
+// took them all), and a cut-off far in the past read as far in the future
+// deleted every finished task.
+func testTimesFilterOutOfRange(e *env) {
+	e.makeState(base, nt("d_1", "a"), store.StateDead)
+	e.makeState(base, nt("s_1", "b"), store.StateSucceeded)
+	e.makeState(base, nt("c_1", "c"), store.StateCancelled)
+	e.noErr("HeartbeatNode", e.s.HeartbeatNode(e.ctx, store.Node{ID: "n1", Role: "worker"}, base))
+	late := []time.Time{
+		time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Unix(1<<62, 0),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+	}
+	early := []time.Time{
+		time.Date(-300000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Unix(-1<<62, 0),
+		time.Date(0, 12, 31, 23, 59, 59, 0, time.UTC),
+	}
+	for _, at := range append(late, early...) {
+		check := func(what string, err error) {
+			e.t.Helper()
+			e.isErr(fmt.Sprintf("%s %v", what, at.UTC()), err, store.ErrInvalid)
+		}
+		_, _, err := e.s.ListDead(e.ctx, store.DeadFilter{Since: at, Limit: 10})
+		check("ListDead since", err)
+		_, _, err = e.s.ListDead(e.ctx, store.DeadFilter{Before: at, Limit: 10})
+		check("ListDead before", err)
+		_, err = e.s.DeadSummary(e.ctx, store.SummaryParams{Since: at})
+		check("DeadSummary since", err)
+		_, err = e.s.RedriveDead(e.ctx, store.DeadFilter{Since: at, Now: base})
+		check("RedriveDead since", err)
+		_, err = e.s.RedriveDead(e.ctx, store.DeadFilter{Before: at, Now: base})
+		check("RedriveDead before", err)
+		_, err = e.s.PurgeDead(e.ctx, store.DeadFilter{Since: at})
+		check("PurgeDead since", err)
+		_, err = e.s.PurgeDead(e.ctx, store.DeadFilter{Before: at})
+		check("PurgeDead before", err)
+		for _, p := range []store.RetentionParams{{SucceededBefore: at}, {CancelledBefore: at}, {DeadBefore: at}} {
+			_, err = e.s.DeleteFinished(e.ctx, p)
+			check("DeleteFinished before", err)
+		}
+		_, err = e.s.Stats(e.ctx, store.StatsParams{Since: at})
+		check("Stats since", err)
+		_, err = e.s.ListNodes(e.ctx, at)
+		check("ListNodes since", err)
+		_, err = e.s.PruneNodes(e.ctx, store.PruneNodesParams{SeenBefore: at})
+		check("PruneNodes before", err)
+	}
+	e.get("d_1", store.StateDead)
+	e.get("s_1", store.StateSucceeded)
+	e.get("c_1", store.StateCancelled)
+	nodes, err := e.s.ListNodes(e.ctx, time.Time{})
+	e.noErr("ListNodes", err)
+	e.eq("nodes", len(nodes), 1)
+
+	// The ends of the range filter as any other time.
+	last, first := time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC), time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC)
+	e.eqIDs("dead since the last second of year 9999", e.listDead(store.DeadFilter{Since: last, Limit: 10}))
+	e.eqIDs("dead before the first second of year 1", e.listDead(store.DeadFilter{Before: first, Limit: 10}))
+	e.eqIDs("dead before the last second of year 9999", e.listDead(store.DeadFilter{Before: last, Limit: 10}), "d_1")
+	n, err := e.s.RedriveDead(e.ctx, store.DeadFilter{Since: last, Now: base})
+	e.noErr("RedriveDead since year 9999", err)
+	e.eq("redriven", n, 0)
+	r, err := e.s.DeleteFinished(e.ctx, store.RetentionParams{SucceededBefore: first, CancelledBefore: first, DeadBefore: first})
+	e.noErr("DeleteFinished before year 1", err)
+	e.eq("deleted before year 1", r, store.RetentionResult{})
+	nodes, err = e.s.ListNodes(e.ctx, last)
+	e.noErr("ListNodes since year 9999", err)
+	e.eq("nodes seen since year 9999", len(nodes), 0)
+	r, err = e.s.DeleteFinished(e.ctx, store.RetentionParams{SucceededBefore: last, CancelledBefore: last, DeadBefore: last})
+	e.noErr("DeleteFinished before year 9999", err)
+	e.eq("deleted before year 9999", r, store.RetentionResult{Succeeded: 1, Cancelled: 1, Dead: 1})
 }
