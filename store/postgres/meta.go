@@ -214,6 +214,9 @@ func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) 
 	if err := store.CheckNow(now); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
+	if err := store.CheckTime("start time", n.StartedAt); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
 	_, err := s.pool.Exec(ctx, `
 INSERT INTO nodes (id, host, version, role, started_at, last_seen) VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, version = EXCLUDED.version, role = EXCLUDED.role,

@@ -170,6 +170,9 @@ func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) 
 	if err := store.CheckNow(now); err != nil {
 		return fmt.Errorf("heartbeat node %s: %w", n.ID, err)
 	}
+	if err := store.CheckTime("start time", n.StartedAt); err != nil {
+		return fmt.Errorf("heartbeat node %s: %w", n.ID, err)
+	}
 	return s.write(ctx, "heartbeat node "+n.ID, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmt(ctx, tx, `INSERT INTO nodes (id, host, version, role, started_at, last_seen)
 			VALUES (?, ?, ?, ?, ?, ?)

@@ -12,6 +12,7 @@ var timeTests = []testCase{
 	{"Times/RoundTrip", testTimesRoundTrip},
 	{"Times/OutOfRange", testTimesOutOfRange},
 	{"Times/FilterOutOfRange", testTimesFilterOutOfRange},
+	{"Times/NodeStartOutOfRange", testTimesNodeStartOutOfRange},
 }
 
 // testTimesRoundTrip: a time is stored to the microsecond (rounded down)
@@ -208,4 +209,26 @@ func testTimesFilterOutOfRange(e *env) {
 	r, err = e.s.DeleteFinished(e.ctx, store.RetentionParams{SucceededBefore: last, CancelledBefore: last, DeadBefore: last})
 	e.noErr("DeleteFinished before year 9999", err)
 	e.eq("deleted before year 9999", r, store.RetentionResult{Succeeded: 1, Cancelled: 1, Dead: 1})
+}
+
+// testTimesNodeStartOutOfRange: a node's StartedAt, which HeartbeatNode
+// stores, outside years 1 to 9999 is ErrInvalid and stores nothing, as
+// every stored time is; SQLite stored it wrapped around (year 300000 read
+// back as year -284555), and PostgreSQL refused it as ErrInvalid.
+func testTimesNodeStartOutOfRange(e *env) {
+	n := store.Node{ID: "n1", Role: "worker", StartedAt: base}
+	e.noErr("HeartbeatNode", e.s.HeartbeatNode(e.ctx, n, base))
+	for _, at := range []time.Time{time.Date(300000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(-300000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(0, 12, 31, 23, 59, 59, 0, time.UTC)} {
+		for _, id := range []string{"n1", "n2"} {
+			bad := store.Node{ID: id, Role: "worker", StartedAt: at}
+			err := e.s.HeartbeatNode(e.ctx, bad, base.Add(time.Second))
+			e.isErr(fmt.Sprintf("HeartbeatNode of %s started at %v", id, at.UTC()), err, store.ErrInvalid)
+		}
+	}
+	nodes, err := e.s.ListNodes(e.ctx, time.Time{})
+	e.noErr("ListNodes", err)
+	e.eq("nodes", len(nodes), 1)
+	e.eqTime("StartedAt kept", nodes[0].StartedAt, base)
+	e.eqTime("LastSeen kept", nodes[0].LastSeen, base)
 }
