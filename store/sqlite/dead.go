@@ -134,10 +134,6 @@ func deadSummaryQuery(where string) string {
 		LIMIT ?`
 }
 
-// deadBatch is how many tasks one write transaction of RedriveDead or
-// PurgeDead takes (deadRounds).
-const deadBatch = 500
-
 // RedriveDead implements store.Store.
 func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "redrive dead tasks"
@@ -151,58 +147,16 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(f)
-	return s.deadRounds(ctx, op, f, where, args, func(ctx context.Context, tx *sql.Tx, limit int) (int, error) {
+	return s.deadRounds(ctx, op, f, where, args, func(ctx context.Context, tx *sql.Tx, ids []any) (int, error) {
 		res, err := tx.ExecContext(ctx, `UPDATE tasks SET `+retrySet+`
-			WHERE rowid IN (SELECT rowid FROM tasks WHERE `+where+` ORDER BY updated_at, id LIMIT ?)`,
-			append(append([]any{f.Now.UnixMicro()}, args...), limit)...)
+			WHERE rowid IN (`+roundSelect(where, len(ids))+`)`,
+			append(append([]any{f.Now.UnixMicro()}, ids...), args...)...)
 		if err != nil {
 			return 0, err
 		}
 		n, err := res.RowsAffected()
 		return int(n), err
 	})
-}
-
-// deadRounds runs RedriveDead's or PurgeDead's round (the statement over
-// the first limit tasks, oldest death first, that where selects, args its
-// arguments) in write transactions of at most deadBatch tasks each, oldest
-// death first, until it has taken f.Limit tasks, or, without a Limit, as
-// many as matched when the call began (counted first, on the read pool),
-// or a round finds fewer than it asked for. Each round is its own write,
-// so the single writer is never held for a whole dead-letter queue: one
-// transaction of 12,500 tasks of a 1M-task database held every enqueue for
-// 8 s. It returns how many tasks the committed rounds took.
-func (s *Store) deadRounds(ctx context.Context, op string, f store.DeadFilter, where string, args []any,
-	round func(ctx context.Context, tx *sql.Tx, limit int) (int, error)) (int, error) {
-	want := f.Limit
-	if want == 0 {
-		if err := s.check(op); err != nil {
-			return 0, err
-		}
-		// Matches counted once: tasks that die meanwhile (a redriven one
-		// failing again) do not keep the call going.
-		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE `+where, args...).Scan(&want); err != nil {
-			return 0, s.translate(op, err)
-		}
-	}
-	total := 0
-	for total < want {
-		k := min(deadBatch, want-total)
-		var n int
-		err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-			var err error
-			n, err = round(ctx, tx, k)
-			return err
-		})
-		if err != nil {
-			return total, err // this round rolled back; the earlier ones committed
-		}
-		total += n
-		if n < k {
-			break // no more matching tasks
-		}
-	}
-	return total, nil
 }
 
 // PurgeDead implements store.Store.
@@ -215,9 +169,8 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
 	where, args := deadWhere(f)
-	return s.deadRounds(ctx, op, f, where, args, func(ctx context.Context, tx *sql.Tx, limit int) (int, error) {
-		byType, err := deleteTasks(ctx, tx, `SELECT rowid FROM tasks WHERE `+where+` ORDER BY updated_at, id LIMIT ?`,
-			append(args[:len(args):len(args)], limit))
+	return s.deadRounds(ctx, op, f, where, args, func(ctx context.Context, tx *sql.Tx, ids []any) (int, error) {
+		byType, err := deleteTasks(ctx, tx, roundSelect(where, len(ids)), append(ids[:len(ids):len(ids)], args...))
 		return total(byType), err
 	})
 }

@@ -1,0 +1,94 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	msqlite "modernc.org/sqlite"
+
+	"github.com/retryq/retryq/store"
+)
+
+// fillDead inserts n dead tasks, half of type a and half of type b, that
+// died one µs apart from 1000 in the order they were inserted (of their
+// rowids), not of their ids (n must not be a multiple of 7919).
+func fillDead(t *testing.T, s *Store, n int) {
+	t.Helper()
+	if _, err := s.w.Exec(`WITH RECURSIVE x(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM x WHERE i < ?)
+		INSERT INTO tasks (id, type, state, run_at, created_at, updated_at, last_error_code, dead_reason)
+		SELECT printf('t%07d', (i * 7919) % ?), CASE WHEN i % 2 = 0 THEN 'a' ELSE 'b' END, 'dead', 1, 1, 1000 + i,
+			'c', 'max_attempts' FROM x`, n, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writerPages returns how many pages the writer connection has read from
+// its cache or the file since it opened.
+func writerPages(t *testing.T, s *Store) int {
+	t.Helper()
+	c, err := s.w.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pages := 0
+	if err := c.Raw(func(dc any) error {
+		for _, op := range []msqlite.DBStatusOp{msqlite.DBStatusCacheHit, msqlite.DBStatusCacheMiss} {
+			n, _, err := dc.(msqlite.DBStatus).Status(op, false)
+			if err != nil {
+				return err
+			}
+			pages += n
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return pages
+}
+
+// TestDeadRoundWorkDoesNotGrowWithTheQueue: a round of a redrive or purge
+// holds the single writer for the work of its own deadBatch tasks, not
+// for a read of every matching dead task. Each round selected its tasks,
+// oldest death first, inside its write transaction by reading every
+// matching dead task through tasks_dead_id (or a filter's index) and
+// sorting them: the writer, and every enqueue, fetch and outcome behind
+// it, waited 160 ms a round on average for a DLQ of 200,000 tasks, whose
+// purge took 400 rounds and 65 s (quadratic in the queue). The pages the
+// writer connection reads for one round are counted, on a queue of 2,000
+// tasks and on one of 40,000.
+func TestDeadRoundWorkDoesNotGrowWithTheQueue(t *testing.T) {
+	ctx := context.Background()
+	filters := []store.DeadFilter{{}, {Type: "a"}, {Reason: store.DeadMaxAttempts}, {Since: time.UnixMicro(1000)}}
+	for _, op := range []string{"redrive", "purge"} {
+		for _, f := range filters {
+			t.Run(fmt.Sprintf("%s type=%q reason=%q since=%v", op, f.Type, f.Reason, !f.Since.IsZero()), func(t *testing.T) {
+				pages := map[int]int{}
+				for _, n := range []int{2000, 40000} {
+					s := openTemp(t)
+					fillDead(t, s, n)
+					f.Limit, f.Now = deadBatch, time.UnixMicro(1<<40)
+					before := writerPages(t, s)
+					var got int
+					var err error
+					if op == "redrive" {
+						got, err = s.RedriveDead(ctx, f)
+					} else {
+						got, err = s.PurgeDead(ctx, f)
+					}
+					if err != nil || got != deadBatch {
+						t.Fatalf("%s of %d dead tasks: %d, %v; want %d", op, n, got, err, deadBatch)
+					}
+					pages[n] = writerPages(t, s) - before
+				}
+				t.Logf("pages read on the writer: %d with 2,000 dead tasks, %d with 40,000", pages[2000], pages[40000])
+				if pages[40000] > 3*pages[2000] {
+					t.Errorf("a round of %d tasks read %d pages on the writer with 2,000 dead tasks, %d with 40,000: its work grows with the queue",
+						deadBatch, pages[2000], pages[40000])
+				}
+			})
+		}
+	}
+}
