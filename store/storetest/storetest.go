@@ -36,7 +36,7 @@ type testCase struct {
 // tests lists every subtest of the suite, grouped by area.
 var tests = concat(insertTests, fetchTests, outcomeTests, leaseTests, promoteTests,
 	readTests, cancelRetryTests, deadTests, retentionTests, statsTests, metaTests, lifecycleTests, zeroNowTests, timeTests,
-	oddTextTests, listBytesTests, fetchBytesTests, fetchTypesTests, contractTests, contractTimeTests)
+	oddTextTests, listBytesTests, fetchBytesTests, fetchTypesTests, contractTests, contractTimeTests, contractMoreTests)
 
 func concat(groups ...[]testCase) []testCase {
 	var all []testCase
