@@ -115,7 +115,8 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		// A type that gained a push target during the wait is the
 		// engine's to deliver now (push_types.go); the next request
 		// naming it is refused.
-		types := e.pushTypes().without(r.Types)
+		pushed := e.pushTypes()
+		types := pushed.without(r.Types)
 		if len(types) == 0 {
 			return nil, nil
 		}
@@ -123,6 +124,14 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		var err error
 		if e.clockReady() { // nothing leased on a clock not yet synced
 			tasks, err = e.fetchForPull(ctx, &r, types)
+		}
+		if now := e.pushTypes(); err == nil && len(tasks) > 0 && now != pushed {
+			// A type gained a push target while the fetch ran: its tasks
+			// are the engine's to deliver, given back attempt not counted.
+			var back []store.Task
+			if tasks, back = now.split(tasks); len(back) > 0 {
+				e.releaseUnclaimed(back)
+			}
 		}
 		if err != nil {
 			if woken {

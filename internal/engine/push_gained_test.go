@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,4 +169,124 @@ func TestPushSetWithout(t *testing.T) {
 	if got := none.without(in); &got[0] != &in[0] || none.has("a") {
 		t.Error("a nil set is not empty")
 	}
+}
+
+// heldWorkerFetch holds one fetch of the in-process worker named worker,
+// once armed, until release closes (blocked says it is held, done that it
+// returned), and every fetch of the pusher until pushHeld closes.
+type heldWorkerFetch struct {
+	store.Store
+	worker   string
+	armed    atomic.Bool
+	blocked  chan struct{}
+	release  chan struct{}
+	done     chan struct{}
+	pushHeld chan struct{}
+}
+
+func (s *heldWorkerFetch) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Task, error) {
+	if strings.HasSuffix(p.WorkerID, "/push") {
+		<-s.pushHeld
+	}
+	if p.WorkerID != s.worker || !s.armed.CompareAndSwap(true, false) {
+		return s.Store.FetchTasks(ctx, p)
+	}
+	s.blocked <- struct{}{}
+	<-s.release
+	defer func() { s.done <- struct{}{} }()
+	return s.Store.FetchTasks(ctx, p)
+}
+
+// midFetchGain runs a fetch (start, by the worker or lease request named
+// "held") of type typ that is held after it read its types, sets a push
+// target for typ meanwhile, enqueues a task of it, and lets the fetch
+// commit before the pusher may fetch: the fetch leases the task with its
+// stale types. It returns the engine, the task's id, and a report of
+// whether the task reached the push target; after returns, the pusher is
+// released.
+func midFetchGain(t *testing.T, typ string, start func(*Engine)) (e *Engine, id string, after func(), delivered func() bool) {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[string]bool{}
+	srv := target(t, func(_ http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got[r.Header.Get(HeaderTaskID)] = true
+		mu.Unlock()
+	})
+	st := &heldWorkerFetch{Store: openWorkerStoreOn(t, "sqlite"), worker: "held",
+		blocked: make(chan struct{}, 1), release: make(chan struct{}), done: make(chan struct{}, 1), pushHeld: make(chan struct{})}
+	releaseFetch := sync.OnceFunc(func() { close(st.release) })
+	releasePush := sync.OnceFunc(func() { close(st.pushHeld) })
+	e = startWorkerEngine(t, st, Config{NoScheduler: true})
+	t.Cleanup(releasePush) // before the engine closes: its fetchers wait
+	t.Cleanup(releaseFetch)
+	st.armed.Store(true)
+	start(e)
+	recvWithin(t, st.blocked, 10*time.Second, "the fetch to be held")
+	if _, err := e.PutType(context.Background(), TypeSpec{Type: typ, Target: &Target{URL: srv.URL}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pusher to read the target", func() bool { return pushFetching(e, typ) })
+	id = mustEnqueue(t, e, typ, `1`)
+	releaseFetch()
+	recvWithin(t, st.done, 10*time.Second, "the held fetch to return")
+	return e, id, releasePush, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got[id]
+	}
+}
+
+// checkDeliveredOnce waits for task id to succeed and checks it reached
+// the push target in its one attempt (a release counts none).
+func checkDeliveredOnce(t *testing.T, e *Engine, id string, delivered func() bool) {
+	t.Helper()
+	tk := waitTask(t, e, id, "the task to succeed", func(tk store.Task) bool { return tk.State == store.StateSucceeded })
+	if !delivered() {
+		t.Errorf("task %s succeeded without a push delivery", id)
+	}
+	if tk.Attempt != 1 {
+		t.Errorf("the task took %d attempts, want 1 (a release counts none)", tk.Attempt)
+	}
+}
+
+// TestWorkerFetchInFlightLeavesATypeThatGainsAPushTarget: a worker's fetch
+// whose types were read before its type gained a push target, and that
+// leases a task of it after, gives the task back for the engine to
+// deliver: the in-process handler does not run it, and no attempt is
+// counted. The handler ran it.
+func TestWorkerFetchInFlightLeavesATypeThatGainsAPushTarget(t *testing.T) {
+	ran := make(chan string, 8)
+	e, id, after, delivered := midFetchGain(t, "gain.held", func(e *Engine) {
+		runWorker(t, e, WorkerConfig{ID: "held", Types: []string{"gain.held"}, Concurrency: 1, Handle: func(_ context.Context, tk *store.Task) error {
+			ran <- tk.ID
+			return nil
+		}})
+	})
+	after()
+	checkDeliveredOnce(t, e, id, delivered)
+	select {
+	case got := <-ran:
+		t.Fatalf("the in-process handler ran task %s of a type with a push target", got)
+	default:
+	}
+}
+
+// TestLeaseInFlightLeavesATypeThatGainsAPushTarget: the same for a lease
+// request over HTTP: it answers without the task, which the engine
+// delivers. The pull worker got the task.
+func TestLeaseInFlightLeavesATypeThatGainsAPushTarget(t *testing.T) {
+	answer := make(chan leaseAnswer, 1)
+	e, id, after, delivered := midFetchGain(t, "gain.pulled", func(e *Engine) {
+		go func() {
+			ts, err := e.Lease(context.Background(), LeaseRequest{WorkerID: "held", Types: []string{"gain.pulled"}, Max: 1})
+			answer <- leaseAnswer{ts, err}
+		}()
+	})
+	a := recvWithin(t, answer, 10*time.Second, "the lease answer")
+	if a.err != nil || len(a.tasks) != 0 {
+		t.Fatalf("the lease request answered %v, %v; want no task", a.tasks, a.err)
+	}
+	after()
+	checkDeliveredOnce(t, e, id, delivered)
 }

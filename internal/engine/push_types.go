@@ -1,12 +1,16 @@
 package engine
 
+import "github.com/retryq/retryq/store"
+
 // A type whose push target is set while workers serve it (through the HTTP
 // API or the CLI, on this node or another) is delivered by the engine from
 // then on: in-process workers stop fetching it, enqueues stop handing its
 // tasks to them, long polls stop leasing it, and later lease requests and
 // RunWorker calls naming it are refused. A node learns of the change when
 // its pusher reads the stored types (at once after a PutType on this node,
-// else within pushRefreshInterval). Removing the target hands the type back
+// else within pushRefreshInterval); a worker's fetch or a lease request in
+// flight then, whose types were read before, gives back what it leased of
+// the type (leavePushed, Lease). Removing the target hands the type back
 // to the workers that still name it. Refusing the target instead could only
 // account for this node's workers, not for those of other nodes nor for
 // pull workers between two requests.
@@ -45,6 +49,21 @@ func (s *pushSet) without(types []string) []string {
 		return types
 	}
 	return out
+}
+
+// split returns, in their order, the tasks whose type the set (nil:
+// empty) does not hold and, apart, those whose type it holds. kept shares
+// tasks' array.
+func (s *pushSet) split(tasks []store.Task) (kept, pushed []store.Task) {
+	kept = tasks[:0]
+	for i := range tasks {
+		if s.has(tasks[i].Type) {
+			pushed = append(pushed, tasks[i])
+		} else {
+			kept = append(kept, tasks[i])
+		}
+	}
+	return kept, pushed
 }
 
 // pushTypes returns the types this node's pusher delivers now (nil before

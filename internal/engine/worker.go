@@ -238,6 +238,8 @@ func (w *workerRun) loop(ctx context.Context) {
 		retry.succeeded()
 		e.ctr.fetches.Add(1)
 		e.ctr.fetched.Add(int64(len(tasks)))
+		more := fetchMayHaveMore(tasks, limit)
+		tasks = w.leavePushed(tasks)
 		for i := range tasks {
 			t := &tasks[i]
 			w.inFlight.Add(1)
@@ -248,7 +250,7 @@ func (w *workerRun) loop(ctx context.Context) {
 			w.queue <- t // executors drain the queue; it has room for capacity + Concurrency
 
 		}
-		backlog = fetchMayHaveMore(tasks, limit)
+		backlog = more
 		w.drained.Store(!backlog)
 		if backlog {
 			continue // there may be more

@@ -107,6 +107,24 @@ func (w *workerRun) fetch(ctx context.Context, limit int) ([]store.Task, error) 
 	})
 }
 
+// leavePushed gives back the tasks of a fetch whose type gained a push
+// target while the fetch ran (its types were read before it was sent), so
+// that the engine delivers them, and returns the others. A fetch that met
+// no change of the push set costs one atomic load.
+func (w *workerRun) leavePushed(tasks []store.Task) []store.Task {
+	set := w.e.pushTypes()
+	if set == w.pushSeen || len(tasks) == 0 {
+		return tasks
+	}
+	kept, back := set.split(tasks)
+	if len(back) > 0 {
+		w.e.log.Info("fetched tasks of a type that gained a push target meanwhile; released for delivery",
+			"worker", w.cfg.ID, "tasks", len(back), "type", back[0].Type)
+		w.releaseFetched(back)
+	}
+	return kept
+}
+
 // releaseFetched gives back the tasks of a fetch that returned after the
 // worker began to stop.
 func (w *workerRun) releaseFetched(tasks []store.Task) {
