@@ -146,10 +146,11 @@ type Store interface {
 // speed things up: correctness never depends on receiving them.
 type Notifier interface {
 	// Wakeups returns a channel that receives a value whenever another
-	// process inserted, promoted or released tasks, or recorded a retry
-	// with a new due time (which the scheduler, on whichever node it runs,
-	// must wake up for). It is closed when ctx is done. Lost notifications
-	// (for example across a reconnect) are allowed.
+	// process inserted, promoted, released or manually retried (RetryTask,
+	// RedriveDead) tasks, or recorded a retry with a new due time (which
+	// the scheduler, on whichever node it runs, must wake up for). It is
+	// closed when ctx is done. Lost notifications (for example across a
+	// reconnect) are allowed.
 	Wakeups(ctx context.Context) <-chan struct{}
 }
 
