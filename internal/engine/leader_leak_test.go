@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/retryq/retryq/internal/leakcheck"
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
@@ -23,6 +25,19 @@ import (
 func TestLeadershipChangingHandsLeaksNothing(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	pg := openPG(t, dbURL)
+	// Every connection of the pool open: a pool growing to its bound over
+	// the changes would read as descriptors leaked.
+	var conns []*pgxpool.Conn
+	for range pg.Pool().Config().MaxConns {
+		c, err := pg.Pool().Acquire(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
 	errDown := errors.New("lease attempts of this node fail (test)")
 	var stores [2]*leaderStore
 	var down [2]atomic.Bool
