@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -17,6 +18,7 @@ var contractMoreTests = []testCase{
 	{"Outcome/EmptyKind", testOutcomeEmptyKind},
 	{"Cancel/RunningLeavesNoHistory", testCancelRunningNoHistory},
 	{"Notify/Channels", testNotifyChannels},
+	{"Params/CancelledContext", testCancelledContext},
 }
 
 // testInsertExistingIDWithKey: an id that already exists fails the whole
@@ -179,4 +181,66 @@ func closedRefs(e *env, what string, ch <-chan store.LeaseRef) {
 			e.t.Fatalf("%s: still open after %v", what, notifyWait)
 		}
 	}
+}
+
+// testCancelledContext: every method called with a context already
+// cancelled returns an error matching context.Canceled (the context's
+// error, wrapped; not ErrUnavailable, which would have the caller back off
+// and retry) and changes nothing.
+func testCancelledContext(e *env) {
+	t := e.start(base, nt("t_1", "a"))
+	e.makeState(base, nt("d_1", "d"), store.StateDead)
+	before := e.get("t_1", "")
+	ctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	now := base.Add(time.Second)
+	errs := map[string]error{}
+	_, errs["InsertTasks"] = e.s.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: []store.NewTask{nt("t_2", "a")}})
+	_, errs["InsertTasks with a key"] = e.s.InsertTasks(ctx, store.InsertParams{Now: now, Tasks: []store.NewTask{keyed("t_3", "k")}})
+	_, errs["FetchTasks"] = e.s.FetchTasks(ctx, store.FetchParams{Limit: 1, WorkerID: worker, LeaseDuration: leaseDur, Now: now})
+	_, errs["RecordOutcomes"] = e.s.RecordOutcomes(ctx, store.OutcomeParams{Now: now, Outcomes: []store.Outcome{succeed(t)}})
+	_, errs["ExtendLeases"] = e.s.ExtendLeases(ctx, store.ExtendParams{Now: now,
+		Leases: []store.LeaseRef{{TaskID: t.ID, LeaseID: t.LeaseID, ExpiresAt: now.Add(time.Hour)}}})
+	_, errs["ExpiredLeases"] = e.s.ExpiredLeases(ctx, store.ExpiredParams{Limit: 1, Now: now})
+	_, errs["PromoteDue"] = e.s.PromoteDue(ctx, store.PromoteParams{Limit: 1, Now: now})
+	_, errs["NextWakeup"] = e.s.NextWakeup(ctx, store.WakeupParams{})
+	_, errs["GetTask"] = e.s.GetTask(ctx, "t_1")
+	_, errs["ListAttempts"] = e.s.ListAttempts(ctx, "t_1")
+	_, _, errs["ListTasks"] = e.s.ListTasks(ctx, store.ListParams{Limit: 1})
+	_, errs["CancelTask"] = e.s.CancelTask(ctx, store.CancelParams{ID: "t_1", Now: now})
+	_, errs["RetryTask"] = e.s.RetryTask(ctx, store.RetryParams{ID: "d_1", Now: now})
+	_, _, errs["ListDead"] = e.s.ListDead(ctx, store.DeadFilter{Limit: 1})
+	_, errs["DeadSummary"] = e.s.DeadSummary(ctx, store.SummaryParams{})
+	_, errs["RedriveDead"] = e.s.RedriveDead(ctx, store.DeadFilter{Now: now})
+	_, errs["PurgeDead"] = e.s.PurgeDead(ctx, store.DeadFilter{})
+	_, errs["DeleteFinished"] = e.s.DeleteFinished(ctx, store.RetentionParams{DeadBefore: now.Add(time.Hour)})
+	_, errs["Stats"] = e.s.Stats(ctx, store.StatsParams{})
+	_, errs["PutType"] = e.s.PutType(ctx, store.TypeConfig{Type: "x"}, now)
+	_, errs["GetType"] = e.s.GetType(ctx, "x")
+	_, errs["ListTypes"] = e.s.ListTypes(ctx)
+	_, errs["AcquireLeader"] = e.s.AcquireLeader(ctx, store.LeaderParams{Name: "lead", NodeID: "n1", TTL: time.Minute, Now: now})
+	errs["ReleaseLeader"] = e.s.ReleaseLeader(ctx, store.LeaderParams{Name: "lead", NodeID: "n1"})
+	_, errs["GetLeader"] = e.s.GetLeader(ctx, "lead")
+	errs["HeartbeatNode"] = e.s.HeartbeatNode(ctx, store.Node{ID: "n1", Role: "worker"}, now)
+	_, errs["ListNodes"] = e.s.ListNodes(ctx, time.Time{})
+	_, errs["PruneNodes"] = e.s.PruneNodes(ctx, store.PruneNodesParams{SeenBefore: now})
+	_, _, errs["SchemaVersion"] = e.s.SchemaVersion(ctx)
+	errs["Ping"] = e.s.Ping(ctx)
+	for name, err := range errs {
+		if !errors.Is(err, context.Canceled) {
+			e.t.Errorf("%s with a cancelled context: %v, want context.Canceled", name, err)
+		}
+	}
+	e.sameTask("running task after the calls", e.get("t_1", ""), before)
+	e.get("d_1", store.StateDead)
+	e.notFound("t_2")
+	e.notFound("t_3")
+	types, err := e.s.ListTypes(e.ctx)
+	e.noErr("ListTypes", err)
+	e.eq("types", len(types), 0)
+	nodes, err := e.s.ListNodes(e.ctx, time.Time{})
+	e.noErr("ListNodes", err)
+	e.eq("nodes", len(nodes), 0)
+	_, err = e.s.GetLeader(e.ctx, "lead")
+	e.isErr("GetLeader", err, store.ErrNotFound)
 }
