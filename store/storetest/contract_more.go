@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/retryq/retryq/store"
@@ -19,6 +20,7 @@ var contractMoreTests = []testCase{
 	{"Cancel/RunningLeavesNoHistory", testCancelRunningNoHistory},
 	{"Notify/Channels", testNotifyChannels},
 	{"Params/CancelledContext", testCancelledContext},
+	{"Params/HugeLimits", testHugeLimits},
 }
 
 // testInsertExistingIDWithKey: an id that already exists fails the whole
@@ -243,4 +245,54 @@ func testCancelledContext(e *env) {
 	e.eq("nodes", len(nodes), 0)
 	_, err = e.s.GetLeader(e.ctx, "lead")
 	e.isErr("GetLeader", err, store.ErrNotFound)
+}
+
+// testHugeLimits: a Limit (or MaxBytes) as large as an int holds means "as
+// many as there are", like any limit past the matching rows: no backend
+// overflows it (a page reads Limit+1 candidates), refuses it or sizes
+// anything by it.
+func testHugeLimits(e *env) {
+	for i := range 3 {
+		e.insert(base, nt(fmt.Sprintf("p_%d", i), "p"))
+		e.makeState(base, nt(fmt.Sprintf("d_%d", i), "d"), store.StateDead)
+		e.makeState(base, nt(fmt.Sprintf("s_%d", i), "s"), store.StateScheduled)
+	}
+	e.start(base, nt("r_1", "r"))
+	e.makeState(base, nt("ok_1", "ok"), store.StateSucceeded)
+	later := base.Add(2 * time.Hour)
+	for _, limit := range []int{math.MaxInt, math.MaxInt32 + 1} {
+		what := func(m string) string { return fmt.Sprintf("%s(Limit %d)", m, limit) }
+		page, next, err := e.s.ListTasks(e.ctx, store.ListParams{Limit: limit, MaxBytes: math.MaxInt})
+		e.noErr(what("ListTasks"), err)
+		e.eq(what("ListTasks"), [2]any{len(page), next}, [2]any{11, ""})
+		page, _, err = e.s.ListTasks(e.ctx, store.ListParams{Limit: limit, States: []store.State{store.StatePending}})
+		e.noErr(what("ListTasks of pending tasks"), err)
+		e.eq(what("ListTasks of pending tasks"), len(page), 3)
+		page, next, err = e.s.ListDead(e.ctx, store.DeadFilter{Limit: limit, MaxBytes: math.MaxInt})
+		e.noErr(what("ListDead"), err)
+		e.eq(what("ListDead"), [2]any{len(page), next}, [2]any{3, ""})
+		exp, err := e.s.ExpiredLeases(e.ctx, store.ExpiredParams{Limit: limit, Now: later})
+		e.noErr(what("ExpiredLeases"), err)
+		e.eqIDs(what("ExpiredLeases"), exp, "r_1")
+		sum, err := e.s.DeadSummary(e.ctx, store.SummaryParams{Limit: limit})
+		e.noErr(what("DeadSummary"), err)
+		e.eq(what("DeadSummary"), [2]int{len(sum.Groups), sum.TaskCount}, [2]int{1, 3})
+	}
+	limit := math.MaxInt
+	got, err := e.s.FetchTasks(e.ctx, store.FetchParams{Limit: limit, WorkerID: worker, LeaseDuration: leaseDur, Now: base, MaxBytes: math.MaxInt})
+	e.noErr("FetchTasks(Limit MaxInt)", err)
+	e.eqIDs("fetched", got, "p_0", "p_1", "p_2")
+	n, err := e.s.PromoteDue(e.ctx, store.PromoteParams{Limit: limit, Now: later})
+	e.noErr("PromoteDue(Limit MaxInt)", err)
+	e.eq("promoted", n, 3)
+	n, err = e.s.RedriveDead(e.ctx, store.DeadFilter{Limit: limit, Now: later})
+	e.noErr("RedriveDead(Limit MaxInt)", err)
+	e.eq("redriven", n, 3)
+	r, err := e.s.DeleteFinished(e.ctx, store.RetentionParams{Limit: limit, SucceededBefore: later})
+	e.noErr("DeleteFinished(Limit MaxInt)", err)
+	e.eq("deleted", r, store.RetentionResult{Succeeded: 1})
+	e.makeState(later, nt("d_9", "d9"), store.StateDead)
+	n, err = e.s.PurgeDead(e.ctx, store.DeadFilter{Limit: limit})
+	e.noErr("PurgeDead(Limit MaxInt)", err)
+	e.eq("purged", n, 1)
 }
