@@ -488,7 +488,16 @@ func (e *Engine) notifyLoop(ctx context.Context, n store.Notifier) {
 	if cn, ok := n.(store.CancelNotifier); ok {
 		cancels = cn.Cancellations(ctx)
 	}
-	ch := n.Wakeups(ctx)
+	// A notification that names the types of the tasks it is for wakes
+	// only their fetchers: with many types, every fetcher of every node
+	// queried the database after every insert anywhere.
+	var ch <-chan struct{}
+	var due *store.DueTypes
+	if tn, ok := n.(store.TypedNotifier); ok {
+		ch, due = tn.TypedWakeups(ctx)
+	} else {
+		ch = n.Wakeups(ctx)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -497,7 +506,13 @@ func (e *Engine) notifyLoop(ctx context.Context, n store.Notifier) {
 			if !ok {
 				return
 			}
-			e.wake.broadcast()
+			if due == nil {
+				e.wake.broadcast()
+			} else if types, all := due.Take(); all {
+				e.wake.broadcast()
+			} else if len(types) > 0 {
+				e.wake.broadcastTypes(types)
+			}
 			e.sched.poke(time.Time{})
 		case ref, ok := <-cancels:
 			if !ok {

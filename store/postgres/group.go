@@ -316,7 +316,9 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 		parts     []insertRows
 		rows      int
 	)
-	notify := false
+	// The wake-up names the types of the inserted tasks made due, unless
+	// another write of the group wakes for any type.
+	notify, notifyAll := false, false
 	for _, w := range ws {
 		if isInsert(w) {
 			inserters, parts = append(inserters, w), append(parts, w.ins)
@@ -335,11 +337,14 @@ func (s *Store) sendGroup(ws []*groupWrite) error {
 	for _, w := range ws {
 		if !isInsert(w) {
 			w.queue(b)
-			notify = notify || w.notify
+			notifyAll = notifyAll || w.notify
 		}
 	}
-	if notify {
-		s.queueNotify(b)
+	switch {
+	case notifyAll:
+		s.queueNotify(b, "")
+	case notify:
+		s.queueNotify(b, duePayload(parts...))
 	}
 	br := s.pool.SendBatch(ctx, b)
 	err := func() error {

@@ -238,7 +238,8 @@ func (s *Store) insertBatch(ctx context.Context, op string, tasks []store.NewTas
 
 // insertKeyedSQL is insertTasksSQL that also sends a wake-up (sent at
 // commit) when it inserts a task that is not running: only inserted tasks
-// wake anyone, a batch of duplicates adds nothing to fetch. The cross join
+// wake anyone, a batch of duplicates adds nothing to fetch. Its payload,
+// $15, is duePayload's for the batch. The cross join
 // with the one-row count makes the statement evaluate woke; its count is
 // not read.
 const insertKeyedSQL = `
@@ -246,7 +247,7 @@ WITH ins AS (` + insertRowsSQL + `
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING t.*
 ), woke AS MATERIALIZED (
-	SELECT pg_notify(` + notifyChannelSQL + `, '') WHERE EXISTS (SELECT 1 FROM ins WHERE ins.state <> 'running')
+	SELECT pg_notify(` + notifyChannelSQL + `, $15::text) WHERE EXISTS (SELECT 1 FROM ins WHERE ins.state <> 'running')
 )
 SELECT ` + taskCols + ` FROM ins AS t, (SELECT count(*) FROM woke) AS w`
 
@@ -363,11 +364,13 @@ const committedTimeout = 30 * time.Second
 // rows the insert inserted and the keys whose tasks it found neither
 // inserted nor existing.
 func (s *Store) insertKeyedRound(ctx context.Context, settle func() context.Context, tasks []store.NewTask, byID, byKey map[string]int, r insertRows, results []store.InsertResult) (int, []string, error) {
-	sql := insertKeyedSQL
+	sql, args := insertKeyedSQL, r.args()
 	if s.cfg.PollOnly {
 		sql = insertTasksSQL
+	} else {
+		args = append(args, duePayload(r))
 	}
-	rows, err := s.pool.Query(ctx, sql, r.args()...)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return 0, nil, err
 	}

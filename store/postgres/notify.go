@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,72 @@ import (
 // (cancelPayload, publishCancel). Other notifications carry an empty
 // payload and mean "tasks may be due".
 const cancelPrefix = "cancel "
+
+// duePrefix starts the payload of the notification an insert sends for
+// the tasks it made due: "due " and then, for each distinct type, its byte
+// length, a space and its name (duePayload), so that a name holding
+// spaces reads back whole. An empty payload stands for any type.
+const duePrefix = "due "
+
+// maxDueNotifyTypes bounds the types one insert's notification names:
+// past it, the notification names none (any type).
+const maxDueNotifyTypes = 8
+
+// duePayload returns the payload of the wake-up for the rows of parts
+// that an insert makes due (not leased at insert): their types, or "" (any
+// type) past maxDueNotifyTypes types or maxNotifyPayload bytes.
+func duePayload(parts ...insertRows) string {
+	var buf [maxDueNotifyTypes]string
+	types := buf[:0]
+	size := len(duePrefix)
+	for _, r := range parts {
+		for i := range r {
+			if r[i].state == string(store.StateRunning) || slices.Contains(types, r[i].typ) {
+				continue
+			}
+			if len(types) == maxDueNotifyTypes {
+				return ""
+			}
+			types = append(types, r[i].typ)
+			size += len(r[i].typ) + 4
+		}
+	}
+	if len(types) == 0 || size > maxNotifyPayload {
+		return ""
+	}
+	var b strings.Builder
+	b.Grow(size)
+	b.WriteString(duePrefix)
+	for _, t := range types {
+		b.WriteString(strconv.Itoa(len(t)))
+		b.WriteByte(' ')
+		b.WriteString(t)
+	}
+	if b.Len() > maxNotifyPayload {
+		return ""
+	}
+	return b.String()
+}
+
+// parseDuePayload returns the types a wake-up's payload names, and false
+// (nil: any type) for a payload that names none or does not parse.
+func parseDuePayload(p string) ([]string, bool) {
+	rest, ok := strings.CutPrefix(p, duePrefix)
+	if !ok {
+		return nil, false
+	}
+	var types []string
+	for rest != "" {
+		n, after, ok := strings.Cut(rest, " ")
+		size, err := strconv.Atoi(n)
+		if !ok || err != nil || size <= 0 || size > len(after) || len(types) == maxDueNotifyTypes {
+			return nil, false
+		}
+		types = append(types, after[:size])
+		rest = after[size:]
+	}
+	return types, len(types) > 0
+}
 
 // maxNotifyPayload is PostgreSQL's bound on a NOTIFY payload (8000 bytes,
 // exclusive).
@@ -98,6 +165,22 @@ func (s *Store) publishCancel(payload string) {
 // sent meanwhile are lost. The channel is closed when ctx is done or the
 // store is closed. With Config.PollOnly it never fires.
 func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
+	return s.wakeups(ctx, nil)
+}
+
+// TypedWakeups implements store.TypedNotifier: Wakeups, and for each
+// notification the types it names, recorded in the returned DueTypes
+// before the value is sent. An insert names the types of the tasks it
+// made due (duePayload); other notifications, and the wake-up after a
+// reconnect, name none: any type.
+func (s *Store) TypedWakeups(ctx context.Context) (<-chan struct{}, *store.DueTypes) {
+	due := &store.DueTypes{}
+	return s.wakeups(ctx, due), due
+}
+
+// wakeups starts a listener delivering to a new channel, recording each
+// notification's types in due unless due is nil.
+func (s *Store) wakeups(ctx context.Context, due *store.DueTypes) <-chan struct{} {
 	ch := make(chan struct{}, 1)
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
@@ -117,7 +200,7 @@ func (s *Store) Wakeups(ctx context.Context) <-chan struct{} {
 			<-ctx.Done()
 			return
 		}
-		s.listen(ctx, ch)
+		s.listen(ctx, ch, due)
 	}()
 	return ch
 }
@@ -140,7 +223,7 @@ func signal(ch chan struct{}) {
 // line at the first reconnect, and the attempts in between at Debug. A
 // warning per attempt made every node log a line per ReconnectMax for as
 // long as the database stayed away.
-func (s *Store) listen(ctx context.Context, ch chan struct{}) {
+func (s *Store) listen(ctx context.Context, ch chan struct{}, due *store.DueTypes) {
 	log := s.cfg.Logger
 	backoff := s.cfg.ReconnectMin
 	var (
@@ -175,9 +258,12 @@ func (s *Store) listen(ctx context.Context, ch chan struct{}) {
 			log.Info("retryq postgres: wakeup listener reconnected",
 				"outage", time.Since(down).Round(time.Millisecond), "attempts", attempts)
 		}
+		if due != nil {
+			due.Add(nil) // what was sent meanwhile is lost: any type
+		}
 		signal(ch)
 		up := time.Now()
-		err = s.waitLoop(ctx, conn, ch)
+		err = s.waitLoop(ctx, conn, ch, due)
 		closeConn(conn)
 		if ctx.Err() != nil {
 			return
@@ -255,7 +341,7 @@ func closeConn(conn *pgx.Conn) {
 // connection would otherwise block it forever).
 var listenPingInterval = 30 * time.Second
 
-func (s *Store) waitLoop(ctx context.Context, conn *pgx.Conn, ch chan struct{}) error {
+func (s *Store) waitLoop(ctx context.Context, conn *pgx.Conn, ch chan struct{}, due *store.DueTypes) error {
 	for {
 		wctx, cancel := context.WithTimeout(ctx, listenPingInterval)
 		n, err := conn.WaitForNotification(wctx)
@@ -265,6 +351,10 @@ func (s *Store) waitLoop(ctx context.Context, conn *pgx.Conn, ch chan struct{}) 
 		case err == nil && strings.HasPrefix(n.Payload, cancelPrefix):
 			s.publishCancel(n.Payload)
 		case err == nil:
+			if due != nil {
+				types, _ := parseDuePayload(n.Payload) // nil: any type
+				due.Add(types)
+			}
 			signal(ch)
 		case ctx.Err() != nil:
 			return ctx.Err()

@@ -494,10 +494,11 @@ func (s *Store) inBatch(ctx context.Context, op string, b *pgx.Batch, read func(
 	return translate(op, err)
 }
 
-// queueNotify adds a wakeup notification to b (sent when b commits).
-func (s *Store) queueNotify(b *pgx.Batch) {
+// queueNotify adds a wakeup notification with payload to b (sent when b
+// commits): "" for tasks of any type, or duePayload's.
+func (s *Store) queueNotify(b *pgx.Batch, payload string) {
 	if !s.cfg.PollOnly {
-		b.Queue("SELECT pg_notify(" + notifyChannelSQL + ", '')")
+		b.Queue("SELECT pg_notify("+notifyChannelSQL+", $1::text)", payload)
 	}
 }
 
