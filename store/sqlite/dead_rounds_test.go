@@ -55,18 +55,18 @@ func writerPages(t *testing.T, s *Store) int {
 // oldest death first, inside its write transaction by reading every
 // matching dead task through tasks_dead_id (or a filter's index) and
 // sorting them: the writer, and every enqueue, fetch and outcome behind
-// it, waited 160 ms a round on average for a DLQ of 200,000 tasks, whose
-// purge took 400 rounds and 65 s (quadratic in the queue). The pages the
+// it, waited for that: a purge of 200,000 dead tasks took 400 rounds and
+// 19 s (quadratic in the queue), now 4.8 s. The pages the
 // writer connection reads for one round are counted, on a queue of 2,000
-// tasks and on one of 40,000.
+// tasks and on one of 20,000.
 func TestDeadRoundWorkDoesNotGrowWithTheQueue(t *testing.T) {
 	ctx := context.Background()
-	filters := []store.DeadFilter{{}, {Type: "a"}, {Reason: store.DeadMaxAttempts}, {Since: time.UnixMicro(1000)}}
+	filters := []store.DeadFilter{{}, {Type: "a"}, {Reason: store.DeadMaxAttempts}}
 	for _, op := range []string{"redrive", "purge"} {
 		for _, f := range filters {
-			t.Run(fmt.Sprintf("%s type=%q reason=%q since=%v", op, f.Type, f.Reason, !f.Since.IsZero()), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s type=%q reason=%q", op, f.Type, f.Reason), func(t *testing.T) {
 				pages := map[int]int{}
-				for _, n := range []int{2000, 40000} {
+				for _, n := range []int{2000, 20000} {
 					s := openTemp(t)
 					fillDead(t, s, n)
 					f.Limit, f.Now = deadBatch, time.UnixMicro(1<<40)
@@ -83,10 +83,10 @@ func TestDeadRoundWorkDoesNotGrowWithTheQueue(t *testing.T) {
 					}
 					pages[n] = writerPages(t, s) - before
 				}
-				t.Logf("pages read on the writer: %d with 2,000 dead tasks, %d with 40,000", pages[2000], pages[40000])
-				if pages[40000] > 3*pages[2000] {
-					t.Errorf("a round of %d tasks read %d pages on the writer with 2,000 dead tasks, %d with 40,000: its work grows with the queue",
-						deadBatch, pages[2000], pages[40000])
+				t.Logf("pages read on the writer: %d with 2,000 dead tasks, %d with 20,000", pages[2000], pages[20000])
+				if pages[20000] > 2*pages[2000] {
+					t.Errorf("a round of %d tasks read %d pages on the writer with 2,000 dead tasks, %d with 20,000: its work grows with the queue",
+						deadBatch, pages[2000], pages[20000])
 				}
 			})
 		}
