@@ -100,8 +100,8 @@ const notifyWait = 10 * time.Second
 // receives the task and lease of a running task cancelled while the
 // wake-up listener runs (an id holding spaces included) and is closed when
 // its context is done or the store closes (one asked for after Close comes
-// closed). Delivery is best effort, but a fresh store with its listener
-// running delivers.
+// closed). Delivery is best effort, but a fresh store whose listener
+// runs (it sent a wake-up) delivers.
 func testNotifyChannels(e *env) {
 	n, ok := e.s.(store.Notifier)
 	if !ok {
@@ -139,27 +139,34 @@ func testNotifyChannels(e *env) {
 	gone := cn.Cancellations(e.ctx) // closed by the store's Close
 
 	// A first wake-up shows the listener runs: a backend may send one when
-	// it connects, and an insert notifies.
+	// it connects, and an insert notifies. A store set to poll only (for
+	// a pooler in transaction mode) sends none: delivery is best effort,
+	// so only the channels' closing is checked then.
 	deadline := time.After(notifyWait)
+	listening := true
+wait:
 	for i := 0; ; i++ {
 		e.insert(base, nt(fmt.Sprintf("wake_%d", i), "wake"))
 		select {
 		case <-w:
+			break wait
 		case <-time.After(50 * time.Millisecond):
-			continue
 		case <-deadline:
-			e.t.Fatalf("no wake-up in %v", notifyWait)
+			e.t.Logf("no wake-up in %v (a store that only polls?): delivery not checked", notifyWait)
+			listening = false
+			break wait
 		}
-		break
 	}
-	t := e.start(base, nt("t 1 with spaces", "cancelled"))
-	_, err := e.s.CancelTask(e.ctx, store.CancelParams{ID: t.ID, Now: base.Add(time.Second)})
-	e.noErr("CancelTask", err)
-	select {
-	case ref := <-cancels:
-		e.eq("cancellation", ref, store.LeaseRef{TaskID: t.ID, LeaseID: t.LeaseID})
-	case <-time.After(notifyWait):
-		e.t.Fatalf("the cancellation of the running task %q did not arrive in %v", t.ID, notifyWait)
+	if listening {
+		t := e.start(base, nt("t 1 with spaces", "cancelled"))
+		_, err := e.s.CancelTask(e.ctx, store.CancelParams{ID: t.ID, Now: base.Add(time.Second)})
+		e.noErr("CancelTask", err)
+		select {
+		case ref := <-cancels:
+			e.eq("cancellation", ref, store.LeaseRef{TaskID: t.ID, LeaseID: t.LeaseID})
+		case <-time.After(notifyWait):
+			e.t.Fatalf("the cancellation of the running task %q did not arrive in %v", t.ID, notifyWait)
+		}
 	}
 	cancelCancels()
 	closedRefs(e, "cancellations after their context was cancelled", cancels)
