@@ -90,6 +90,28 @@ func CheckNewTasks(tasks []NewTask) error {
 	return nil
 }
 
+// CheckLeaseEnd refuses, with ErrInvalid, a lease taken at now for d
+// whose expiry would lie outside CheckTime's range: it is stored as a time
+// like any other (a fetch's, a direct dispatch's, a leadership lease's).
+func CheckLeaseEnd(now time.Time, d time.Duration) error {
+	return CheckTime("lease expiry", now.Add(d))
+}
+
+// CheckInsertLeases refuses, with ErrInvalid, a batch for InsertTasks in
+// which a task that starts running (a Lease, and due at p.Now) would hold a
+// lease whose expiry passes CheckTime's range (CheckLeaseEnd).
+func CheckInsertLeases(p InsertParams) error {
+	for i, nt := range p.Tasks {
+		if nt.Lease == nil || nt.RunAt.After(p.Now) {
+			continue
+		}
+		if err := CheckLeaseEnd(p.Now, nt.Lease.Duration); err != nil {
+			return fmt.Errorf("task %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
 // ValidText reports whether s is valid UTF-8 without NUL bytes.
 func ValidText(s string) bool {
 	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
@@ -133,6 +155,9 @@ func CheckFetch(p FetchParams) ([]string, error) {
 	}
 	if p.LeaseDuration <= 0 {
 		return nil, fmt.Errorf("lease duration must be positive (got %s): %w", p.LeaseDuration, ErrInvalid)
+	}
+	if err := CheckLeaseEnd(p.Now, p.LeaseDuration); err != nil {
+		return nil, err
 	}
 	if err := CheckText("worker id", p.WorkerID); err != nil {
 		return nil, err

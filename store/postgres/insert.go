@@ -88,6 +88,9 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 	if err := store.CheckNewTasks(p.Tasks); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := store.CheckInsertLeases(p); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	for i := range p.Tasks {
 		nt := &p.Tasks[i]
 		dupOf[i] = -1

@@ -134,6 +134,9 @@ func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.
 	if err := store.CheckNow(p.Now); err != nil {
 		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := store.CheckLeaseEnd(p.Now, p.TTL); err != nil {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
+	}
 	var l store.Lease
 	err := s.pool.QueryRow(ctx, `
 INSERT INTO leader AS l (name, node_id, expires_at) VALUES ($1, $2, $3)

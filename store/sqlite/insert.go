@@ -33,6 +33,9 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 	if err := store.CheckNewTasks(p.Tasks); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := store.CheckInsertLeases(p); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	job := &insertJob{tasks: p.Tasks, now: p.Now}
 	err := s.submit(ctx, op, &writeReq{ins: job, fn: func(ctx context.Context, tx *sql.Tx) error {
 		return s.insertJobs(ctx, tx, []*insertJob{job})

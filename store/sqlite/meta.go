@@ -106,6 +106,9 @@ func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.
 	if err := store.CheckNow(p.Now); err != nil {
 		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := store.CheckLeaseEnd(p.Now, p.TTL); err != nil {
+		return store.Lease{}, fmt.Errorf("%s: %w", op, err)
+	}
 	var l store.Lease
 	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
 		st, err := s.txStmt(ctx, tx, `INSERT INTO leader_leases (name, node_id, expires_at) VALUES (?1, ?2, ?3)

@@ -13,6 +13,7 @@ var timeTests = []testCase{
 	{"Times/OutOfRange", testTimesOutOfRange},
 	{"Times/FilterOutOfRange", testTimesFilterOutOfRange},
 	{"Times/NodeStartOutOfRange", testTimesNodeStartOutOfRange},
+	{"Times/LeaseEndOutOfRange", testTimesLeaseEndOutOfRange},
 }
 
 // testTimesRoundTrip: a time is stored to the microsecond (rounded down)
@@ -231,4 +232,36 @@ func testTimesNodeStartOutOfRange(e *env) {
 	e.eq("nodes", len(nodes), 1)
 	e.eqTime("StartedAt kept", nodes[0].StartedAt, base)
 	e.eqTime("LastSeen kept", nodes[0].LastSeen, base)
+}
+
+// testTimesLeaseEndOutOfRange: a lease whose expiry (Now plus its length)
+// would pass year 9999 is ErrInvalid, as every stored time outside years 1
+// to 9999 is, and changes nothing: a fetch, a direct dispatch at insert
+// (the batch refused whole) and a leadership lease. Such an expiry was
+// stored, and a task carrying it could not be written as RFC 3339 (the
+// API's JSON).
+func testTimesLeaseEndOutOfRange(e *env) {
+	end := time.Date(9999, 12, 31, 23, 0, 0, 0, time.UTC)
+	e.insert(base, nt("t_1", "a"))
+	_, err := e.s.FetchTasks(e.ctx, store.FetchParams{Limit: 1, WorkerID: worker, LeaseDuration: 2 * time.Hour, Now: end})
+	e.isErr("FetchTasks with a lease past year 9999", err, store.ErrInvalid)
+	e.get("t_1", store.StatePending)
+	got, err := e.s.FetchTasks(e.ctx, store.FetchParams{Limit: 1, WorkerID: worker, LeaseDuration: 59 * time.Minute, Now: end})
+	e.noErr("FetchTasks with a lease to the end of year 9999", err)
+	e.eqIDs("fetched", got, "t_1")
+
+	leased := nt("t_2", "a")
+	leased.Lease = &store.NewLease{LeaseID: "direct-2", WorkerID: worker, Duration: 2 * time.Hour}
+	_, err = e.s.InsertTasks(e.ctx, store.InsertParams{Now: end, Tasks: []store.NewTask{nt("t_3", "a"), leased}})
+	e.isErr("InsertTasks with a lease past year 9999", err, store.ErrInvalid)
+	e.notFound("t_2")
+	e.notFound("t_3")
+	leased.RunAt = end.Add(30 * time.Minute) // scheduled: the lease is ignored
+	res := e.insert(end, leased)
+	e.eq("scheduled task's state", res[0].Task.State, store.StateScheduled)
+
+	_, err = e.s.AcquireLeader(e.ctx, store.LeaderParams{Name: "lead", NodeID: "n1", TTL: 2 * time.Hour, Now: end})
+	e.isErr("AcquireLeader with a lease past year 9999", err, store.ErrInvalid)
+	_, err = e.s.GetLeader(e.ctx, "lead")
+	e.isErr("GetLeader after the refused AcquireLeader", err, store.ErrNotFound)
 }
