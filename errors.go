@@ -42,7 +42,9 @@ var (
 
 // Permanent marks err as not retryable: the task goes straight to the
 // dead-letter queue with reason non_retryable, whatever the type's code
-// lists say, also when the error is wrapped again (fmt.Errorf with %w).
+// lists say, also when the error is wrapped again (fmt.Errorf with %w), or
+// joined with other errors (errors.Join, fmt.Errorf with several %w),
+// retryable ones included, in any order.
 // Permanent(nil) is nil: a handler returning it completes its task.
 func Permanent(err error) error { return retry.Permanent(err) }
 

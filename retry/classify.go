@@ -46,7 +46,10 @@ type classification struct {
 // failing side asked for. It looks, in order, for:
 //
 //   - a typed [*Error] ([Permanent], [Transient], [RetryAfter], [WithCode]);
-//     its zero fields are filled by classifying the error it wraps;
+//     its zero fields are filled by classifying the error it wraps. Of an
+//     error joining several (errors.Join, fmt.Errorf with several %w), the
+//     first branch made [Permanent] decides, wherever it stands; without
+//     one, the first typed error found as errors.As finds it;
 //   - context.DeadlineExceeded: transient, "deadline_exceeded";
 //   - context.Canceled: unknown, "canceled";
 //   - [*HTTPError]: 429, 408 and 5xx except 501 are transient, other
@@ -72,6 +75,9 @@ func Classify(err error) (class Class, code string, retryAfter time.Duration) {
 func classify(err error) classification {
 	if err == nil {
 		return classification{}
+	}
+	if c, ok := joinedPermanent(err); ok {
+		return c
 	}
 	var te *Error
 	if errors.As(err, &te) {
@@ -119,6 +125,33 @@ func classify(err error) classification {
 		}
 	}
 	return classification{}
+}
+
+// joinedPermanent returns the classification of the first branch
+// classified explicitly permanent of an error that joins several
+// (errors.Join, fmt.Errorf with several %w), when err is one or wraps one
+// before any typed *Error (whose class and cause decide: classify). A
+// retry cannot fix that branch, whichever comes first; errors.As alone
+// would take the first typed branch, a retryable one as well.
+func joinedPermanent(err error) (classification, bool) {
+	for err != nil {
+		switch e := err.(type) {
+		case *Error:
+			return classification{}, false
+		case interface{ Unwrap() []error }:
+			for _, b := range e.Unwrap() {
+				if c := classify(b); c.explicit && c.class == ClassPermanent {
+					return c, true
+				}
+			}
+			return classification{}, false
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		default:
+			return classification{}, false
+		}
+	}
+	return classification{}, false
 }
 
 func classifyNet(err error) (classification, bool) {

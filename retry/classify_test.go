@@ -217,3 +217,43 @@ func TestClassifyTypedNilErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestClassifyJoinedPermanent: an error joining several (errors.Join,
+// fmt.Errorf with several %w) is permanent, with the permanent branch's
+// code, when one branch is explicitly Permanent, whichever branch comes
+// first: a retry cannot fix that part. Without one, the first typed branch
+// decides, as before. The permanent branch was ignored when a retryable
+// typed branch came first.
+func TestClassifyJoinedPermanent(t *testing.T) {
+	bad, slow := errors.New("bad"), errors.New("slow")
+	tests := []struct {
+		name  string
+		err   error
+		class Class
+		code  string
+		after time.Duration
+	}{
+		{"permanent first", errors.Join(Permanent(bad), RetryAfter(slow, time.Second)), ClassPermanent, "", 0},
+		{"retry-after first", errors.Join(RetryAfter(slow, time.Second), Permanent(bad)), ClassPermanent, "", 0},
+		{"code of the permanent branch", errors.Join(WithCode("a", Transient(slow)), WithCode("b", Permanent(bad))), ClassPermanent, "b", 0},
+		{"several %w", fmt.Errorf("%w; %w", Transient(slow), Permanent(bad)), ClassPermanent, "", 0},
+		{"join under a wrap", fmt.Errorf("batch: %w", errors.Join(Transient(slow), Permanent(bad))), ClassPermanent, "", 0},
+		{"join under a code", WithCode("batch", errors.Join(Transient(slow), Permanent(bad))), ClassPermanent, "batch", 0},
+		{"nested joins", errors.Join(slow, errors.Join(Transient(slow), Permanent(bad))), ClassPermanent, "", 0},
+		{"explicit transient over a permanent cause", Transient(errors.Join(slow, Permanent(bad))), ClassTransient, "", 0},
+		{"no permanent branch", errors.Join(slow, RetryAfter(slow, time.Second), Permanent(nil)), ClassTransient, "", time.Second},
+		{"a guessed permanent is no explicit one", errors.Join(Transient(slow), &HTTPError{StatusCode: 400}), ClassTransient, "", 0},
+	}
+	for _, tc := range tests {
+		class, code, after := Classify(tc.err)
+		if class != tc.class || code != tc.code || after != tc.after {
+			t.Errorf("%s: Classify = %v, %q, %v; want %v, %q, %v", tc.name, class, code, after, tc.class, tc.code, tc.after)
+		}
+		if tc.class == ClassPermanent {
+			p := Policy{RetryOn: []string{"b"}}
+			if class, _, _ := p.Classify(tc.err); class != ClassPermanent {
+				t.Errorf("%s: Policy.Classify with a retry_on list = %v, want permanent", tc.name, class)
+			}
+		}
+	}
+}

@@ -31,7 +31,9 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Permanent marks err as not worth retrying. A permanent error stops
-// retrying whatever the policy's code lists say. Permanent(nil) is nil.
+// retrying whatever the policy's code lists say, also when it is joined
+// with retryable errors (errors.Join): see [Classify]. Permanent(nil) is
+// nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
