@@ -3,12 +3,56 @@ package retryq_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/retryq/retryq"
 	"github.com/retryq/retryq/store"
 )
+
+// TestHandlerGoexitFailsItsAttempt: a handler that calls runtime.Goexit
+// (t.FailNow in a test's handler, for one) fails its attempt as a panic
+// does, and the worker keeps its handlers. The attempt's lease stayed
+// heartbeated for ever (the task "running" until the process ended) and
+// the worker lost the handler: with Concurrency 1 it ran nothing more.
+func TestHandlerGoexitFailsItsAttempt(t *testing.T) {
+	e := newEnvOn(t, openStore(t, ""), retryq.Options{DefaultPolicy: fastPolicy(3)})
+	var calls atomic.Int32
+	e.mux.HandleFunc("exits", func(ctx context.Context, task *retryq.Task) error {
+		if calls.Add(1) == 1 {
+			runtime.Goexit()
+		}
+		return nil
+	})
+	e.mux.HandleFunc("after", func(ctx context.Context, task *retryq.Task) error { return nil })
+	e.startWorker(retryq.WorkerConfig{Concurrency: 1})
+	ctx := context.Background()
+	res, err := e.client.Enqueue(ctx, "exits", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ti := e.waitState(res.Task.ID, 10*time.Second, store.StateSucceeded, store.StateDead)
+	if ti.State != store.StateSucceeded || ti.Attempt != 2 {
+		t.Fatalf("task %s after attempt %d, want succeeded at attempt 2", ti.State, ti.Attempt)
+	}
+	hist, err := e.client.Attempts(ctx, res.Task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 2 || hist[0].Error == nil || hist[0].Error.Code != "panic" ||
+		!strings.Contains(hist[0].Error.Message, "runtime.Goexit") || !strings.Contains(hist[0].Detail, "goroutine") {
+		t.Fatalf("history %+v (first error %+v), want a first attempt failed with code panic naming runtime.Goexit, with its stack", hist, hist[0].Error)
+	}
+	// The worker still has its one handler.
+	next, err := e.client.Enqueue(ctx, "after", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitState(next.Task.ID, 10*time.Second, store.StateSucceeded)
+}
 
 // TestJoinedPermanentErrorIsPermanent: a Permanent error joined with a
 // retryable one (errors.Join, or fmt.Errorf with several %w) dead-letters

@@ -14,7 +14,8 @@ import (
 // WithCode) and the attempt is retried or dead-lettered per the type's
 // policy. Handlers must not retry on their own. A panic is recovered and
 // recorded as the attempt's failure (code "panic", with its stack), which
-// is retried as an error of unknown class is.
+// is retried as an error of unknown class is; so is a handler that calls
+// runtime.Goexit (t.FailNow, for one), whose message names it.
 //
 // ctx ends, and context.Cause(ctx) says why (match it with errors.Is),
 // when:

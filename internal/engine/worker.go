@@ -265,10 +265,21 @@ func (w *workerRun) loop(ctx context.Context) {
 }
 
 func (w *workerRun) executor() {
-	defer w.executors.Done()
+	drained := false
+	defer func() {
+		if !drained {
+			// A handler called runtime.Goexit, which ends this goroutine
+			// whatever it does (execute recorded the attempt): another
+			// takes its place, so the worker keeps its Concurrency.
+			w.executors.Add(1)
+			go w.executor()
+		}
+		w.executors.Done()
+	}()
 	for t := range w.queue {
 		w.execute(t)
 	}
+	drained = true
 }
 
 func (w *workerRun) finish(t *store.Task) {
@@ -323,7 +334,27 @@ func (w *workerRun) execute(t *store.Task) {
 	if e.debugging() {
 		e.log.Debug("task started", "task_id", t.ID, "type", t.Type, "attempt", t.Attempt, "worker", w.cfg.ID)
 	}
+	// A handler that calls runtime.Goexit (t.FailNow in a test, for one)
+	// never returns, and recover does not see it: its attempt is concluded
+	// as a panic's on the way out, or its lease would stay heartbeated for
+	// as long as the process runs.
+	exited := true
+	defer func() {
+		if exited {
+			w.conclude(ctx, t, &spec, cancel, cancelLease,
+				&PanicError{Value: "runtime.Goexit called", Stack: string(debug.Stack())})
+		}
+	}()
 	err = callHandler(ctx, w.cfg.Handle, t)
+	exited = false
+	w.conclude(ctx, t, &spec, cancel, cancelLease, err)
+}
+
+// conclude records the end of an attempt whose handler returned err under
+// ctx (cancel ends it, cancelLease its lease's context): its outcome, or
+// nothing when the task was cancelled or its lease lost.
+func (w *workerRun) conclude(ctx context.Context, t *store.Task, spec *TypeSpec, cancel context.CancelFunc, cancelLease context.CancelCauseFunc, err error) {
+	e := w.e
 	cause := context.Cause(ctx)
 	cancel()
 	cancelLease(nil)
@@ -379,7 +410,7 @@ func (w *workerRun) execute(t *store.Task) {
 		}
 		// Decided under the policy as it stands now, not as it stood
 		// when the attempt started (decisionSpec).
-		dspec := e.decisionSpec(w.handlerCtx, t.Type, &spec)
+		dspec := e.decisionSpec(w.handlerCtx, t.Type, spec)
 		out = e.Decide(t, dspec, f, e.now())
 	}
 	w.pending.Add(1)
