@@ -98,7 +98,9 @@ const MaxPayloadDepth = engine.MaxPayloadDepth
 // Client enqueues and manages tasks. It also hosts the engine's commit and
 // scheduler loops: call Start before use and Close when done. Enqueue and
 // Worker.Run need the loops, and return ErrNotStarted before Start. Once
-// Close has returned, every method but Counters returns ErrClosed.
+// Close has returned, every method but Counters returns ErrClosed. A nil
+// context is an ErrInvalid error naming ctx, whatever the call. Make a
+// Client with NewClient: the zero Client is not usable.
 type Client struct {
 	e *engine.Engine
 
@@ -113,9 +115,13 @@ const (
 	clientClosed
 )
 
-// check returns ErrClosed once the client is closed, and ErrNotStarted
-// before Start when needStart is set.
-func (c *Client) check(needStart bool) error {
+// check refuses a nil ctx (errNilContext), then returns ErrClosed once
+// the client is closed, and ErrNotStarted before Start when needStart is
+// set.
+func (c *Client) check(ctx context.Context, needStart bool) error {
+	if ctx == nil {
+		return errNilContext
+	}
 	switch c.state.Load() {
 	case clientClosed:
 		return ErrClosed
@@ -126,6 +132,12 @@ func (c *Client) check(needStart bool) error {
 	}
 	return nil
 }
+
+// errNilContext refuses a nil context.Context: the calls that take one
+// return it, an ErrInvalid error naming ctx, rather than panic somewhere
+// below (in database/sql, with its pool's lock held, so that every later
+// read of the store hung). Pass context.Background() for no deadline.
+var errNilContext = &engine.FieldError{Field: "ctx", Message: "must not be nil (pass context.Background())"}
 
 // NewClient returns a Client over st. Invalid options are ErrInvalid
 // errors naming the field.
@@ -156,6 +168,9 @@ func NewClient(st store.Store, o Options) (*Client, error) {
 // Close stops them. Start fails once called before, or after Close
 // (ErrClosed).
 func (c *Client) Start(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("start client: %w", errNilContext)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state.Load() == clientClosed {
@@ -291,7 +306,7 @@ func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueReque
 // was stored (the connection was lost during the commit): enqueue with an
 // idempotency key to be able to try again safely.
 func (c *Client) Enqueue(ctx context.Context, typ string, payload any, opts ...EnqueueOption) (EnqueueResult, error) {
-	if err := c.check(true); err != nil {
+	if err := c.check(ctx, true); err != nil {
 		return EnqueueResult{}, fmt.Errorf("enqueue task: %w", err)
 	}
 	r, err := request(typ, payload, opts)
@@ -329,7 +344,7 @@ type NewTask struct {
 // PostgreSQL), as a lost connection can. Give the tasks idempotency keys
 // to be able to try again safely.
 func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueResult, error) {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return nil, fmt.Errorf("enqueue tasks: %w", err)
 	}
 	rs := make([]engine.EnqueueRequest, len(tasks))
@@ -356,7 +371,7 @@ func (c *Client) EnqueueMany(ctx context.Context, tasks []NewTask) ([]EnqueueRes
 
 // Get returns a task, or an error matching ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (TaskInfo, error) {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return TaskInfo{}, fmt.Errorf("get task: %w", err)
 	}
 	t, err := c.e.Get(ctx, id)
@@ -369,7 +384,7 @@ func (c *Client) Get(ctx context.Context, id string) (TaskInfo, error) {
 // Attempts returns a task's attempt history, oldest first, or an error
 // matching ErrNotFound.
 func (c *Client) Attempts(ctx context.Context, id string) ([]Attempt, error) {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return nil, fmt.Errorf("list attempts: %w", err)
 	}
 	as, err := c.e.Attempts(ctx, id)
@@ -393,7 +408,7 @@ const DefaultListBytes = engine.DefaultListBytes
 // ("" after the last page). A page holds at most p.Limit tasks and at most
 // p.MaxBytes (0: DefaultListBytes) of payload, but at least one task.
 func (c *Client) List(ctx context.Context, p ListParams) ([]TaskInfo, string, error) {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return nil, "", fmt.Errorf("list tasks: %w", err)
 	}
 	if err := checkCursor(p.Cursor); err != nil {
@@ -411,7 +426,7 @@ func (c *Client) List(ctx context.Context, p ListParams) ([]TaskInfo, string, er
 // it returns is recorded. A finished task is an error matching
 // ErrConflict, an unknown id one matching ErrNotFound.
 func (c *Client) Cancel(ctx context.Context, id string) (TaskInfo, error) {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return TaskInfo{}, fmt.Errorf("cancel task: %w", err)
 	}
 	t, err := c.e.Cancel(ctx, id)
@@ -425,7 +440,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (TaskInfo, error) {
 // (its history is kept) and returns it. A task in another state is an
 // error matching ErrConflict, an unknown id one matching ErrNotFound.
 func (c *Client) Retry(ctx context.Context, id string) (TaskInfo, error) {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return TaskInfo{}, fmt.Errorf("retry task: %w", err)
 	}
 	t, err := c.e.Retry(ctx, id)
@@ -514,7 +529,7 @@ var listFields = map[string]string{"type": "Type", "state": "States", "limit": "
 // cannot read in full is an error rather than dropped. A stored policy this
 // version cannot read (a newer version's) is replaced.
 func (c *Client) SetType(ctx context.Context, tc TypeConfig) error {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return fmt.Errorf("set type: %w", err)
 	}
 	if tc.Timeout < 0 || tc.Timeout > maxTypeTimeout {

@@ -3,6 +3,8 @@ package retryq_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -140,5 +142,72 @@ func TestClientAfterCloseIsErrClosed(t *testing.T) {
 				t.Fatal("a call after Close waited for its context's deadline")
 			}
 		})
+	}
+}
+
+// TestNilContextIsErrInvalid: a nil context is refused with an ErrInvalid
+// error naming ctx by every call that takes one, before it reaches the
+// store. It panicked deep in database/sql, which held its pool's lock
+// then: a caller that recovered from the panic (a server's recovery
+// middleware) had every later read of the store hang for ever.
+func TestNilContextIsErrInvalid(t *testing.T) {
+	c := newIdleClient(t)
+	mux := retryq.NewMux()
+	mux.HandleFunc("a", func(context.Context, *retryq.Task) error { return nil })
+	w, err := retryq.NewWorker(c, retryq.WorkerConfig{Handler: mux})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nilCtx context.Context // a caller's mistake, on purpose
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Start", func() error { return c.Start(nilCtx) }},
+		{"Enqueue", func() error { _, err := c.Enqueue(nilCtx, "a", nil); return err }},
+		{"EnqueueMany", func() error { _, err := c.EnqueueMany(nilCtx, []retryq.NewTask{{Type: "a"}}); return err }},
+		{"Get", func() error { _, err := c.Get(nilCtx, "t1"); return err }},
+		{"Attempts", func() error { _, err := c.Attempts(nilCtx, "t1"); return err }},
+		{"List", func() error { _, _, err := c.List(nilCtx, retryq.ListParams{}); return err }},
+		{"Cancel", func() error { _, err := c.Cancel(nilCtx, "t1"); return err }},
+		{"Retry", func() error { _, err := c.Retry(nilCtx, "t1"); return err }},
+		{"SetType", func() error { return c.SetType(nilCtx, retryq.TypeConfig{Type: "a"}) }},
+		{"ListDead", func() error { _, _, err := c.ListDead(nilCtx, retryq.DeadFilter{}); return err }},
+		{"DeadSummary", func() error { _, err := c.DeadSummary(nilCtx, time.Time{}); return err }},
+		{"Redrive", func() error { _, err := c.Redrive(nilCtx, retryq.DeadFilter{}); return err }},
+		{"Purge", func() error { _, err := c.Purge(nilCtx, retryq.DeadFilter{}); return err }},
+		{"Worker.Run", func() error { return w.Run(nilCtx) }},
+	}
+	check := func(name string, call func() error) {
+		t.Helper()
+		var err error
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("panicked: %v", r)
+				}
+			}()
+			err = call()
+		}()
+		if !errors.Is(err, retryq.ErrInvalid) || !strings.Contains(err.Error(), "ctx: ") {
+			t.Errorf("%s(nil context) = %v, want ErrInvalid naming ctx", name, err)
+		}
+	}
+	for _, cl := range calls {
+		check(cl.name, cl.call)
+	}
+	// The client still works, and starts.
+	ctx := boundedCtx(t)
+	if err := c.Start(ctx); err != nil {
+		t.Fatalf("Start after the refusals: %v", err)
+	}
+	for _, cl := range calls[1:len(calls)-1] {
+		check(cl.name+" once started", cl.call)
+	}
+	if _, err := c.Get(ctx, "t1"); !errors.Is(err, retryq.ErrNotFound) {
+		t.Fatalf("Get after the refusals = %v, want ErrNotFound at once", err)
+	}
+	if _, err := c.Enqueue(ctx, "a", nil); err != nil {
+		t.Fatalf("Enqueue after the refusals: %v", err)
 	}
 }

@@ -87,7 +87,7 @@ func deadFilter(f DeadFilter) store.DeadFilter {
 // ListDead returns a page of dead-lettered tasks matching f, newest first,
 // and the next page's cursor ("" after the last page).
 func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]TaskInfo, string, error) {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return nil, "", fmt.Errorf("list dead tasks: %w", err)
 	}
 	if err := checkCursor(f.Cursor); err != nil {
@@ -108,7 +108,7 @@ func (c *Client) ListDead(ctx context.Context, f DeadFilter) ([]TaskInfo, string
 // largest group first. A since outside years 1 to 9999 is an ErrInvalid
 // error.
 func (c *Client) DeadSummary(ctx context.Context, since time.Time) ([]DeadGroup, error) {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return nil, fmt.Errorf("summarize dead tasks: %w", err)
 	}
 	if err := checkDeadTime("since", since); err != nil {
@@ -127,7 +127,7 @@ func (c *Client) DeadSummary(ctx context.Context, since time.Time) ([]DeadGroup,
 // an error, it returns how many moved before it. The zero DeadFilter
 // redrives every dead task.
 func (c *Client) Redrive(ctx context.Context, f DeadFilter) (int, error) {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return 0, fmt.Errorf("redrive dead tasks: %w", err)
 	}
 	if f.Cursor != "" {
@@ -148,7 +148,7 @@ func (c *Client) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 // before it). Their idempotency keys are free again.
 // The zero DeadFilter purges every dead task.
 func (c *Client) Purge(ctx context.Context, f DeadFilter) (int, error) {
-	if err := c.check(false); err != nil {
+	if err := c.check(ctx, false); err != nil {
 		return 0, fmt.Errorf("purge dead tasks: %w", err)
 	}
 	if f.Cursor != "" {

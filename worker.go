@@ -107,10 +107,10 @@ func NewWorker(c *Client, cfg WorkerConfig) (*Worker, error) {
 // Run fetches and runs tasks until ctx is cancelled, or the Client is
 // closed, then shuts down gracefully (see WorkerConfig.ShutdownGrace) and
 // returns nil. It returns ErrNotStarted before the Client's Start (the
-// worker's outcomes are recorded by the Client's loops), and ErrClosed
-// after its Close.
+// worker's outcomes are recorded by the Client's loops), ErrClosed after
+// its Close, and an ErrInvalid error naming ctx for a nil ctx.
 func (w *Worker) Run(ctx context.Context) error {
-	if err := w.c.check(true); err != nil {
+	if err := w.c.check(ctx, true); err != nil {
 		return fmt.Errorf("run worker: %w", err)
 	}
 	h := w.cfg.Handler
