@@ -201,7 +201,7 @@ func TestNilContextIsErrInvalid(t *testing.T) {
 	if err := c.Start(ctx); err != nil {
 		t.Fatalf("Start after the refusals: %v", err)
 	}
-	for _, cl := range calls[1:len(calls)-1] {
+	for _, cl := range calls[1 : len(calls)-1] {
 		check(cl.name+" once started", cl.call)
 	}
 	if _, err := c.Get(ctx, "t1"); !errors.Is(err, retryq.ErrNotFound) {
