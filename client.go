@@ -260,7 +260,8 @@ type EnqueueResult struct {
 // request builds the engine's request. A payload given as bytes is not
 // copied here: the engine compacts every payload into a buffer of its own
 // before Enqueue returns, so the caller may reuse its buffer then, while
-// the task may still be handed to a local handler straight from the insert.
+// the task may still be handed to a local handler straight from the insert
+// (Enqueue copies the result's payload then).
 func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueRequest, error) {
 	r := engine.EnqueueRequest{Type: typ}
 	switch p := payload.(type) {
@@ -293,7 +294,8 @@ func request(typ string, payload any, opts []EnqueueOption) (engine.EnqueueReque
 // digits and _ - . : / with no empty, "." or ".." part between slashes
 // ("ocr.page", "billing/invoice:v2"). payload is encoded as JSON, with
 // <, > and & left as they are (json.RawMessage and []byte are taken as
-// JSON and copied: the caller may reuse them once Enqueue returns). The
+// JSON and copied: the caller may reuse them once Enqueue returns, and the
+// result's Task is the caller's own). The
 // JSON is stored compacted, as the HTTP API stores it: white space between
 // tokens is dropped, and numbers, escapes and member order are kept. It
 // must be UTF-8 and at most MaxPayloadBytes long once compacted. Invalid
@@ -319,6 +321,12 @@ func (c *Client) Enqueue(ctx context.Context, typ string, payload any, opts ...E
 			return EnqueueResult{}, fmt.Errorf("enqueue task: %w", fe)
 		}
 		return EnqueueResult{}, err // the engine's other errors name the call
+	}
+	if res.Task.State == StateRunning {
+		// Handed to an idle worker straight from the insert, it shares its
+		// payload with the task the worker holds: the caller's copy is its
+		// own, so that writing into it changes nothing the handler sees.
+		res.Task.Payload = bytes.Clone(res.Task.Payload)
 	}
 	return EnqueueResult{Task: res.Task, Duplicate: res.Duplicate}, nil
 }

@@ -170,3 +170,37 @@ func TestZeroEnqueueOptionChangesNothing(t *testing.T) {
 		t.Errorf("priority = %d, want 7 (the option beside the zero ones)", res.Task.Priority)
 	}
 }
+
+// TestEnqueueResultIsTheCallersOwn: the task an enqueue returns is the
+// caller's: writing into its payload changes nothing a handler sees,
+// although the task was handed to an idle worker straight from the insert.
+// The result shared its payload with the task handed over, which the
+// worker copied for its handler only once a handler took it: the handler
+// could see the caller's write (a data race under -race).
+func TestEnqueueResultIsTheCallersOwn(t *testing.T) {
+	e := newEnvOn(t, openStore(t, ""), retryq.Options{})
+	got := make(chan string, 1)
+	e.mux.HandleFunc("a", func(ctx context.Context, task *retryq.Task) error {
+		got <- string(task.Payload)
+		return nil
+	})
+	e.startWorker(retryq.WorkerConfig{Concurrency: 1})
+	waitFor(t, 10*time.Second, "the worker's first fetch", func() bool { return e.client.Counters().Fetches > 0 })
+	res, err := e.client.Enqueue(context.Background(), "a", map[string]int{"n": 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(res.Task.Payload, `{"n":2}`)
+	select {
+	case p := <-got:
+		if p != `{"n":1}` {
+			t.Errorf("the handler saw payload %s after the caller wrote into the enqueue's result, want {\"n\":1} (dispatched at enqueue: %d)",
+				p, e.client.Counters().Dispatched)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not run")
+	}
+	if e.client.Counters().Dispatched != 1 {
+		t.Fatalf("dispatched at enqueue: %d, want 1 (the case under test)", e.client.Counters().Dispatched)
+	}
+}

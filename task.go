@@ -45,8 +45,7 @@ type Task struct {
 func (t *Task) Decode(v any) error { return json.Unmarshal(t.Payload, v) }
 
 // taskFrom returns the handler's view of a leased task. It shares no
-// memory with s, which the engine holds (and, for a task handed over at
-// enqueue, the enqueue's result too): a handler may change its Task.
+// memory with s, which the engine holds: a handler may change its Task.
 func taskFrom(s *store.Task) *Task {
 	t := &Task{
 		ID: s.ID, Type: s.Type, Payload: bytes.Clone(s.Payload), Attempt: s.Attempt, MaxAttempts: s.MaxAttempts,
