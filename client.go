@@ -189,7 +189,10 @@ func (c *Client) Start(ctx context.Context) error {
 // does not close the store. Handlers may use the client until they return;
 // once Close has returned, the client's methods return ErrClosed. Closing
 // again does nothing and returns nil. Do not call Close from a handler: it
-// waits for the handler to return.
+// waits for the handler to return, so it returns only once the worker's
+// ShutdownGrace and about a second more have passed, with the handler's
+// task released (it runs again, the attempt not counted) and what the
+// handler returns then dropped.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -83,3 +83,63 @@ func TestJoinedPermanentErrorIsPermanent(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseFromAHandlerReleasesItsTask pins what Client.Close's doc says of
+// a handler that calls it: Close returns once the worker's ShutdownGrace
+// and about a second more have passed, with the handler's task released
+// (pending, its attempt not counted), and what the handler returns after
+// is dropped.
+func TestCloseFromAHandlerReleasesItsTask(t *testing.T) {
+	st := openStore(t, "")
+	t.Cleanup(func() { _ = st.Close() })
+	c, err := retryq.NewClient(st, retryq.Options{LeaseDuration: 2 * time.Second, PollInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	closed := make(chan error, 1)
+	returned := make(chan struct{})
+	mux := retryq.NewMux()
+	mux.HandleFunc("closer", func(ctx context.Context, task *retryq.Task) error {
+		defer close(returned)
+		closed <- c.Close()
+		return nil
+	})
+	const grace = 300 * time.Millisecond
+	w, err := retryq.NewWorker(c, retryq.WorkerConfig{Handler: mux, Concurrency: 1, ShutdownGrace: grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(context.Background()) }()
+	res, err := c.Enqueue(context.Background(), "closer", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close from a handler = %v", err)
+		}
+		if d := time.Since(start); d < grace {
+			t.Errorf("Close from a handler returned after %s, before the grace (%s) ran out", d, grace)
+		}
+	case <-time.After(grace + 10*time.Second):
+		t.Fatal("Close from a handler did not return")
+	}
+	<-returned
+	if err := <-ran; err != nil {
+		t.Fatalf("Run = %v, want nil once the client closed", err)
+	}
+	ti, err := st.GetTask(context.Background(), res.Task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ti.State != store.StatePending || ti.Attempt != 0 {
+		t.Fatalf("task %s at attempt %d after Close from its handler, want pending, its attempt not counted", ti.State, ti.Attempt)
+	}
+}
