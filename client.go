@@ -165,7 +165,8 @@ func NewClient(st store.Store, o Options) (*Client, error) {
 }
 
 // Start launches the client's background loops. The loops outlive ctx:
-// Close stops them. Start fails once called before, or after Close
+// Close stops them. Start fails once called before ("start client:
+// already started", the client still running), or after Close
 // (ErrClosed).
 func (c *Client) Start(ctx context.Context) error {
 	if ctx == nil {
@@ -173,11 +174,14 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state.Load() == clientClosed {
+	switch c.state.Load() {
+	case clientClosed:
 		return fmt.Errorf("start client: %w", ErrClosed)
+	case clientStarted:
+		return errors.New("start client: already started")
 	}
 	if err := c.e.Start(ctx); err != nil {
-		return err
+		return fmt.Errorf("start client: %w", err)
 	}
 	c.state.Store(clientStarted)
 	return nil

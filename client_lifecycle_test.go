@@ -211,3 +211,20 @@ func TestNilContextIsErrInvalid(t *testing.T) {
 		t.Fatalf("Enqueue after the refusals: %v", err)
 	}
 }
+
+// TestStartTwiceIsRefused: a second Start is refused, naming the call
+// ("start client: already started"; it spoke of the engine), and leaves
+// the client running.
+func TestStartTwiceIsRefused(t *testing.T) {
+	c := newIdleClient(t)
+	ctx := boundedCtx(t)
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err == nil || err.Error() != "start client: already started" {
+		t.Fatalf("second Start = %v, want \"start client: already started\"", err)
+	}
+	if _, err := c.Enqueue(ctx, "a", nil); err != nil {
+		t.Fatalf("Enqueue after a second Start: %v", err)
+	}
+}

@@ -138,7 +138,9 @@ func (m *Mux) HandleFunc(typ string, f func(ctx context.Context, t *Task) error)
 // whether registered before or after. The handlers registered before are
 // wrapped again in the whole chain: a middleware is called once per
 // handler at each Use and at the handler's registration, so keep state
-// meant to be created once outside the function. It panics on a nil
+// meant to be created once outside the function; it may call the Mux's
+// Types, but not its Handle or Use, which would wait for the call that
+// runs it. It panics on a nil
 // middleware, and on one that returns a nil Handler, leaving the Mux as it
 // was.
 func (m *Mux) Use(mw ...Middleware) {
