@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/retryq/retryq/store"
@@ -19,6 +20,7 @@ var contractMoreTests = []testCase{
 	{"Outcome/EmptyKind", testOutcomeEmptyKind},
 	{"Cancel/RunningLeavesNoHistory", testCancelRunningNoHistory},
 	{"Notify/Channels", testNotifyChannels},
+	{"Notify/TypedWakeups", testNotifyTypedWakeups},
 	{"Params/CancelledContext", testCancelledContext},
 	{"Params/HugeLimits", testHugeLimits},
 }
@@ -107,24 +109,10 @@ func testNotifyChannels(e *env) {
 	if !ok {
 		e.t.Skip("the store does not implement store.Notifier")
 	}
-	closed := func(what string, ch <-chan struct{}) {
-		e.t.Helper()
-		deadline := time.After(notifyWait)
-		for {
-			select {
-			case _, open := <-ch:
-				if !open {
-					return
-				}
-			case <-deadline:
-				e.t.Fatalf("%s: still open after %v", what, notifyWait)
-			}
-		}
-	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	w := n.Wakeups(ctx)
 	cancel()
-	closed("wake-ups after their context was cancelled", w)
+	closedWake(e, "wake-ups after their context was cancelled", w)
 
 	cn, ok := e.s.(store.CancelNotifier)
 	if !ok {
@@ -174,6 +162,74 @@ wait:
 	e.noErr("Close", e.s.Close())
 	closedRefs(e, "cancellations after the store closed", gone)
 	closedRefs(e, "cancellations asked for after Close", cn.Cancellations(e.ctx))
+}
+
+// testNotifyTypedWakeups: a store.TypedNotifier's wake-up channel is
+// closed when its context is done, and what its DueTypes records for an
+// insert is any type or a set holding the inserted task's type: a wake-up
+// naming other types only would leave the task to the poll interval.
+func testNotifyTypedWakeups(e *env) {
+	n, ok := e.s.(store.TypedNotifier)
+	if !ok {
+		e.t.Skip("the store does not implement store.TypedNotifier")
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	w, due := n.TypedWakeups(ctx)
+	deadline := time.After(notifyWait)
+	for i := 0; ; i++ {
+		e.insert(base, nt(fmt.Sprintf("typed_%d", i), "typed.warm"))
+		select {
+		case <-w:
+		case <-time.After(50 * time.Millisecond):
+			continue
+		case <-deadline:
+			e.t.Logf("no wake-up in %v (a store that only polls?): types not checked", notifyWait)
+			cancel()
+			closedWake(e, "typed wake-ups after their context was cancelled", w)
+			return
+		}
+		break
+	}
+	// The listener runs: clear what its connection and the warm-up
+	// recorded. Notifications of the warm-up inserts may still arrive:
+	// wait for a record naming the new type, or any type.
+	due.Take()
+	e.insert(base, nt("typed_new", "typed.new"))
+	for {
+		select {
+		case <-w:
+		case <-time.After(notifyWait):
+			e.t.Fatalf("no wake-up naming typed.new (or any type) in %v", notifyWait)
+		}
+		types, all := due.Take()
+		if all || slices.Contains(types, "typed.new") {
+			break
+		}
+		for _, typ := range types {
+			if typ != "typed.warm" {
+				e.t.Fatalf("a wake-up named %q, a type nobody inserted", typ)
+			}
+		}
+	}
+	cancel()
+	closedWake(e, "typed wake-ups after their context was cancelled", w)
+}
+
+// closedWake waits until ch is closed, reading what is left in it.
+func closedWake(e *env, what string, ch <-chan struct{}) {
+	e.t.Helper()
+	deadline := time.After(notifyWait)
+	for {
+		select {
+		case _, open := <-ch:
+			if !open {
+				return
+			}
+		case <-deadline:
+			e.t.Fatalf("%s: still open after %v", what, notifyWait)
+		}
+	}
 }
 
 // closedRefs waits until ch is closed, reading what is left in it.
