@@ -135,7 +135,7 @@ func classify(err error) classification {
 // would take the first typed branch, a retryable one as well.
 func joinedPermanent(err error) (classification, bool) {
 	for err != nil {
-		switch e := err.(type) {
+		switch e := err.(type) { //nolint:errorlint // a walk of the chain link by link: errors.As would skip to the first typed link
 		case *Error:
 			return classification{}, false
 		case interface{ Unwrap() []error }:
