@@ -54,7 +54,8 @@ const (
 	MaxWorkerIDBytes = 200
 )
 
-// Worker runs tasks in this process.
+// Worker runs tasks in this process. Make one with NewWorker: the zero
+// Worker is not usable.
 type Worker struct {
 	c   *Client
 	cfg WorkerConfig
