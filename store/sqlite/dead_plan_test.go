@@ -58,3 +58,24 @@ func TestDeadListPlans(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadRoundKeysResumeAtTheLastKey: a redrive's or purge's round after
+// the first reads tasks_finished from the last round's key, updated_at and
+// id both, not from its updated_at: tasks that died in the same µs (one
+// write killed them all) were read again by every round from the first of
+// them, so a purge of 100,000 dead tasks sharing a death time read them
+// 200 times over (36 s, against 21 s for the rounds of before 4e70bcb).
+func TestDeadRoundKeysResumeAtTheLastKey(t *testing.T) {
+	s := openTemp(t)
+	for _, f := range []store.DeadFilter{{}, {Type: "a"}, {Reason: "r"}, {ErrorCode: "c"}, {Type: "a", Since: time.Unix(1, 0)},
+		{Reason: "r", Since: time.Unix(1, 0), Before: time.Unix(9, 0)}} {
+		q, args := deadKeysQuery(f, &deadKey{at: 5, id: "x"}, deadBatch, true)
+		plan := strings.Join(explain(t, s, q, args...), "\n")
+		if !strings.Contains(plan, "INDEX tasks_finished (state=? AND (updated_at,id)>(?,?)") {
+			t.Errorf("%+v: the round's keys are not read from the last key on:\n%s", f, plan)
+		}
+		if strings.Contains(plan, "TEMP B-TREE") {
+			t.Errorf("%+v: the round's keys are sorted:\n%s", f, plan)
+		}
+	}
+}

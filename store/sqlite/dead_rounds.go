@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"time"
 
 	"github.com/retryq/retryq/store"
 )
@@ -74,13 +75,12 @@ func (s *Store) deadRounds(ctx context.Context, op string, f store.DeadFilter, w
 			return 0, s.translate(op, err)
 		}
 	}
-	byID := len(f.IDs) > 0
-	walk := want > deadBatch && !byID // several rounds to run
+	walk := want > deadBatch && len(f.IDs) == 0 // several rounds to run
 	total := 0
 	var after *deadKey
 	for total < want {
 		k := min(deadBatch, want-total)
-		keys, err := s.deadKeys(ctx, op, where, args, after, k, byID, walk)
+		keys, err := s.deadKeys(ctx, op, f, after, k, walk)
 		if err != nil {
 			return total, err
 		}
@@ -110,29 +110,16 @@ func (s *Store) deadRounds(ctx context.Context, op string, f store.DeadFilter, w
 }
 
 // deadKeys reads, on the read pool, the keys of the first k dead tasks
-// that where selects (args its arguments) after after (nil: from the
-// first), in deadKey order. Without ids to look up (byID), they are read
+// that f selects (deadWhere) after after (nil: from the first), in
+// deadKey order. Without ids to look up (f.IDs), they are read
 // in order from tasks_finished, which the redundant IN term lets SQLite
 // use; walk has it so (INDEXED BY), for a call of several rounds, as
 // SQLite, without statistics, could rather read every task of the
 // filter's index and sort them, for each round. With ids, the primary key
 // finds them (tasks_finished would read every dead task).
-func (s *Store) deadKeys(ctx context.Context, op, where string, args []any, after *deadKey, k int, byID, walk bool) ([]deadKey, error) {
-	q := `SELECT updated_at, id FROM tasks WHERE ` + where
-	if !byID {
-		from := "tasks"
-		if walk {
-			from = "tasks INDEXED BY tasks_finished"
-		}
-		q = `SELECT updated_at, id FROM ` + from + ` WHERE state IN ('succeeded', 'cancelled', 'dead') AND ` + where
-	}
-	args = args[:len(args):len(args)]
-	if after != nil {
-		// The first term bounds the read of tasks_finished.
-		q += ` AND updated_at >= ? AND (updated_at, id) > (?, ?)`
-		args = append(args, after.at, after.at, after.id)
-	}
-	rows, err := s.r.QueryContext(ctx, q+` ORDER BY updated_at, id LIMIT ?`, append(args, k)...)
+func (s *Store) deadKeys(ctx context.Context, op string, f store.DeadFilter, after *deadKey, k int, walk bool) ([]deadKey, error) {
+	q, args := deadKeysQuery(f, after, k, walk)
+	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.translate(op, err)
 	}
@@ -149,4 +136,31 @@ func (s *Store) deadKeys(ctx context.Context, op, where string, args []any, afte
 		return nil, s.translate(op, err)
 	}
 	return keys, nil
+}
+
+// deadKeysQuery returns deadKeys' statement and its arguments.
+func deadKeysQuery(f store.DeadFilter, after *deadKey, k int, walk bool) (string, []any) {
+	if after != nil {
+		// The key matched the filter, so every task after it died at or
+		// after f.Since; its term, which SQLite would use as the range of
+		// tasks_finished instead of the key's (below), is left out.
+		f.Since = time.Time{}
+	}
+	where, args := deadWhere(f)
+	q := `SELECT updated_at, id FROM tasks WHERE ` + where
+	if len(f.IDs) == 0 {
+		from := "tasks"
+		if walk {
+			from = "tasks INDEXED BY tasks_finished"
+		}
+		q = `SELECT updated_at, id FROM ` + from + ` WHERE state IN ('succeeded', 'cancelled', 'dead') AND ` + where
+	}
+	if after != nil {
+		// SQLite reads tasks_finished from the key on (a vector range); a
+		// term on updated_at alone would have it read from the first task
+		// that died in the key's µs, every round again.
+		q += ` AND (updated_at, id) > (?, ?)`
+		args = append(args, after.at, after.id)
+	}
+	return q + ` ORDER BY updated_at, id LIMIT ?`, append(args, k)
 }
