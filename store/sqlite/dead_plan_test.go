@@ -79,3 +79,28 @@ func TestDeadRoundKeysResumeAtTheLastKey(t *testing.T) {
 		}
 	}
 }
+
+// TestDeadRoundKeysOfAFilterReadItsIndex: the keys of a round that does
+// not walk tasks_finished (a filter matching few tasks, see deadRounds)
+// are read through the filter's own index, not a scan of every task.
+func TestDeadRoundKeysOfAFilterReadItsIndex(t *testing.T) {
+	s := openTemp(t)
+	for _, c := range []struct {
+		f    store.DeadFilter
+		want string
+	}{
+		{store.DeadFilter{Type: "a"}, "tasks_dead_type (type=?"},
+		{store.DeadFilter{ErrorCode: "c", Since: time.Unix(1, 0)}, "tasks_dead_code (<expr>=?"},
+		{store.DeadFilter{NoErrorCode: true}, "tasks_dead_code (<expr>=?"},
+		{store.DeadFilter{Reason: "r", Before: time.Unix(9, 0)}, "tasks_dead_reason (dead_reason=?"},
+		{store.DeadFilter{IDs: []string{"x", "y"}}, "(id=?)"},
+	} {
+		for _, after := range []*deadKey{nil, {at: 5, id: "x"}} {
+			q, args := deadKeysQuery(c.f, after, deadBatch, false)
+			plan := strings.Join(explain(t, s, q, args...), "\n")
+			if !strings.Contains(plan, c.want) {
+				t.Errorf("%+v: the round's keys are not read through %s:\n%s", c.f, c.want, plan)
+			}
+		}
+	}
+}

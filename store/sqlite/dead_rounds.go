@@ -12,6 +12,12 @@ import (
 // PurgeDead takes (deadRounds).
 const deadBatch = 500
 
+// deadSortMax bounds the matching dead tasks that the rounds of a
+// RedriveDead or PurgeDead read, in all, through the filter's own index
+// (and sort) for their keys, rather than walk every dead task in death
+// order (deadRounds).
+const deadSortMax = 20000
+
 // deadKey is where a dead task is in the order RedriveDead and PurgeDead
 // take them: oldest death first (updated_at, in µs), then by id.
 type deadKey struct {
@@ -67,15 +73,29 @@ func (s *Store) deadRounds(ctx context.Context, op string, f store.DeadFilter, w
 	if err := s.check(op); err != nil {
 		return 0, err
 	}
-	want := f.Limit
-	if want == 0 {
+	// A filter of ids, a type, an error code or a reason has an index of
+	// its own (tasks_dead_type, _code, _reason; the primary key).
+	indexed := len(f.IDs) > 0 || f.Type != "" || f.ErrorCode != "" || f.NoErrorCode || f.Reason != ""
+	want, matched := f.Limit, -1
+	if want == 0 || (indexed && len(f.IDs) == 0) {
 		// Matches counted once: tasks that die meanwhile (a redriven one
-		// failing again) do not keep the call going.
-		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE `+where, args...).Scan(&want); err != nil {
+		// failing again) do not keep a call without a Limit going.
+		if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM tasks WHERE `+where, args...).Scan(&matched); err != nil {
 			return 0, s.translate(op, err)
 		}
+		if want == 0 {
+			want = matched
+		}
 	}
-	walk := want > deadBatch && len(f.IDs) == 0 // several rounds to run
+	// The keys are read through the filter's index, and sorted, when that
+	// reads fewer tasks than the walk of every dead task in death order
+	// might: each round reads the matching tasks, at most deadSortMax
+	// over all the rounds.
+	walk := !indexed
+	if indexed && len(f.IDs) == 0 {
+		rounds := (min(want, matched) + deadBatch - 1) / deadBatch
+		walk = matched*rounds > deadSortMax
+	}
 	total := 0
 	var after *deadKey
 	for total < want {
@@ -111,12 +131,11 @@ func (s *Store) deadRounds(ctx context.Context, op string, f store.DeadFilter, w
 
 // deadKeys reads, on the read pool, the keys of the first k dead tasks
 // that f selects (deadWhere) after after (nil: from the first), in
-// deadKey order. Without ids to look up (f.IDs), they are read
-// in order from tasks_finished, which the redundant IN term lets SQLite
-// use; walk has it so (INDEXED BY), for a call of several rounds, as
-// SQLite, without statistics, could rather read every task of the
-// filter's index and sort them, for each round. With ids, the primary key
-// finds them (tasks_finished would read every dead task).
+// deadKey order. With walk, they are read in order from tasks_finished
+// (INDEXED BY, with the redundant IN term that lets SQLite use it): the
+// rounds of a call read each dead task once, however many match, but
+// every dead task, however few match. Otherwise SQLite reads those of
+// the filter's own index (the primary key for ids) and sorts them.
 func (s *Store) deadKeys(ctx context.Context, op string, f store.DeadFilter, after *deadKey, k int, walk bool) ([]deadKey, error) {
 	q, args := deadKeysQuery(f, after, k, walk)
 	rows, err := s.r.QueryContext(ctx, q, args...)
@@ -148,12 +167,9 @@ func deadKeysQuery(f store.DeadFilter, after *deadKey, k int, walk bool) (string
 	}
 	where, args := deadWhere(f)
 	q := `SELECT updated_at, id FROM tasks WHERE ` + where
-	if len(f.IDs) == 0 {
-		from := "tasks"
-		if walk {
-			from = "tasks INDEXED BY tasks_finished"
-		}
-		q = `SELECT updated_at, id FROM ` + from + ` WHERE state IN ('succeeded', 'cancelled', 'dead') AND ` + where
+	if walk {
+		q = `SELECT updated_at, id FROM tasks INDEXED BY tasks_finished
+			WHERE state IN ('succeeded', 'cancelled', 'dead') AND ` + where
 	}
 	if after != nil {
 		// SQLite reads tasks_finished from the key on (a vector range); a
