@@ -112,38 +112,40 @@ func TestDeadRoundWorkDoesNotGrowWithTheQueue(t *testing.T) {
 // other types.
 func TestDeadRoundsOfAFewTasksReadOnlyThem(t *testing.T) {
 	ctx := context.Background()
-	for _, op := range []string{"redrive", "purge"} {
-		for _, limit := range []int{0, 1000} {
-			t.Run(fmt.Sprintf("%s limit=%d", op, limit), func(t *testing.T) {
-				pages := map[int]int{}
-				for _, n := range []int{2000, 20000} {
-					s := openTemp(t)
-					s.r.SetMaxOpenConns(1)
-					fillDead(t, s, n) // types a and b
-					// Ten tasks of c, spread over the queue.
-					if _, err := s.w.Exec(`UPDATE tasks SET type = 'c' WHERE rowid % ? = 0`, n/10); err != nil {
-						t.Fatal(err)
-					}
-					f := store.DeadFilter{Type: "c", Limit: limit, Now: time.UnixMicro(1 << 40)}
-					before := poolPages(t, s.r)
-					var got int
-					var err error
-					if op == "redrive" {
-						got, err = s.RedriveDead(ctx, f)
-					} else {
-						got, err = s.PurgeDead(ctx, f)
-					}
-					if want := 10; err != nil || got != want {
-						t.Fatalf("%s of the dead tasks of c among %d: %d, %v; want %d", op, n, got, err, want)
-					}
-					pages[n] = poolPages(t, s.r) - before
+	for _, c := range []struct {
+		op    string
+		limit int
+	}{{"redrive", 1000}, {"purge", 0}} {
+		op, limit := c.op, c.limit
+		t.Run(fmt.Sprintf("%s limit=%d", op, limit), func(t *testing.T) {
+			pages := map[int]int{}
+			for _, n := range []int{2000, 20000} {
+				s := openTemp(t)
+				s.r.SetMaxOpenConns(1)
+				fillDead(t, s, n) // types a and b
+				// Ten tasks of c, spread over the queue.
+				if _, err := s.w.Exec(`UPDATE tasks SET type = 'c' WHERE rowid % ? = 0`, n/10); err != nil {
+					t.Fatal(err)
 				}
-				t.Logf("pages read on the read pool: %d with 2,000 dead tasks, %d with 20,000", pages[2000], pages[20000])
-				if pages[20000] > 2*pages[2000] {
-					t.Errorf("a call taking 10 tasks read %d pages on the read pool among 2,000 dead tasks, %d among 20,000: its work grows with the queue",
-						pages[2000], pages[20000])
+				f := store.DeadFilter{Type: "c", Limit: limit, Now: time.UnixMicro(1 << 40)}
+				before := poolPages(t, s.r)
+				var got int
+				var err error
+				if op == "redrive" {
+					got, err = s.RedriveDead(ctx, f)
+				} else {
+					got, err = s.PurgeDead(ctx, f)
 				}
-			})
-		}
+				if want := 10; err != nil || got != want {
+					t.Fatalf("%s of the dead tasks of c among %d: %d, %v; want %d", op, n, got, err, want)
+				}
+				pages[n] = poolPages(t, s.r) - before
+			}
+			t.Logf("pages read on the read pool: %d with 2,000 dead tasks, %d with 20,000", pages[2000], pages[20000])
+			if pages[20000] > 2*pages[2000] {
+				t.Errorf("a call taking 10 tasks read %d pages on the read pool among 2,000 dead tasks, %d among 20,000: its work grows with the queue",
+					pages[2000], pages[20000])
+			}
+		})
 	}
 }
