@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -36,53 +34,5 @@ func TestNotificationWakesOnlyTheLongPollsOfItsType(t *testing.T) {
 	pg := openPG(t, url)
 	st := &notifyingFetches{fetchesByType: &fetchesByType{Store: pg}, pg: pg}
 	b := startWorkerEngine(t, st, Config{NodeID: "poller", NoScheduler: true, PollInterval: time.Minute})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	const groups = 12
-	answers := make([]chan []store.Task, groups)
-	for i := range groups {
-		answers[i] = startLongPolls(ctx, b, 1, fmt.Sprintf("tenant.%d", i))
-	}
-	waitLongPolls(t, b, groups)
-	waitFor(t, "every long poll's first fetch", func() bool {
-		for i := range groups {
-			if st.count(fmt.Sprintf("tenant.%d", i)) == 0 {
-				return false
-			}
-		}
-		return true
-	})
-	// The listener's first connection wakes every fetcher once: count from
-	// when the counts have held still for 100 ms.
-	snapshot := func() []int {
-		n := make([]int, groups)
-		for i := range groups {
-			n[i] = st.count(fmt.Sprintf("tenant.%d", i))
-		}
-		return n
-	}
-	before := snapshot()
-	for still, deadline := time.Now(), time.Now().Add(10*time.Second); time.Since(still) < 100*time.Millisecond; {
-		if time.Now().After(deadline) {
-			t.Fatal("the long polls kept fetching for 10 s with nothing enqueued")
-		}
-		time.Sleep(5 * time.Millisecond)
-		if now := snapshot(); !slices.Equal(now, before) {
-			before, still = now, time.Now()
-		}
-	}
-	id := mustEnqueue(t, a, "tenant.7", `1`)
-	if ts := recvWithin(t, answers[7], 10*time.Second, "the tenant.7 long poll on the other node to answer"); len(ts) != 1 || ts[0].ID != id {
-		t.Fatalf("the tenant.7 long poll answered %v, want task %s", ts, id)
-	}
-	deadline := time.Now().Add(300 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		for i := range groups {
-			typ := fmt.Sprintf("tenant.%d", i)
-			if n := st.count(typ) - before[i]; i != 7 && n > 0 {
-				t.Fatalf("a task of tenant.7 enqueued on another node made the long poll of %s query the database %d times", typ, n)
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	checkOnlyItsGroupWakes(t, a, b, st.fetchesByType, 12, " enqueued on another node")
 }

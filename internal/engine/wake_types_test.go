@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -42,37 +43,54 @@ func (s *fetchesByType) count(key string) int {
 func TestEnqueueWakesOnlyTheLongPollsOfItsType(t *testing.T) {
 	st := &fetchesByType{Store: openWorkerStoreOn(t, "sqlite")}
 	e := startWorkerEngine(t, st, Config{NoScheduler: true, PollInterval: time.Minute})
+	checkOnlyItsGroupWakes(t, e, e, st, 30, "")
+}
+
+// checkOnlyItsGroupWakes starts one long poll on poller for each of the
+// types tenant.0 to tenant.<groups-1>, waits until each has fetched and
+// the fetch counts of st (poller's store) have held still for 100 ms,
+// enqueues a task of tenant.7 on enqueuer, and checks that the tenant.7
+// long poll answers it and that no other long poll queries the store in
+// the next 300 ms. where says where the task came from, for the message.
+func checkOnlyItsGroupWakes(t *testing.T, enqueuer, poller *Engine, st *fetchesByType, groups int, where string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const groups = 30
 	answers := make([]chan []store.Task, groups)
 	for i := range groups {
-		answers[i] = startLongPolls(ctx, e, 1, fmt.Sprintf("tenant.%d", i))
+		answers[i] = startLongPolls(ctx, poller, 1, fmt.Sprintf("tenant.%d", i))
 	}
-	waitLongPolls(t, e, groups)
-	waitFor(t, "every long poll's first fetch", func() bool {
+	waitLongPolls(t, poller, groups)
+	snapshot := func() []int {
+		n := make([]int, groups)
 		for i := range groups {
-			if st.count(fmt.Sprintf("tenant.%d", i)) == 0 {
-				return false
-			}
+			n[i] = st.count(fmt.Sprintf("tenant.%d", i))
 		}
-		return true
-	})
-	before := make([]int, groups)
-	for i := range groups {
-		before[i] = st.count(fmt.Sprintf("tenant.%d", i))
+		return n
 	}
-	id := mustEnqueue(t, e, "tenant.7", `1`)
+	waitFor(t, "every long poll's first fetch", func() bool { return !slices.Contains(snapshot(), 0) })
+	// A listener's first connection wakes every fetcher once: count from
+	// when the counts have held still for 100 ms.
+	before := snapshot()
+	for still, deadline := time.Now(), time.Now().Add(10*time.Second); time.Since(still) < 100*time.Millisecond; {
+		if time.Now().After(deadline) {
+			t.Fatal("the long polls kept fetching for 10 s with nothing enqueued")
+		}
+		time.Sleep(5 * time.Millisecond)
+		if now := snapshot(); !slices.Equal(now, before) {
+			before, still = now, time.Now()
+		}
+	}
+	id := mustEnqueue(t, enqueuer, "tenant.7", `1`)
 	if ts := recvWithin(t, answers[7], 10*time.Second, "the tenant.7 long poll to answer"); len(ts) != 1 || ts[0].ID != id {
 		t.Fatalf("the tenant.7 long poll answered %v, want task %s", ts, id)
 	}
 	// Woken long polls query within milliseconds of the wake-up.
 	deadline := time.Now().Add(300 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		for i := range groups {
-			typ := fmt.Sprintf("tenant.%d", i)
-			if n := st.count(typ) - before[i]; i != 7 && n > 0 {
-				t.Fatalf("a task of tenant.7 made the long poll of %s query the store %d times", typ, n)
+		for i, n := range snapshot() {
+			if i != 7 && n > before[i] {
+				t.Fatalf("a task of tenant.7%s made the long poll of tenant.%d query the store %d times", where, i, n-before[i])
 			}
 		}
 		time.Sleep(5 * time.Millisecond)

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -58,20 +57,7 @@ const opsAdminApp = "ops-test"
 // replay; their timing against the engines cannot). About 30 s with -race
 // on 2 cores; -short runs a smaller workload.
 func TestEnginesUnderUserOperations(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(envModelSeed); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", envModelSeed, s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (replay with %s=%d)", seed, envModelSeed, seed)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("failed with seed %d: replay with %s=%d", seed, envModelSeed, seed)
-		}
-	})
+	seed := testSeed(t, envModelSeed)
 	total, chaosFor := 2000, 14*time.Second
 	if testing.Short() {
 		total, chaosFor = 300, 4*time.Second

@@ -112,7 +112,7 @@ func testNotifyChannels(e *env) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	w := n.Wakeups(ctx)
 	cancel()
-	closedWake(e, "wake-ups after their context was cancelled", w)
+	closedWithin(e, "wake-ups after their context was cancelled", w)
 
 	cn, ok := e.s.(store.CancelNotifier)
 	if !ok {
@@ -157,11 +157,11 @@ wait:
 		}
 	}
 	cancelCancels()
-	closedRefs(e, "cancellations after their context was cancelled", cancels)
+	closedWithin(e, "cancellations after their context was cancelled", cancels)
 
 	e.noErr("Close", e.s.Close())
-	closedRefs(e, "cancellations after the store closed", gone)
-	closedRefs(e, "cancellations asked for after Close", cn.Cancellations(e.ctx))
+	closedWithin(e, "cancellations after the store closed", gone)
+	closedWithin(e, "cancellations asked for after Close", cn.Cancellations(e.ctx))
 }
 
 // testNotifyTypedWakeups: a store.TypedNotifier's wake-up channel is
@@ -186,7 +186,7 @@ func testNotifyTypedWakeups(e *env) {
 		case <-deadline:
 			e.t.Logf("no wake-up in %v (a store that only polls?): types not checked", notifyWait)
 			cancel()
-			closedWake(e, "typed wake-ups after their context was cancelled", w)
+			closedWithin(e, "typed wake-ups after their context was cancelled", w)
 			return
 		}
 		break
@@ -213,27 +213,12 @@ func testNotifyTypedWakeups(e *env) {
 		}
 	}
 	cancel()
-	closedWake(e, "typed wake-ups after their context was cancelled", w)
+	closedWithin(e, "typed wake-ups after their context was cancelled", w)
 }
 
-// closedWake waits until ch is closed, reading what is left in it.
-func closedWake(e *env, what string, ch <-chan struct{}) {
-	e.t.Helper()
-	deadline := time.After(notifyWait)
-	for {
-		select {
-		case _, open := <-ch:
-			if !open {
-				return
-			}
-		case <-deadline:
-			e.t.Fatalf("%s: still open after %v", what, notifyWait)
-		}
-	}
-}
-
-// closedRefs waits until ch is closed, reading what is left in it.
-func closedRefs(e *env, what string, ch <-chan store.LeaseRef) {
+// closedWithin waits notifyWait at most until ch is closed, reading what
+// is left in it.
+func closedWithin[T any](e *env, what string, ch <-chan T) {
 	e.t.Helper()
 	deadline := time.After(notifyWait)
 	for {
