@@ -144,6 +144,7 @@ func (c *mnCluster) pullRun(ctx context.Context, s *mnSlot, t *store.Task) {
 	var err error
 	switch r.action {
 	case mnOK:
+		c.m.reports(r)
 		err = c.reporter(s).Complete(rctx, t.ID, tok)
 	case mnBeat:
 		err = c.beatThenComplete(ctx, rctx, s, t)
@@ -173,6 +174,7 @@ func (c *mnCluster) pullRun(ctx context.Context, s *mnSlot, t *store.Task) {
 		case mnAfter:
 			rep.RetryAfter = mnRetryAfter
 		}
+		c.m.reports(r)
 		_, err = c.reporter(s).Fail(rctx, t.ID, tok, rep)
 	}
 	c.m.end(r, err)

@@ -79,6 +79,7 @@ type mnRun struct {
 	end       time.Time // zero while running
 	ctxDone   bool      // in process: the context was done when the handler returned
 	reported  error     // pull: what Complete or Fail answered
+	reporting bool      // pull: Complete or Fail was called: the lease may end before it answers
 	closing   bool      // the run's engine began to close while it ran
 }
 
@@ -166,7 +167,10 @@ func (m *mnModel) begin(ctx context.Context, node string, pull bool, t *store.Ta
 		}
 		valid := false
 		if o.pull {
-			valid = r.start.Before(o.expires)
+			// A report ends the lease when it commits, which may be well
+			// before its call answers (under load): the retry it decides
+			// can be due and leased meanwhile.
+			valid = r.start.Before(o.expires) && !o.reporting
 		} else {
 			// A live node's heartbeats keep its leases unless the test
 			// cut its connections: then the lease may expire before the
@@ -182,6 +186,13 @@ func (m *mnModel) begin(ctx context.Context, node string, pull bool, t *store.Ta
 	m.active[t.ID] = append(m.active[t.ID], r)
 	m.runs[t.ID] = append(m.runs[t.ID], r)
 	return r
+}
+
+// reports records that a pull run is about to send its report.
+func (m *mnModel) reports(r *mnRun) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.reporting = true
 }
 
 // end records the end of a run.

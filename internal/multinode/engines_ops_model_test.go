@@ -69,6 +69,7 @@ type opsRun struct {
 	end       time.Time // zero while running
 	ctxDone   bool      // the context was done when the run ended
 	reported  error     // pull: what Complete or Fail answered
+	reporting bool      // pull: Complete or Fail was called: the lease may end before it answers
 	used      bool      // matched with a history row by check
 }
 
@@ -182,7 +183,10 @@ func (m *opsModel) begin(r *opsRun) *opsRun {
 		}
 		valid := false
 		if o.typ == opsTypePull {
-			valid = r.start.Before(o.expires)
+			// A report ends the lease when it commits, which may be well
+			// before its call answers (under load): the retry it decides
+			// can be due and leased meanwhile.
+			valid = r.start.Before(o.expires) && !o.reporting
 		} else {
 			valid = o.ctx.Err() == nil
 		}
@@ -194,6 +198,13 @@ func (m *opsModel) begin(r *opsRun) *opsRun {
 	m.active[r.task] = append(m.active[r.task], r)
 	m.runs[r.task] = append(m.runs[r.task], r)
 	return r
+}
+
+// reports records that a pull run is about to send its report.
+func (m *opsModel) reports(r *opsRun) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r.reporting = true
 }
 
 // end records the end of a run.

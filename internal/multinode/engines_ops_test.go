@@ -419,6 +419,9 @@ func (c *opsCluster) pullRun(ctx context.Context, s *opsSlot, t *store.Task) {
 	}
 	yes, no := true, false
 	rep := engine.ReportedError{Code: "scripted", Message: "scripted " + act, Retryable: &yes}
+	if act != "aborted" {
+		c.m.reports(r)
+	}
 	switch act {
 	case opsOK:
 		err = s.e.Complete(rctx, t.ID, tok)
