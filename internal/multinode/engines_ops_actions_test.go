@@ -143,34 +143,29 @@ func (c *opsCluster) retry(s *opsSlot, id string) {
 
 // redrive redrives the dead tasks a filter selects.
 func (c *opsCluster) redrive(s *opsSlot, f store.DeadFilter) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n, err := s.e.Redrive(ctx, f)
-	_, lost := c.opAnswer("redrive", err)
-	if n > f.Limit {
-		c.t.Errorf("redrive %+v: %d redriven, over its limit", f, n)
-	}
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
-	c.m.redrives[0] += n
-	if lost {
-		c.m.redrives[1] += f.Limit - n
-	}
+	c.deadOp("redrive", "redriven", f, s.e.Redrive, &c.m.redrives)
 }
 
 // purge purges the dead tasks a filter selects.
 func (c *opsCluster) purge(s *opsSlot, f store.DeadFilter) {
+	c.deadOp("purge", "purged", f, s.e.Purge, &c.m.purges)
+}
+
+// deadOp runs a DLQ operation (op) with filter f and adds to counts the
+// tasks it answered, and the most it may have changed when its answer was
+// lost.
+func (c *opsCluster) deadOp(op, done string, f store.DeadFilter, call func(context.Context, store.DeadFilter) (int, error), counts *[2]int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	n, err := s.e.Purge(ctx, f)
-	_, lost := c.opAnswer("purge", err)
+	n, err := call(ctx, f)
+	_, lost := c.opAnswer(op, err)
 	if n > f.Limit {
-		c.t.Errorf("purge %+v: %d purged, over its limit", f, n)
+		c.t.Errorf("%s %+v: %d %s, over its limit", op, f, n, done)
 	}
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	c.m.purges[0] += n
+	counts[0] += n
 	if lost {
-		c.m.purges[1] += f.Limit - n
+		counts[1] += f.Limit - n
 	}
 }
