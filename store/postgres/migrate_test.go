@@ -358,62 +358,100 @@ func TestMigrateReportsOnlyWhatItApplied(t *testing.T) {
 
 // TestUpgradeFromEveryVersionKeepsData builds a database at each older
 // schema version the way that version's binary left it (its migrations
-// recorded in schema_migrations), with a succeeded task, a dead task with a
-// failed attempt and a task type in that version's layout, and checks that
-// Open with AutoMigrate upgrades it to the current version and every record
-// reads back.
+// recorded in schema_migrations), with tasks in every state, their history
+// and task types in that version's layout (storetest.UpgradeFixture), and
+// checks that Open with AutoMigrate upgrades it to the current version,
+// every record reads back the same and the tasks still work.
 func TestUpgradeFromEveryVersionKeepsData(t *testing.T) {
-	started := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	finished := started.Add(time.Second)
+	fx := storetest.NewUpgradeFixture(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	for v := 1; v < KnownVersion(); v++ {
 		t.Run(fmt.Sprintf("from_%d", v), func(t *testing.T) {
 			url := pgtest.URL(t)
 			ctx := t.Context()
-			old := openURL(t, url, func(c *Config) { c.AutoMigrate = false })
-			exec := func(q string, args ...any) {
-				t.Helper()
-				if _, err := old.pool.Exec(ctx, q, args...); err != nil {
-					t.Fatalf("%s: %v", q, err)
-				}
-			}
-			exec(createMigrationsTable)
-			for _, m := range migrations[:v] {
-				exec(m.sql)
-				exec("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
-			}
-			exec(`INSERT INTO tasks (id, type, payload, priority, effective_prio, state, attempt, max_attempts,
-				run_at, created_at, updated_at, worker_id, started_at)
-				VALUES ('ok', 't', '{"a":1}', 0, 0, 'succeeded', 1, 5, $1, $1, $2, 'w', $1)`, started, finished)
-			exec(`INSERT INTO tasks (id, type, payload, priority, effective_prio, state, attempt, max_attempts,
-				run_at, created_at, updated_at, first_failure_at, last_error_code, last_error_message, last_error_class, dead_reason)
-				VALUES ('bad', 't', '{"b":2}', 0, 0, 'dead', 1, 5, $1, $1, $2, $2, 'E400', 'bad input', 'permanent', 'non_retryable')`,
-				started, finished)
-			exec(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome,
-				error_code, error_message, error_class)
-				VALUES ('bad', 't', 1, 'w', $1, $2, 'failed', 'E400', 'bad input', 'permanent')`, started, finished)
-			exec(`INSERT INTO task_types (type, policy, timeout_ns, priority, updated_at)
-				VALUES ('t', '{"max_attempts":5}', 1000, 3, $1)`, started)
-			// Before success_in_task_row (3) the success is an attempts row;
-			// after it, the task row's detail.
-			if v < 3 {
-				exec(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome, detail)
-					VALUES ('ok', 't', 1, 'w', $1, $2, 'succeeded', '200 OK')`, started, finished)
-			} else {
-				exec(`UPDATE tasks SET success_detail = '200 OK' WHERE id = 'ok'`)
-			}
+			old := atVersion(t, url, v, nil)
+			// Before success_in_task_row (3) the success is an attempts
+			// row; after it, the task row's detail.
+			writeUpgradeFixture(t, old, fx, v >= 3)
 
 			st := openURL(t, url, nil) // AutoMigrate
 			if applied, known, err := st.SchemaVersion(ctx); err != nil || applied != known {
 				t.Fatalf("SchemaVersion after the upgrade = %d, %d, %v", applied, known, err)
 			}
-			storetest.CheckUpgradeFixture(ctx, t, st, finished)
-			// The dead task's history went with it (no foreign key cascades
-			// since migration 2).
+			storetest.CheckUpgradeFixture(ctx, t, st, fx)
+			// The deleted tasks' history went with them (no foreign key
+			// cascades since migration 2).
 			var left int
-			if err := st.pool.QueryRow(ctx, "SELECT count(*) FROM attempts WHERE task_id = 'bad'").Scan(&left); err != nil || left != 0 {
-				t.Errorf("history rows of the deleted task = %d, %v", left, err)
+			if err := st.pool.QueryRow(ctx, "SELECT count(*) FROM attempts WHERE task_id IN ('ok', 'gone')").Scan(&left); err != nil || left != 0 {
+				t.Errorf("history rows of the deleted tasks = %d, %v", left, err)
 			}
 		})
+	}
+}
+
+// writeUpgradeFixture writes fx's rows through s in the layout of the
+// first schema versions (every one so far adds to it, none changes it);
+// with successInRow, the success is the task row's detail, else an
+// attempts row.
+func writeUpgradeFixture(t *testing.T, s *Store, fx storetest.UpgradeFixture, successInRow bool) {
+	t.Helper()
+	ctx := t.Context()
+	ts := func(at time.Time) any {
+		if at.IsZero() {
+			return nil
+		}
+		return at
+	}
+	text := func(v string) any {
+		if v == "" {
+			return nil
+		}
+		return v
+	}
+	blob := func(b []byte) any {
+		if len(b) == 0 {
+			return nil
+		}
+		return b
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, tk := range fx.Tasks {
+		var code, msg, class any
+		if e := tk.LastError; e != nil {
+			code, msg, class = e.Code, e.Message, e.Class
+		}
+		exec(`INSERT INTO tasks (id, type, payload, priority, effective_prio, state, attempt, max_attempts, idempotency_key,
+			run_at, created_at, updated_at, first_failure_at, last_error_code, last_error_message, last_error_class,
+			last_delay_ns, dead_reason, lease_id, lease_expires_at, worker_id, started_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`,
+			tk.ID, tk.Type, []byte(tk.Payload), tk.Priority, tk.EffectivePrio, string(tk.State), tk.Attempt, tk.MaxAttempts,
+			text(tk.IdempotencyKey), ts(tk.RunAt), ts(tk.CreatedAt), ts(tk.UpdatedAt), ts(tk.FirstFailureAt),
+			code, msg, class, int64(tk.LastDelay), tk.DeadReason, text(tk.LeaseID), ts(tk.LeaseExpiresAt), tk.WorkerID,
+			ts(tk.StartedAt))
+	}
+	attempts := fx.Attempts
+	if successInRow {
+		exec(`UPDATE tasks SET success_detail = $1 WHERE id = $2`, fx.Success.Detail, fx.Success.TaskID)
+	} else {
+		attempts = append(attempts[:len(attempts):len(attempts)], fx.Success)
+	}
+	for _, a := range attempts {
+		var code, msg, class any
+		if e := a.Error; e != nil {
+			code, msg, class = e.Code, e.Message, e.Class
+		}
+		exec(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome,
+			error_code, error_message, error_class, delay_ns, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			a.TaskID, a.TaskType, a.Number, a.WorkerID, ts(a.StartedAt), ts(a.FinishedAt), a.Outcome,
+			code, msg, class, int64(a.Delay), a.Detail)
+	}
+	for _, tc := range fx.Types {
+		exec(`INSERT INTO task_types (type, policy, timeout_ns, priority, target, updated_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+			tc.Type, blob(tc.Policy), int64(tc.Timeout), tc.Priority, blob(tc.Target), ts(tc.UpdatedAt))
 	}
 }
 

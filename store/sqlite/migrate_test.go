@@ -40,13 +40,13 @@ func rawExec(t *testing.T, db *sql.DB, stmts ...string) {
 
 // TestUpgradeFromEveryVersionKeepsData builds a database at each older
 // schema version the way that version's binary left it (its migrations
-// recorded in schema_migrations), with a succeeded task, a dead task with a
-// failed attempt and a task type in that version's layout, and checks that
-// Open upgrades it to the current version and every record reads back.
+// recorded in schema_migrations), with tasks in every state, their history
+// and task types in that version's layout (storetest.UpgradeFixture), and
+// checks that Open upgrades it to the current version, every record reads
+// back the same and the tasks still work.
 func TestUpgradeFromEveryVersionKeepsData(t *testing.T) {
 	ctx := t.Context()
-	started := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
-	finished := started.Add(time.Second)
+	fx := storetest.NewUpgradeFixture(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	for v := 1; v < KnownVersion(); v++ {
 		t.Run(fmt.Sprintf("from_%d", v), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "old.db")
@@ -59,26 +59,9 @@ func TestUpgradeFromEveryVersionKeepsData(t *testing.T) {
 			for _, m := range migrations[:v] {
 				rawExec(t, db, m.sql, fmt.Sprintf(`INSERT INTO schema_migrations VALUES (%d, '%s', 0)`, m.version, m.name))
 			}
-			s, f := started.UnixMicro(), finished.UnixMicro()
-			rawExec(t, db,
-				fmt.Sprintf(`INSERT INTO tasks (id, type, payload, state, attempt, max_attempts, run_at, created_at, updated_at, worker_id, started_at)
-				VALUES ('ok', 't', CAST('{"a":1}' AS BLOB), 'succeeded', 1, 5, %d, %d, %d, 'w', %d)`, s, s, f, s),
-				fmt.Sprintf(`INSERT INTO tasks (id, type, payload, state, attempt, max_attempts, run_at, created_at, updated_at,
-					first_failure_at, last_error_code, last_error_message, last_error_class, dead_reason)
-				VALUES ('bad', 't', CAST('{"b":2}' AS BLOB), 'dead', 1, 5, %d, %d, %d, %d, 'E400', 'bad input', 'permanent', 'non_retryable')`, s, s, f, f),
-				fmt.Sprintf(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome,
-					error_code, error_message, error_class)
-				VALUES ('bad', 't', 1, 'w', %d, %d, 'failed', 'E400', 'bad input', 'permanent')`, s, f),
-				fmt.Sprintf(`INSERT INTO task_types (type, policy, timeout, priority, updated_at) VALUES ('t', CAST('{"max_attempts":5}' AS BLOB), 1000, 3, %d)`, s),
-			)
-			// Where success_in_task_row has not run yet, the success is an
-			// attempts row; after it, the task row's detail.
-			if v < 2 {
-				rawExec(t, db, fmt.Sprintf(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome, detail)
-					VALUES ('ok', 't', 1, 'w', %d, %d, 'succeeded', '200 OK')`, s, f))
-			} else {
-				rawExec(t, db, `UPDATE tasks SET success_detail = '200 OK' WHERE id = 'ok'`)
-			}
+			// Before success_in_task_row (2) the success is an attempts
+			// row; after it, the task row's detail.
+			writeUpgradeFixture(t, db, fx, v >= 2)
 			if err := db.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -94,8 +77,73 @@ func TestUpgradeFromEveryVersionKeepsData(t *testing.T) {
 			if st.OpenedVersion() != v {
 				t.Errorf("OpenedVersion = %d, want %d", st.OpenedVersion(), v)
 			}
-			storetest.CheckUpgradeFixture(ctx, t, st, finished)
+			storetest.CheckUpgradeFixture(ctx, t, st, fx)
 		})
+	}
+}
+
+// writeUpgradeFixture writes fx's rows into db in the layout of the first
+// schema versions (every one so far adds to it, none changes it); with
+// successInRow, the success is the task row's detail, else an attempts row.
+func writeUpgradeFixture(t *testing.T, db *sql.DB, fx storetest.UpgradeFixture, successInRow bool) {
+	t.Helper()
+	micro := func(at time.Time) any {
+		if at.IsZero() {
+			return nil
+		}
+		return at.UnixMicro()
+	}
+	text := func(s string) any {
+		if s == "" {
+			return nil
+		}
+		return s
+	}
+	blob := func(b []byte) any {
+		if len(b) == 0 {
+			return nil
+		}
+		return b
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.Exec(q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	for _, tk := range fx.Tasks {
+		var code, msg, class any
+		if e := tk.LastError; e != nil {
+			code, msg, class = e.Code, e.Message, e.Class
+		}
+		exec(`INSERT INTO tasks (id, type, payload, priority, effective_prio, state, attempt, max_attempts, idempotency_key,
+			run_at, created_at, updated_at, first_failure_at, last_error_code, last_error_message, last_error_class,
+			last_delay, dead_reason, lease_id, lease_expires_at, worker_id, started_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			tk.ID, tk.Type, []byte(tk.Payload), tk.Priority, tk.EffectivePrio, string(tk.State), tk.Attempt, tk.MaxAttempts,
+			text(tk.IdempotencyKey), micro(tk.RunAt), micro(tk.CreatedAt), micro(tk.UpdatedAt), micro(tk.FirstFailureAt),
+			code, msg, class, int64(tk.LastDelay), tk.DeadReason, text(tk.LeaseID), micro(tk.LeaseExpiresAt), tk.WorkerID,
+			micro(tk.StartedAt))
+	}
+	attempts := fx.Attempts
+	if successInRow {
+		exec(`UPDATE tasks SET success_detail = ? WHERE id = ?`, fx.Success.Detail, fx.Success.TaskID)
+	} else {
+		attempts = append(attempts[:len(attempts):len(attempts)], fx.Success)
+	}
+	for _, a := range attempts {
+		var code, msg, class any
+		if e := a.Error; e != nil {
+			code, msg, class = e.Code, e.Message, e.Class
+		}
+		exec(`INSERT INTO attempts (task_id, task_type, number, worker_id, started_at, finished_at, outcome,
+			error_code, error_message, error_class, delay, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			a.TaskID, a.TaskType, a.Number, a.WorkerID, micro(a.StartedAt), micro(a.FinishedAt), a.Outcome,
+			code, msg, class, int64(a.Delay), a.Detail)
+	}
+	for _, tc := range fx.Types {
+		exec(`INSERT INTO task_types (type, policy, timeout, priority, target, updated_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			tc.Type, blob(tc.Policy), int64(tc.Timeout), tc.Priority, blob(tc.Target), micro(tc.UpdatedAt))
 	}
 }
 
