@@ -156,7 +156,7 @@ func CheckUpgradeFixture(ctx context.Context, t *testing.T, st store.Store, fx U
 		t.Fatalf("ExpiredLeases = %+v, %v; want the running task", expired, err)
 	}
 	reap := store.Outcome{TaskID: "run", LeaseID: "lease-1", State: store.StateRetryWaiting, RunAt: fx.Now.Add(2 * time.Minute),
-		Error: &store.ErrorInfo{Code: "LEASE_EXPIRED", Message: "lease expired", Class: "lease_expired"},
+		Error:       &store.ErrorInfo{Code: "LEASE_EXPIRED", Message: "lease expired", Class: "lease_expired"},
 		ReapExpired: true, OutcomeKind: store.OutcomeLeaseExpired}
 	if errs, err := st.RecordOutcomes(ctx, store.OutcomeParams{Outcomes: []store.Outcome{reap}, Now: fx.Now.Add(time.Minute)}); err != nil || len(errs) != 1 || errs[0] != nil {
 		t.Errorf("reap of the running task: %v, %v", errs, err)
