@@ -48,6 +48,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/retryq/retryq/internal/connstr"
 	"github.com/retryq/retryq/store"
 )
 
@@ -161,7 +162,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("postgres config: URL is required: %w", store.ErrInvalid)
 	}
 	if _, err := pgxpool.ParseConfig(c.URL); err != nil {
-		return fmt.Errorf("postgres config: URL: %w: %w", store.ErrInvalid, err)
+		return fmt.Errorf("postgres config: URL: %w: %w", store.ErrInvalid, hideConnString(err))
 	}
 	switch {
 	case c.MaxConns < 0:
@@ -267,7 +268,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	minFromURL := cfg.MinConns == 0 && urlSets(cfg.URL, "pool_min_conns")
 	pcfg, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("open postgres: %w: %w", store.ErrInvalid, err)
+		return nil, fmt.Errorf("open postgres: %w: %w", store.ErrInvalid, hideConnString(err))
 	}
 	if maxFromURL {
 		cfg.MaxConns = pcfg.MaxConns
@@ -330,6 +331,22 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// hideConnString returns err, the driver's refusal of a connection string,
+// quoting that string with its passwords hidden (connstr.Redact). The
+// driver masks only the spellings it recognises: a keyword/value
+// "password = ..." (spaces around '='), an escaped space in the value or a
+// URL password holding '@' showed all or part of the password in the
+// error, which ends in the server's log and the CLI's output.
+func hideConnString(err error) error {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	c := *pe
+	c.ConnString = connstr.Redact(pe.ConnString)
+	return &c
 }
 
 // urlSets reports whether connString sets the parameter name (pgx's
