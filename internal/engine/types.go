@@ -63,12 +63,17 @@ func (t *Target) Validate() error {
 	if t.URL == "" {
 		return fieldErr("target.url", "is required")
 	}
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fieldErr("target.url", "must be an absolute http or https URL (got %q)", t.URL)
+	// The URL is quoted with its secrets masked (redactURL): the error of
+	// a stored target is logged by the pusher (badTargetLog).
+	if err != nil {
+		return fieldErr("target.url", "must be an absolute http or https URL (it does not parse as a URL)")
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fieldErr("target.url", "must be an absolute http or https URL (got %q)", redactURL(t.URL))
 	}
 	if u.Hostname() == "" {
 		// "http://:8080/": net/http would dial the local machine.
-		return fieldErr("target.url", "must name a host (got %q)", t.URL)
+		return fieldErr("target.url", "must name a host (got %q)", redactURL(t.URL))
 	}
 	if p := u.Port(); p != "" {
 		// url.Parse takes any digits; the dial of every delivery would
