@@ -76,6 +76,10 @@ func backoffLabel(p *apiRetryPolicy) string {
 	return b.String()
 }
 
+// targetLabel names a push target in a table: its method and its URL
+// with the password and query values masked (engine.RedactURL, as the
+// server's log names it), since tables are pasted into tickets and a
+// full-access token is answered with the URL whole. --json keeps it whole.
 func targetLabel(t *apiTarget) string {
 	if t == nil || t.URL == "" {
 		return "-"
@@ -84,7 +88,7 @@ func targetLabel(t *apiTarget) string {
 	if m == "" {
 		m = "POST"
 	}
-	return m + " " + t.URL
+	return m + " " + engine.RedactURL(t.URL, "xxxxx")
 }
 
 // typesSubcommands are the verbs of "retryq types".
@@ -145,7 +149,9 @@ func runTypesList(ctx context.Context, env *Env, args []string) int {
 const typesGetUsage = `Usage: retryq types get TYPE [--json]
 
 Shows a type's effective configuration: the stored one, or the server's
-defaults for a type never configured.
+defaults for a type never configured. The table names a push target with
+the password and query values of its URL masked; --json shows what the
+token may see.
 `
 
 func runTypesGet(ctx context.Context, env *Env, args []string) int {
