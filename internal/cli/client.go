@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/retryq/retryq/internal/engine"
 )
 
 // This file holds what the commands talking to a retryq server share: the
@@ -96,16 +98,25 @@ func normalizeServerURL(raw string) (string, error) {
 	if !strings.Contains(s, "://") {
 		s = "http://" + s
 	}
+	// A URL that may hold a secret (a password, a token in the query) is
+	// quoted with it masked: the refusal ends in CI logs.
+	quoted := raw
+	if strings.ContainsAny(raw, "@?#") {
+		quoted = engine.RedactURL(s, "xxxxx")
+	}
 	u, err := url.Parse(s)
+	if err == nil && u.User != nil {
+		return "", fmt.Errorf("want a server URL without user information (pass the token with --token), got %q", quoted)
+	}
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") ||
-		u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		return "", fmt.Errorf("want a server URL such as %s, got %q", defaultServerURL, raw)
+		u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("want a server URL such as %s, got %q", defaultServerURL, quoted)
 	}
 	if p := u.Port(); p != "" {
 		// url.Parse takes any digits: the dial would fail as if the
 		// server could not be reached.
 		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return "", fmt.Errorf("port %s is not a TCP port (1..65535) in %q", p, raw)
+			return "", fmt.Errorf("port %s is not a TCP port (1..65535) in %q", p, quoted)
 		}
 	}
 	return strings.TrimRight(u.Scheme+"://"+u.Host+u.Path, "/"), nil
