@@ -55,9 +55,23 @@ func dsnSource(flagValue string, env *Env) string {
 	return "--db"
 }
 
+// tooNewHint is what an operator does about a schema newer than the
+// binary (store.ErrSchemaTooNew): no binary migrates a schema back.
+const tooNewHint = "a newer retryq migrated this database: run that version or a later one (a schema is never migrated back)"
+
 // openDB opens the store named by dsn: "sqlite:PATH", "postgres://…" or
-// "postgresql://…". A bare path ending in .db is taken as SQLite.
+// "postgresql://…". A bare path ending in .db is taken as SQLite. A
+// schema newer than the binary's is refused with what to do about it.
 func openDB(ctx context.Context, dsn string, o dbOptions) (store.Store, string, error) {
+	st, kind, err := openStore(ctx, dsn, o)
+	if errors.Is(err, store.ErrSchemaTooNew) {
+		err = fmt.Errorf("%w: %s", err, tooNewHint)
+	}
+	return st, kind, err
+}
+
+// openStore is openDB without the hint.
+func openStore(ctx context.Context, dsn string, o dbOptions) (store.Store, string, error) {
 	if err := checkDSN(dsn); err != nil {
 		return nil, "", fmt.Errorf("--db: %w", err)
 	}
@@ -87,7 +101,7 @@ func openDB(ctx context.Context, dsn string, o dbOptions) (store.Store, string, 
 		}
 		return st, "postgres", nil
 	default: // a bare path ending in .db, as checkDSN found
-		return openDB(ctx, "sqlite:"+dsn, o)
+		return openStore(ctx, "sqlite:"+dsn, o)
 	}
 }
 

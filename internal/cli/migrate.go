@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/retryq/retryq/store"
 	"github.com/retryq/retryq/store/postgres"
 	"github.com/retryq/retryq/store/sqlite"
 )
@@ -56,6 +58,9 @@ func runMigrate(ctx context.Context, env *Env, args []string) int {
 	switch st := st.(type) {
 	case *postgres.Store:
 		from, to, err = st.Upgrade(ctx)
+		if errors.Is(err, store.ErrSchemaTooNew) { // migrated by a newer binary since the open
+			err = fmt.Errorf("%w: %s", err, tooNewHint)
+		}
 	case *sqlite.Store:
 		from, to = st.OpenedVersion(), sqlite.KnownVersion()
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -97,7 +98,7 @@ func TestMigratePostgres(t *testing.T) {
 
 	status, stdout, stderr = runMain("migrate", "--db", url)
 	if status != 1 || !strings.Contains(stderr, tooNew) || !strings.Contains(stderr, "newer than this binary") ||
-		strings.Contains(stderr, "open postgres: open postgres") {
+		!strings.Contains(stderr, tooNewHint) || strings.Contains(stderr, "open postgres: open postgres") {
 		t.Errorf("migrate on a newer schema: status %d\nstdout: %s\nstderr: %s", status, stdout, stderr)
 	}
 	if rows := migrationRows(t, url); len(rows) != known+1 {
@@ -273,5 +274,36 @@ func TestMigrateThroughTransactionPooler(t *testing.T) {
 	}
 	if rows := migrationRows(t, direct); len(rows) != known {
 		t.Errorf("schema_migrations after migrating through the pooler: %q", rows)
+	}
+}
+
+// TestTooNewSchemaSaysWhatToDo: migrate and server on a SQLite file a
+// newer binary migrated exit with status 1, naming both versions and what
+// to do (run the newer binary: nothing migrates a schema back).
+func TestTooNewSchemaSaysWhatToDo(t *testing.T) {
+	clearServerEnv(t)
+	path := filepath.Join(t.TempDir(), "q.db")
+	if status, _, stderr := runMain("migrate", "--db", "sqlite:"+path); status != 0 {
+		t.Fatalf("migrate: %d %s", status, stderr)
+	}
+	known := sqlite.KnownVersion()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec("INSERT INTO schema_migrations VALUES (?, ?, 0)", known+1, fmt.Sprintf("%04d_from_the_future", known+1))
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := fmt.Sprintf("database is at version %d, this binary knows %d", known+1, known)
+	const hint = "a newer retryq migrated this database: run that version or a later one (a schema is never migrated back)"
+	status, _, stderr := runMain("migrate", "--db", "sqlite:"+path)
+	if status != exitFailure || !strings.Contains(stderr, versions) || !strings.Contains(stderr, hint) {
+		t.Errorf("migrate of a newer schema: status %d, stderr %q; want %q and %q", status, stderr, versions, hint)
+	}
+	status, stderr = runServerToExit(t, "server", "--db", "sqlite:"+path, "--listen", "127.0.0.1:0")
+	if status != exitFailure || !strings.Contains(stderr, versions) || !strings.Contains(stderr, hint) {
+		t.Errorf("server on a newer schema: status %d, stderr %q; want %q and %q", status, stderr, versions, hint)
 	}
 }
