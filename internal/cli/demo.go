@@ -190,7 +190,9 @@ func (d *demo) boot(ctx context.Context) error {
 	}
 	logW := io.Discard
 	if d.o.logFile != "" {
-		f, err := os.OpenFile(d.o.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		// Readable by its owner only, as the database: its warnings carry
+		// the attempts' error messages. A file that exists keeps its mode.
+		f, err := os.OpenFile(d.o.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			return fmt.Errorf("--log: %w", err)
 		}
