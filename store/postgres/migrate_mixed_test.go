@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/retryq/retryq/internal/pgtest"
+	"github.com/retryq/retryq/store"
 	"github.com/retryq/retryq/store/storetest"
 )
 
@@ -171,5 +173,40 @@ func TestMigrationKilledMidwayIsRolledBack(t *testing.T) {
 	}
 	if from, to, err := s.Upgrade(ctx); err != nil || from != 6 || to != KnownVersion() {
 		t.Errorf("Upgrade after the killed one = %d, %d, %v; want 6, %d", from, to, err, KnownVersion())
+	}
+}
+
+// TestConcurrentOpensOfAnEmptyDatabase: three nodes started at once on an
+// empty database (Open with AutoMigrate, as `retryq server` does) all
+// open it, warmed on the schema one of them applied, each migration once.
+func TestConcurrentOpensOfAnEmptyDatabase(t *testing.T) {
+	t.Parallel()
+	url := pgtest.URL(t)
+	ctx := t.Context()
+	const n = 3
+	stores := make([]*Store, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { stores[i], errs[i] = Open(ctx, Config{URL: url, AutoMigrate: true, MaxConns: 4}) })
+	}
+	wg.Wait()
+	for i, s := range stores {
+		if errs[i] != nil {
+			t.Errorf("Open %d: %v", i, errs[i])
+			continue
+		}
+		defer s.Close()
+		if applied, known, err := s.SchemaVersion(ctx); err != nil || applied != known {
+			t.Errorf("SchemaVersion of node %d = %d, %d, %v", i, applied, known, err)
+		}
+		if _, err := s.InsertTasks(ctx, store.InsertParams{Tasks: newTasks(fmt.Sprintf("n%d-", i), 1), Now: time.Now()}); err != nil {
+			t.Errorf("InsertTasks on node %d: %v", i, err)
+		}
+	}
+	var rows, distinct int
+	if err := connect(t, url).QueryRow(ctx, "SELECT count(*), count(DISTINCT version) FROM schema_migrations").Scan(&rows, &distinct); err != nil ||
+		rows != KnownVersion() || distinct != KnownVersion() {
+		t.Errorf("schema_migrations: %d rows, %d versions (%v); want %d", rows, distinct, err, KnownVersion())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,4 +109,54 @@ func TestFailedMigrationHalfwayIsRolledBack(t *testing.T) {
 		t.Errorf("after the fixed open: version %d (%v), opened at %d; want %d, opened at %d", applied, err, st.OpenedVersion(), known+2, known)
 	}
 	rawExec(t, db, "SELECT count(*) FROM future_a", "SELECT count(*) FROM future_b", "SELECT count(future_note) FROM tasks")
+}
+
+// TestConcurrentOpensOfAnOldFileMigrateOnce: stores opened at once on a
+// file at an older version (two servers, or a server and `retryq
+// migrate`, started together after an upgrade) all open it; exactly one
+// applies the migrations (it found the old version), the others wait for
+// its write lock and find the schema current.
+func TestConcurrentOpensOfAnOldFileMigrateOnce(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "old.db")
+	db := rawDB(t, path)
+	rawExec(t, db, `CREATE TABLE schema_migrations (version INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL) STRICT`,
+		migrations[0].sql, fmt.Sprintf(`INSERT INTO schema_migrations VALUES (1, '%s', 0)`, migrations[0].name))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	opened := make([]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			st, err := Open(ctx, Config{Path: path})
+			if errs[i] = err; err == nil {
+				opened[i] = st.OpenedVersion()
+				st.Close()
+			}
+		})
+	}
+	wg.Wait()
+	appliers := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("Open %d: %v", i, errs[i])
+		}
+		switch opened[i] {
+		case 1:
+			appliers++
+		case KnownVersion():
+		default:
+			t.Errorf("Open %d found version %d, want 1 or %d", i, opened[i], KnownVersion())
+		}
+	}
+	if appliers != 1 {
+		t.Errorf("opens found versions %v: %d applied the migrations, want 1", opened, appliers)
+	}
+	var rows int
+	if err := rawDB(t, path).QueryRow(`SELECT count(*) FROM schema_migrations`).Scan(&rows); err != nil || rows != KnownVersion() {
+		t.Errorf("schema_migrations rows = %d, %v; want %d", rows, err, KnownVersion())
+	}
 }
