@@ -167,12 +167,14 @@ func (d *demo) printInspect(dead []store.DeadGroup, sampleID string, unfinished 
 	}
 	lines := [][2]string{}
 	if d.o.db != "" {
+		// The hints are made to be pasted: a password stays out (***).
+		db := shellQuote(redactDSN(d.o.db))
 		if unfinished > 0 {
-			fmt.Fprintf(w, "\nThe %d unfinished tasks wait for the next \"retryq demo --db %s\": nothing else runs them\n", unfinished, shellQuote(d.o.db))
+			fmt.Fprintf(w, "\nThe %d unfinished tasks wait for the next \"retryq demo --db %s\": nothing else runs them\n", unfinished, db)
 			fmt.Fprintf(w, "(%s has no push target any more, the simulated API being gone).\n", demoPushType)
 		}
 		fmt.Fprintln(w, "\nThe data is kept. Inspect the dead-letter queue with the CLI:")
-		lines = append(lines, [2]string{"retryq server --db " + shellQuote(d.o.db), "# serves it on 127.0.0.1:7420; then, in another terminal:"})
+		lines = append(lines, [2]string{"retryq server --db " + db, "# serves it on 127.0.0.1:7420; then, in another terminal:"})
 	} else {
 		fmt.Fprintln(w, "\nThis run's database was temporary and is now removed. To keep one and inspect its")
 		fmt.Fprintln(w, "dead-letter queue with the CLI:")
