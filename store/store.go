@@ -9,6 +9,10 @@ import (
 // Store is the storage contract every backend implements. It is safe for
 // concurrent use. Methods that write several rows do so in one transaction:
 // a batch either happens whole or not at all. See docs/storage.md.
+//
+// Every method that takes a context refuses a nil one with ErrInvalid
+// naming ctx (CheckContext) before anything else. A method answering a
+// slice answers an empty one, not nil, when there is nothing to answer.
 type Store interface {
 	// InsertTasks inserts a batch of new tasks in one transaction. A task whose
 	// RunAt is after Now starts scheduled, otherwise pending (or running, when
@@ -149,7 +153,7 @@ type Notifier interface {
 	// process inserted, promoted, released or manually retried (RetryTask,
 	// RedriveDead) tasks, or recorded a retry with a new due time (which
 	// the scheduler, on whichever node it runs, must wake up for). It is
-	// closed when ctx is done. Lost notifications (for example across a
+	// closed when ctx is done (at once for a nil ctx). Lost notifications (for example across a
 	// reconnect) are allowed.
 	Wakeups(ctx context.Context) <-chan struct{}
 }
@@ -162,7 +166,7 @@ type CancelNotifier interface {
 	// Cancellations returns a channel that receives the task and lease of
 	// every running task cancelled by any process while ctx lasts (and
 	// while the store's wake-up listener runs). It is closed when ctx is
-	// done or the store closes. Values may be dropped when the receiver
+	// done (at once for a nil ctx) or the store closes. Values may be dropped when the receiver
 	// falls behind.
 	Cancellations(ctx context.Context) <-chan LeaseRef
 }

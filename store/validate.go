@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
@@ -122,6 +123,18 @@ func CheckInsertLeases(p InsertParams) error {
 // ValidText reports whether s is valid UTF-8 without NUL bytes.
 func ValidText(s string) bool {
 	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+// CheckContext refuses a nil context with ErrInvalid naming ctx, the same
+// way for every backend: each method of a Store that takes a context
+// checks it before anything else. Passed on, a nil context panics inside
+// the database driver, where SQLite's database/sql pool could be left
+// with a lock held, so that every later call of the store hung.
+func CheckContext(ctx context.Context) error {
+	if ctx == nil {
+		return fmt.Errorf("ctx is nil (a context is required): %w", ErrInvalid)
+	}
+	return nil
 }
 
 // CheckNow refuses a zero now, the same way for every backend: each method

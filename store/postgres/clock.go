@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/retryq/retryq/store"
@@ -14,6 +15,9 @@ var _ store.DatabaseClock = (*Store)(nil)
 // UTC with microsecond precision.
 func (s *Store) DatabaseNow(ctx context.Context) (time.Time, error) {
 	const op = "read database time"
+	if err := store.CheckContext(ctx); err != nil {
+		return time.Time{}, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return time.Time{}, err
 	}

@@ -60,6 +60,9 @@ func deadWhere(f store.DeadFilter, args []any) (string, []any) {
 // ListDead lists dead tasks matching the filter, newest id first.
 func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task, string, error) {
 	const op = "list dead tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, "", err
 	}
@@ -100,6 +103,9 @@ const deadListSettings = `SELECT set_config('max_parallel_workers_per_gather', '
 // count every group before the LIMIT cuts them.
 func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.Summary, error) {
 	const op = "summarize dead tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return store.Summary{}, err
 	}
@@ -196,6 +202,9 @@ func limitClause(limit int, args []any) (string, []any) {
 // wait for, until the server noticed the dead peer (hours).
 func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "redrive dead tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return 0, err
 	}
@@ -225,6 +234,9 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 // see deadRounds and lockDeadSQL).
 func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "purge dead tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return 0, err
 	}
@@ -259,6 +271,9 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 // totals' rows until the server notices the dead peer (hours).
 func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
 	const op = "delete finished tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return store.RetentionResult{}, fmt.Errorf("%s: %w", op, err)
+	}
 	var res store.RetentionResult
 	if err := s.check(op); err != nil {
 		return res, err
@@ -321,6 +336,9 @@ SELECT coalesce(sum(n), 0)::bigint FROM per`, args...)
 // Stats returns per-type counts by state and attempt counts since Since.
 func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeStats, error) {
 	const op = "get stats"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := store.CheckTime("since", p.Since); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}

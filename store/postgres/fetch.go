@@ -155,6 +155,9 @@ RETURNING ` + taskCols
 // only and left unchanged.
 func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Task, error) {
 	const op = "fetch tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
@@ -222,6 +225,9 @@ func fetchStatement(types []string) string {
 // leader's promotion skips locked rows, so those tasks would wait as long.
 func (s *Store) PromoteDue(ctx context.Context, p store.PromoteParams) (int, error) {
 	const op = "promote due tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return 0, err
 	}
@@ -276,6 +282,9 @@ const promoteNotifySQL = promoteHead + `CASE WHEN counted.n > 0 THEN pg_notify(`
 // NextWakeup returns the earliest due time and lease expiry.
 func (s *Store) NextWakeup(ctx context.Context, p store.WakeupParams) (store.Wakeup, error) {
 	const op = "get next wakeup"
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Wakeup{}, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return store.Wakeup{}, err
 	}

@@ -69,6 +69,9 @@ const valuesParams = 14
 // then the existing tasks are read (insertKeyed).
 func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.InsertResult, error) {
 	const op = "insert tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}

@@ -26,6 +26,9 @@ RETURNING t.id, t.lease_id`
 // ExtendLeases moves lease expiries with one conditional UPDATE.
 func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error, error) {
 	const op = "extend leases"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
@@ -98,6 +101,9 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 // is current up to and including its expiry instant).
 func (s *Store) ExpiredLeases(ctx context.Context, p store.ExpiredParams) ([]store.Task, error) {
 	const op = "list expired leases"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}

@@ -40,6 +40,9 @@ func scanType(row pgx.Row) (store.TypeConfig, error) {
 
 // PutType inserts or replaces a type's configuration.
 func (s *Store) PutType(ctx context.Context, t store.TypeConfig, now time.Time) (store.TypeConfig, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.TypeConfig{}, fmt.Errorf("put type: %w", err)
+	}
 	op := "put type " + t.Type
 	if err := s.check(op); err != nil {
 		return store.TypeConfig{}, err
@@ -65,6 +68,9 @@ const getTypeSQL = "SELECT " + typeCols + " FROM task_types WHERE type = $1"
 
 // GetType returns a type's configuration.
 func (s *Store) GetType(ctx context.Context, typ string) (store.TypeConfig, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.TypeConfig{}, fmt.Errorf("get type: %w", err)
+	}
 	op := "get type " + typ
 	if err := s.check(op); err != nil {
 		return store.TypeConfig{}, err
@@ -82,6 +88,9 @@ func (s *Store) GetType(ctx context.Context, typ string) (store.TypeConfig, erro
 // ListTypes returns all configured types ordered by name.
 func (s *Store) ListTypes(ctx context.Context) ([]store.TypeConfig, error) {
 	const op = "list types"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
@@ -118,6 +127,9 @@ func (s *Store) ListTypes(ctx context.Context) ([]store.TypeConfig, error) {
 // statement on its own commits, and releases the lock, on the server
 // whatever becomes of its reply.
 func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.Lease, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Lease{}, fmt.Errorf("acquire leader lease: %w", err)
+	}
 	op := "acquire leader lease " + p.Name
 	if err := s.check(op); err != nil {
 		return store.Lease{}, err
@@ -165,6 +177,9 @@ RETURNING name, node_id, expires_at`, p.Name, p.NodeID, us(p.Now.Add(p.TTL)), us
 
 // ReleaseLeader gives up the named lease if NodeID holds it.
 func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
+	if err := store.CheckContext(ctx); err != nil {
+		return fmt.Errorf("release leader lease: %w", err)
+	}
 	op := "release leader lease " + p.Name
 	if err := s.check(op); err != nil {
 		return err
@@ -178,6 +193,9 @@ func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
 
 // GetLeader returns the named lease as stored, or store.ErrNotFound.
 func (s *Store) GetLeader(ctx context.Context, name string) (store.Lease, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Lease{}, fmt.Errorf("get leader lease: %w", err)
+	}
 	op := "get leader lease " + name
 	if err := s.check(op); err != nil {
 		return store.Lease{}, err
@@ -201,6 +219,9 @@ func (s *Store) GetLeader(ctx context.Context, name string) (store.Lease, error)
 
 // HeartbeatNode upserts a node's registry row with LastSeen = now.
 func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) error {
+	if err := store.CheckContext(ctx); err != nil {
+		return fmt.Errorf("heartbeat node: %w", err)
+	}
 	op := "heartbeat node " + n.ID
 	if err := s.check(op); err != nil {
 		return err
@@ -231,6 +252,9 @@ ON CONFLICT (id) DO UPDATE SET host = EXCLUDED.host, version = EXCLUDED.version,
 // ListNodes lists nodes seen at or after since, ordered by id.
 func (s *Store) ListNodes(ctx context.Context, since time.Time) ([]store.Node, error) {
 	const op = "list nodes"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
@@ -264,6 +288,9 @@ FROM nodes WHERE last_seen >= $1 ORDER BY id`, us(since))
 // p.SeenBefore.
 func (s *Store) PruneNodes(ctx context.Context, p store.PruneNodesParams) (int, error) {
 	const op = "prune nodes"
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return 0, err
 	}

@@ -91,6 +91,9 @@ const createMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
 // than this binary (store.ErrSchemaTooNew) and a schema_migrations table
 // retryq did not write (store.ErrForeignSchema).
 func (s *Store) Migrate(ctx context.Context) error {
+	if err := store.CheckContext(ctx); err != nil {
+		return fmt.Errorf("migrate schema: %w", err)
+	}
 	_, _, err := s.Upgrade(ctx)
 	return err
 }
@@ -102,6 +105,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 // privilege may open it with AutoMigrate.
 func (s *Store) Upgrade(ctx context.Context) (from, to int, err error) {
 	const op = "migrate schema"
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", op, err)
+	}
 	applied, known, err := s.SchemaVersion(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: %w", op, err)
@@ -222,6 +228,9 @@ func historyVersion(ctx context.Context, q querier) (int, error) {
 // table retryq did not write is store.ErrForeignSchema.
 func (s *Store) SchemaVersion(ctx context.Context) (applied, known int, err error) {
 	const op = "get schema version"
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return 0, 0, err
 	}

@@ -110,7 +110,7 @@ func (s *Store) Cancellations(ctx context.Context) <-chan store.LeaseRef {
 	ch := make(chan store.LeaseRef, cancelBuffer)
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
-	if s.closed.Load() {
+	if ctx == nil || s.closed.Load() { // a nil context is refused: closed at once
 		close(ch)
 		return ch
 	}
@@ -184,7 +184,7 @@ func (s *Store) wakeups(ctx context.Context, due *store.DueTypes) <-chan struct{
 	ch := make(chan struct{}, 1)
 	s.bgMu.Lock()
 	defer s.bgMu.Unlock()
-	if s.closed.Load() {
+	if ctx == nil || s.closed.Load() { // a nil context is refused: closed at once
 		close(ch)
 		return ch
 	}

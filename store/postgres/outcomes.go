@@ -134,6 +134,9 @@ RETURNING t.id`
 // order, as if recorded one after the other.
 func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]error, error) {
 	const op = "record outcomes"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}

@@ -375,6 +375,9 @@ var ErrReadOnly = errors.New("the server accepts no writes (a read-only session,
 // since, it tries one (rolled back), and fails with store.ErrUnavailable
 // and store.ErrDiskFull if the server refuses it too (diskfull.go).
 func (s *Store) Ping(ctx context.Context) error {
+	if err := store.CheckContext(ctx); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
 	if s.closed.Load() {
 		return fmt.Errorf("ping: %w", store.ErrClosed)
 	}

@@ -85,6 +85,9 @@ func collectTasks(rows pgx.Rows) ([]store.Task, error) {
 
 // GetTask returns one task.
 func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Task{}, fmt.Errorf("get task: %w", err)
+	}
 	op := "get task " + id
 	if err := s.check(op); err != nil {
 		return store.Task{}, err
@@ -101,6 +104,9 @@ func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
 
 // ListAttempts returns a task's history in order.
 func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attempt, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("list attempts: %w", err)
+	}
 	op := "list attempts of task " + taskID
 	if err := s.check(op); err != nil {
 		return nil, err
@@ -178,6 +184,9 @@ FROM attempts WHERE task_id = $1 ORDER BY seq`, taskID)
 // reads those indexes (listPage); any other filter walks the primary key.
 func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task, string, error) {
 	const op = "list tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, "", err
 	}

@@ -14,6 +14,9 @@ import (
 
 // CancelTask cancels a non-terminal task.
 func (s *Store) CancelTask(ctx context.Context, p store.CancelParams) (store.Task, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Task{}, fmt.Errorf("cancel task: %w", err)
+	}
 	op := "cancel task " + p.ID
 	if p.ID == "" {
 		return store.Task{}, fmt.Errorf("cancel task: empty id: %w", store.ErrInvalid)
@@ -72,6 +75,9 @@ const retrySet = `state = 'pending', attempt = 0, last_error_code = NULL, last_e
 
 // RetryTask puts a dead or cancelled task back to pending.
 func (s *Store) RetryTask(ctx context.Context, p store.RetryParams) (store.Task, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Task{}, fmt.Errorf("retry task: %w", err)
+	}
 	op := "retry task " + p.ID
 	if p.ID == "" {
 		return store.Task{}, fmt.Errorf("retry task: empty id: %w", store.ErrInvalid)

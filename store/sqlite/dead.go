@@ -62,6 +62,9 @@ func sqlLimit(n int) int {
 // ListDead implements store.Store.
 func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task, string, error) {
 	const op = "list dead tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
+	}
 	if f.Limit <= 0 {
 		return nil, "", fmt.Errorf("%s: %w: Limit must be positive", op, store.ErrInvalid)
 	}
@@ -87,6 +90,9 @@ func (s *Store) ListDead(ctx context.Context, f store.DeadFilter) ([]store.Task,
 // them. Text compares in byte order (BINARY), as Go strings do.
 func (s *Store) DeadSummary(ctx context.Context, p store.SummaryParams) (store.Summary, error) {
 	const op = "summarize dead tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Summary{}, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return store.Summary{}, err
 	}
@@ -137,6 +143,9 @@ func deadSummaryQuery(where string) string {
 // RedriveDead implements store.Store.
 func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "redrive dead tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
@@ -162,6 +171,9 @@ func (s *Store) RedriveDead(ctx context.Context, f store.DeadFilter) (int, error
 // PurgeDead implements store.Store.
 func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) {
 	const op = "purge dead tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := store.CheckLimit(f.Limit); err != nil {
 		return 0, fmt.Errorf("%s: %w", op, err)
 	}
@@ -219,6 +231,9 @@ func total(byType map[string]int) int {
 // DeleteFinished implements store.Store.
 func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
 	const op = "delete finished tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return store.RetentionResult{}, fmt.Errorf("%s: %w", op, err)
+	}
 	var res store.RetentionResult
 	if err := store.CheckRetention(p); err != nil {
 		return res, fmt.Errorf("%s: %w", op, err)
@@ -263,6 +278,9 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (st
 // Stats implements store.Store.
 func (s *Store) Stats(ctx context.Context, p store.StatsParams) ([]store.TypeStats, error) {
 	const op = "get stats"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}

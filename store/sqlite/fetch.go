@@ -55,6 +55,9 @@ func fetchQuery(ntypes int, bounded bool) string {
 // FetchTasks implements store.Store.
 func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Task, error) {
 	const op = "fetch tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	types, err := store.CheckFetch(p)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -108,6 +111,9 @@ func (s *Store) FetchTasks(ctx context.Context, p store.FetchParams) ([]store.Ta
 // PromoteDue implements store.Store.
 func (s *Store) PromoteDue(ctx context.Context, p store.PromoteParams) (int, error) {
 	const op = "promote due tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if p.Limit <= 0 {
 		return 0, fmt.Errorf("%s: limit must be positive (got %d): %w", op, p.Limit, store.ErrInvalid)
 	}
@@ -136,6 +142,9 @@ func (s *Store) PromoteDue(ctx context.Context, p store.PromoteParams) (int, err
 // NextWakeup implements store.Store.
 func (s *Store) NextWakeup(ctx context.Context, p store.WakeupParams) (store.Wakeup, error) {
 	const op = "get next wakeup"
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Wakeup{}, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return store.Wakeup{}, err
 	}

@@ -22,6 +22,9 @@ type insertJob struct {
 // statement by the writer (see group.go).
 func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.InsertResult, error) {
 	const op = "insert tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
@@ -29,7 +32,7 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if len(p.Tasks) == 0 {
-		return nil, nil
+		return []store.InsertResult{}, nil
 	}
 	if err := store.CheckNewTasks(p.Tasks); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)

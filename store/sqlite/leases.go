@@ -11,11 +11,17 @@ import (
 // ExtendLeases implements store.Store.
 func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error, error) {
 	const op = "extend leases"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := store.CheckNow(p.Now); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if len(p.Leases) == 0 {
-		return nil, s.check(op)
+		if err := s.check(op); err != nil {
+			return nil, err
+		}
+		return []error{}, nil
 	}
 	now := p.Now.UnixMicro()
 	errs := make([]error, len(p.Leases))
@@ -56,6 +62,9 @@ func (s *Store) ExtendLeases(ctx context.Context, p store.ExtendParams) ([]error
 // ExpiredLeases implements store.Store.
 func (s *Store) ExpiredLeases(ctx context.Context, p store.ExpiredParams) ([]store.Task, error) {
 	const op = "list expired leases"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	exclude, err := store.CheckExpired(p)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)

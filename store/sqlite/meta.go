@@ -12,6 +12,9 @@ import (
 
 // PutType implements store.Store.
 func (s *Store) PutType(ctx context.Context, t store.TypeConfig, now time.Time) (store.TypeConfig, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.TypeConfig{}, fmt.Errorf("put type: %w", err)
+	}
 	op := "put type " + t.Type
 	if err := store.CheckTypeConfig(t); err != nil {
 		return store.TypeConfig{}, fmt.Errorf("put type: %w", err)
@@ -54,6 +57,9 @@ func scanType(sc scanner) (store.TypeConfig, error) {
 
 // GetType implements store.Store.
 func (s *Store) GetType(ctx context.Context, typ string) (store.TypeConfig, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.TypeConfig{}, fmt.Errorf("get type: %w", err)
+	}
 	op := "get type " + typ
 	if err := s.check(op); err != nil {
 		return store.TypeConfig{}, err
@@ -68,6 +74,9 @@ func (s *Store) GetType(ctx context.Context, typ string) (store.TypeConfig, erro
 // ListTypes implements store.Store.
 func (s *Store) ListTypes(ctx context.Context) ([]store.TypeConfig, error) {
 	const op = "list types"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
@@ -93,6 +102,9 @@ func (s *Store) ListTypes(ctx context.Context) ([]store.TypeConfig, error) {
 // AcquireLeader implements store.Store. A lease is held while Now is at or
 // before its expiry; after that anyone may take it.
 func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.Lease, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Lease{}, fmt.Errorf("acquire leader lease: %w", err)
+	}
 	op := "acquire leader lease " + p.Name
 	if p.Name == "" || p.NodeID == "" || p.TTL <= 0 {
 		return store.Lease{}, fmt.Errorf("%s: name, node id and a positive TTL are required: %w", op, store.ErrInvalid)
@@ -133,6 +145,9 @@ func (s *Store) AcquireLeader(ctx context.Context, p store.LeaderParams) (store.
 
 // ReleaseLeader implements store.Store.
 func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
+	if err := store.CheckContext(ctx); err != nil {
+		return fmt.Errorf("release leader lease: %w", err)
+	}
 	return s.write(ctx, "release leader lease "+p.Name, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM leader_leases WHERE name = ? AND node_id = ?`, p.Name, p.NodeID)
 		return err
@@ -141,6 +156,9 @@ func (s *Store) ReleaseLeader(ctx context.Context, p store.LeaderParams) error {
 
 // GetLeader implements store.Store.
 func (s *Store) GetLeader(ctx context.Context, name string) (store.Lease, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Lease{}, fmt.Errorf("get leader lease: %w", err)
+	}
 	op := "get leader lease " + name
 	if err := s.check(op); err != nil {
 		return store.Lease{}, err
@@ -161,6 +179,9 @@ func (s *Store) GetLeader(ctx context.Context, name string) (store.Lease, error)
 
 // HeartbeatNode implements store.Store.
 func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) error {
+	if err := store.CheckContext(ctx); err != nil {
+		return fmt.Errorf("heartbeat node: %w", err)
+	}
 	if n.ID == "" {
 		return fmt.Errorf("heartbeat node: empty id: %w", store.ErrInvalid)
 	}
@@ -192,6 +213,9 @@ func (s *Store) HeartbeatNode(ctx context.Context, n store.Node, now time.Time) 
 // ListNodes implements store.Store.
 func (s *Store) ListNodes(ctx context.Context, since time.Time) ([]store.Node, error) {
 	const op = "list nodes"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
@@ -224,6 +248,9 @@ func (s *Store) ListNodes(ctx context.Context, since time.Time) ([]store.Node, e
 // PruneNodes implements store.Store.
 func (s *Store) PruneNodes(ctx context.Context, p store.PruneNodesParams) (int, error) {
 	const op = "prune nodes"
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := s.check(op); err != nil {
 		return 0, err
 	}

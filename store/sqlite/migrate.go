@@ -179,6 +179,9 @@ func (s *Store) OpenedVersion() int { return s.opened }
 
 // SchemaVersion implements store.Store.
 func (s *Store) SchemaVersion(ctx context.Context) (applied, known int, err error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return 0, 0, fmt.Errorf("get schema version: %w", err)
+	}
 	if err := s.check("get schema version"); err != nil {
 		return 0, 0, err
 	}

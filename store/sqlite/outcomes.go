@@ -78,11 +78,17 @@ const attemptCols = 12
 // effect of the first.
 func (s *Store) RecordOutcomes(ctx context.Context, p store.OutcomeParams) ([]error, error) {
 	const op = "record outcomes"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	if err := store.CheckNow(p.Now); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	if len(p.Outcomes) == 0 {
-		return nil, s.check(op)
+		if err := s.check(op); err != nil {
+			return nil, err
+		}
+		return []error{}, nil
 	}
 	p.Outcomes = store.CleanOutcomes(p.Outcomes) // one odd message must not fail the batch
 	now := p.Now.UnixMicro()

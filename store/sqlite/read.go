@@ -55,7 +55,7 @@ func scanTask(sc scanner) (store.Task, error) {
 
 func scanTasks(rows *sql.Rows) ([]store.Task, error) {
 	defer rows.Close()
-	var out []store.Task
+	out := []store.Task{} // empty, not nil, when there is none
 	for rows.Next() {
 		t, err := scanTask(rows)
 		if err != nil {
@@ -68,6 +68,9 @@ func scanTasks(rows *sql.Rows) ([]store.Task, error) {
 
 // GetTask implements store.Store.
 func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Task{}, fmt.Errorf("get task: %w", err)
+	}
 	op := "get task " + id
 	if err := s.check(op); err != nil {
 		return store.Task{}, err
@@ -81,6 +84,9 @@ func (s *Store) GetTask(ctx context.Context, id string) (store.Task, error) {
 
 // ListAttempts implements store.Store.
 func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attempt, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("list attempts: %w", err)
+	}
 	op := "list attempts of task " + taskID
 	if err := s.check(op); err != nil {
 		return nil, err
@@ -146,6 +152,9 @@ func (s *Store) ListAttempts(ctx context.Context, taskID string) ([]store.Attemp
 // reads those indexes (listPage); any other filter walks the primary key.
 func (s *Store) ListTasks(ctx context.Context, p store.ListParams) ([]store.Task, string, error) {
 	const op = "list tasks"
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, "", fmt.Errorf("%s: %w", op, err)
+	}
 	if p.Limit <= 0 {
 		return nil, "", fmt.Errorf("%s: %w: Limit must be positive", op, store.ErrInvalid)
 	}

@@ -265,6 +265,9 @@ func isBusy(err error) bool {
 
 // Ping implements store.Store.
 func (s *Store) Ping(ctx context.Context) error {
+	if err := store.CheckContext(ctx); err != nil {
+		return fmt.Errorf("ping: %w", err)
+	}
 	if err := s.check("ping sqlite"); err != nil {
 		return err
 	}

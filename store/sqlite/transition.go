@@ -34,6 +34,9 @@ func (s *Store) transition(ctx context.Context, op, verb, id, q string, args ...
 
 // CancelTask implements store.Store.
 func (s *Store) CancelTask(ctx context.Context, p store.CancelParams) (store.Task, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Task{}, fmt.Errorf("cancel task: %w", err)
+	}
 	if p.ID == "" {
 		return store.Task{}, fmt.Errorf("cancel task: empty id: %w", store.ErrInvalid)
 	}
@@ -54,6 +57,9 @@ const retrySet = `state = 'pending', attempt = 0, effective_prio = priority, run
 
 // RetryTask implements store.Store.
 func (s *Store) RetryTask(ctx context.Context, p store.RetryParams) (store.Task, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return store.Task{}, fmt.Errorf("retry task: %w", err)
+	}
 	if p.ID == "" {
 		return store.Task{}, fmt.Errorf("retry task: empty id: %w", store.ErrInvalid)
 	}

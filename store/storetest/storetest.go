@@ -36,7 +36,8 @@ type testCase struct {
 // tests lists every subtest of the suite, grouped by area.
 var tests = concat(insertTests, leaseBehindTests, fetchTests, outcomeTests, leaseTests, promoteTests,
 	readTests, cancelRetryTests, deadTests, retentionTests, statsTests, metaTests, lifecycleTests, zeroNowTests, timeTests,
-	oddTextTests, listBytesTests, fetchBytesTests, fetchTypesTests, contractTests, contractTimeTests, contractMoreTests)
+	oddTextTests, listBytesTests, fetchBytesTests, fetchTypesTests, contractTests, contractTimeTests, contractMoreTests,
+	nilContextTests)
 
 func concat(groups ...[]testCase) []testCase {
 	var all []testCase
