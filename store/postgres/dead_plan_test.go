@@ -130,7 +130,7 @@ func TestDeadRoundPlans(t *testing.T) {
 		for _, mode := range []string{"force_custom_plan", "force_generic_plan"} {
 			for _, after := range []*deadKey{nil, {t0.Add(-50000 * time.Second), "t0000050000"}} {
 				for _, f := range filters {
-					q, args := deadKeysSQL(f, after, deadBatch)
+					q, args := deadKeysSQL(f, after, &deadKey{t0, "t0000090000"}, deadBatch)
 					plan := explainStatement(ctx, t, s, deadWalkSettings, mode, q, args)
 					name := fmt.Sprintf("%+v analyzed=%v %s after=%v", f, analyzed, mode, after)
 					checkPlan(t, name, plan)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"time"
@@ -56,15 +57,20 @@ type deadKey struct {
 }
 
 // deadKeysSQL returns the statement that reads the keys of the first k
-// dead tasks matching f after key after (nil: from the first), in
-// deadKey order, with its arguments.
-func deadKeysSQL(f store.DeadFilter, after *deadKey, k int) (string, []any) {
+// dead tasks matching f after key after (nil: from the first) and up to
+// key upto (nil: no bound), in deadKey order, with its arguments.
+func deadKeysSQL(f store.DeadFilter, after, upto *deadKey, k int) (string, []any) {
 	where, args := deadWhere(f, nil)
 	if after != nil {
 		args = append(args, after.at, after.id)
 		at, id := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
 		// The first term bounds the read of tasks_finished_idx.
 		where += " AND t.updated_at >= " + at + " AND (t.updated_at, t.id) > (" + at + ", " + id + ")"
+	}
+	if upto != nil {
+		args = append(args, upto.at, upto.id)
+		at, id := "$"+strconv.Itoa(len(args)-1), "$"+strconv.Itoa(len(args))
+		where += " AND t.updated_at <= " + at + " AND (t.updated_at, t.id) <= (" + at + ", " + id + ")"
 	}
 	limit, args := limitClause(k, args)
 	return `SELECT t.updated_at, t.id FROM tasks t WHERE ` + where + ` ORDER BY t.updated_at, t.id` + limit, args
@@ -77,8 +83,14 @@ func deadKeysSQL(f store.DeadFilter, after *deadKey, k int) (string, []any) {
 // as matched when it began (counted first), or no matching task is left.
 // It returns how many tasks the committed rounds took. Tasks that a
 // concurrent writer took while a round waited for them are replaced by
-// the next round's; tasks that die during the call, a redriven one
-// failing again, do not keep a call without a Limit going.
+// the next round's.
+//
+// The rounds take only the tasks up to the last matching key when the
+// call began (read first, lastDeadKey): a task that dies during the call,
+// one its first rounds redrove failing again, is after it (its death is
+// later) and is not taken. Without that bound a call whose Limit went
+// past the tasks that matched met such a task in a later round and
+// redrove it a second time, counted twice.
 //
 // A round takes at most deadBatch tasks: each statement is a transaction
 // that holds its tasks' row locks until it commits, and one over a whole
@@ -101,11 +113,15 @@ func (s *Store) deadRounds(ctx context.Context, op string, f store.DeadFilter, r
 	// tasks_finished_idx from the last round's (deadWalkSettings), unless
 	// the filter names ids: the primary key finds those.
 	walk := want > deadBatch && len(f.IDs) == 0
+	upto, err := s.lastDeadKey(ctx, op, f, walk)
+	if err != nil || upto == nil {
+		return 0, err // nothing matches
+	}
 	total := 0
 	var after *deadKey
 	for total < want {
 		k := min(deadBatch, want-total)
-		keys, err := s.deadKeys(ctx, op, f, after, k, walk)
+		keys, err := s.deadKeys(ctx, op, f, after, upto, k, walk)
 		if err != nil {
 			return total, err
 		}
@@ -138,11 +154,38 @@ func (s *Store) deadRounds(ctx context.Context, op string, f store.DeadFilter, r
 // 21,429 dead tasks of a type among 1M tasks: 43 rounds of 0.1-0.5 s).
 const deadWalkSettings = deadListSettings
 
+// lastDeadKey reads the key of the last dead task matching f in deadKey
+// order (nil when none does); walk reads it under deadWalkSettings.
+func (s *Store) lastDeadKey(ctx context.Context, op string, f store.DeadFilter, walk bool) (*deadKey, error) {
+	where, args := deadWhere(f, nil)
+	b := &pgx.Batch{}
+	if walk {
+		b.Queue(deadWalkSettings)
+	}
+	b.Queue(`SELECT t.updated_at, t.id FROM tasks t WHERE `+where+` ORDER BY t.updated_at DESC, t.id DESC LIMIT 1`, args...)
+	var key *deadKey
+	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
+		if walk {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		var k deadKey
+		err := br.QueryRow().Scan(&k.at, &k.id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		key = &k
+		return err
+	})
+	return key, err
+}
+
 // deadKeys reads the keys of the first k dead tasks matching f after
-// after (nil: from the first), in deadKey order; walk reads them under
-// deadWalkSettings.
-func (s *Store) deadKeys(ctx context.Context, op string, f store.DeadFilter, after *deadKey, k int, walk bool) ([]deadKey, error) {
-	q, args := deadKeysSQL(f, after, k)
+// after (nil: from the first) and up to upto (lastDeadKey when the call
+// began), in deadKey order; walk reads them under deadWalkSettings.
+func (s *Store) deadKeys(ctx context.Context, op string, f store.DeadFilter, after, upto *deadKey, k int, walk bool) ([]deadKey, error) {
+	q, args := deadKeysSQL(f, after, upto, k)
 	b := &pgx.Batch{}
 	if walk {
 		b.Queue(deadWalkSettings)

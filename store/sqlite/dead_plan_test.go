@@ -69,7 +69,7 @@ func TestDeadRoundKeysResumeAtTheLastKey(t *testing.T) {
 	s := openTemp(t)
 	for _, f := range []store.DeadFilter{{}, {Type: "a"}, {Reason: "r"}, {ErrorCode: "c"}, {Type: "a", Since: time.Unix(1, 0)},
 		{Reason: "r", Since: time.Unix(1, 0), Before: time.Unix(9, 0)}} {
-		q, args := deadKeysQuery(f, &deadKey{at: 5, id: "x"}, deadBatch, true)
+		q, args := deadKeysQuery(f, &deadKey{at: 5, id: "x"}, &deadKey{at: 7, id: "y"}, deadBatch, true)
 		plan := strings.Join(explain(t, s, q, args...), "\n")
 		if !strings.Contains(plan, "INDEX tasks_finished (state=? AND (updated_at,id)>(?,?)") {
 			t.Errorf("%+v: the round's keys are not read from the last key on:\n%s", f, plan)
@@ -96,7 +96,7 @@ func TestDeadRoundKeysOfAFilterReadItsIndex(t *testing.T) {
 		{store.DeadFilter{IDs: []string{"x", "y"}}, "(id=?)"},
 	} {
 		for _, after := range []*deadKey{nil, {at: 5, id: "x"}} {
-			q, args := deadKeysQuery(c.f, after, deadBatch, false)
+			q, args := deadKeysQuery(c.f, after, &deadKey{at: 7, id: "y"}, deadBatch, false)
 			plan := strings.Join(explain(t, s, q, args...), "\n")
 			if !strings.Contains(plan, c.want) {
 				t.Errorf("%+v: the round's keys are not read through %s:\n%s", c.f, c.want, plan)

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/retryq/retryq/store"
@@ -55,9 +56,14 @@ func inValues(n int) string {
 // first, on the read pool), or no matching task is left. It returns how
 // many tasks the committed rounds took. Tasks that another write took
 // between the read of a round's keys and its write (a retry, a cancel,
-// retention) are replaced by the next round's; tasks that die during the
-// call, a redriven one failing again, do not keep a call without a Limit
-// going.
+// retention) are replaced by the next round's.
+//
+// The rounds take only the tasks up to the last matching key when the
+// call began (read first): a task that dies during the call, one its
+// first rounds redrove failing again, is after it (its death is later)
+// and is not taken. Without that bound a call whose Limit went past the
+// tasks that matched met such a task in a later round and redrove it a
+// second time, counted twice.
 //
 // Each round is its own write, so the single writer is never held for a
 // whole dead-letter queue (one transaction of 12,500 tasks of a 1M-task
@@ -96,11 +102,15 @@ func (s *Store) deadRounds(ctx context.Context, op string, f store.DeadFilter, w
 		rounds := (min(want, matched) + deadBatch - 1) / deadBatch
 		walk = matched*rounds > deadSortMax
 	}
+	upto, err := s.lastDeadKey(ctx, op, f, walk)
+	if err != nil || upto == nil {
+		return 0, err // nothing matches
+	}
 	total := 0
 	var after *deadKey
 	for total < want {
 		k := min(deadBatch, want-total)
-		keys, err := s.deadKeys(ctx, op, f, after, k, walk)
+		keys, err := s.deadKeys(ctx, op, f, after, upto, k, walk)
 		if err != nil {
 			return total, err
 		}
@@ -129,15 +139,36 @@ func (s *Store) deadRounds(ctx context.Context, op string, f store.DeadFilter, w
 	return total, nil
 }
 
+// lastDeadKey reads, on the read pool, the key of the last dead task f
+// selects in deadKey order (nil when none does), through the index
+// deadKeys reads with walk.
+func (s *Store) lastDeadKey(ctx context.Context, op string, f store.DeadFilter, walk bool) (*deadKey, error) {
+	where, args := deadWhere(f)
+	q := `SELECT updated_at, id FROM tasks WHERE ` + where
+	if walk {
+		q = `SELECT updated_at, id FROM tasks INDEXED BY tasks_finished
+			WHERE state IN ('succeeded', 'cancelled', 'dead') AND ` + where
+	}
+	var key deadKey
+	err := s.r.QueryRowContext(ctx, q+` ORDER BY updated_at DESC, id DESC LIMIT 1`, args...).Scan(&key.at, &key.id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.translate(op, err)
+	}
+	return &key, nil
+}
+
 // deadKeys reads, on the read pool, the keys of the first k dead tasks
-// that f selects (deadWhere) after after (nil: from the first), in
-// deadKey order. With walk, they are read in order from tasks_finished
+// that f selects (deadWhere) after after (nil: from the first) and up to
+// upto (lastDeadKey when the call began), in deadKey order. With walk, they are read in order from tasks_finished
 // (INDEXED BY, with the redundant IN term that lets SQLite use it): the
 // rounds of a call read each dead task once, however many match, but
 // every dead task, however few match. Otherwise SQLite reads those of
 // the filter's own index (the primary key for ids) and sorts them.
-func (s *Store) deadKeys(ctx context.Context, op string, f store.DeadFilter, after *deadKey, k int, walk bool) ([]deadKey, error) {
-	q, args := deadKeysQuery(f, after, k, walk)
+func (s *Store) deadKeys(ctx context.Context, op string, f store.DeadFilter, after, upto *deadKey, k int, walk bool) ([]deadKey, error) {
+	q, args := deadKeysQuery(f, after, upto, k, walk)
 	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.translate(op, err)
@@ -158,7 +189,7 @@ func (s *Store) deadKeys(ctx context.Context, op string, f store.DeadFilter, aft
 }
 
 // deadKeysQuery returns deadKeys' statement and its arguments.
-func deadKeysQuery(f store.DeadFilter, after *deadKey, k int, walk bool) (string, []any) {
+func deadKeysQuery(f store.DeadFilter, after, upto *deadKey, k int, walk bool) (string, []any) {
 	if after != nil {
 		// The key matched the filter, so every task after it died at or
 		// after f.Since; its term, which SQLite would use as the range of
@@ -177,6 +208,10 @@ func deadKeysQuery(f store.DeadFilter, after *deadKey, k int, walk bool) (string
 		// that died in the key's µs, every round again.
 		q += ` AND (updated_at, id) > (?, ?)`
 		args = append(args, after.at, after.id)
+	}
+	if upto != nil {
+		q += ` AND (updated_at, id) <= (?, ?)`
+		args = append(args, upto.at, upto.id)
 	}
 	return q + ` ORDER BY updated_at, id LIMIT ?`, append(args, k)
 }

@@ -37,7 +37,7 @@ type testCase struct {
 var tests = concat(insertTests, leaseBehindTests, fetchTests, outcomeTests, leaseTests, promoteTests,
 	readTests, cancelRetryTests, deadTests, retentionTests, statsTests, metaTests, lifecycleTests, zeroNowTests, timeTests,
 	oddTextTests, listBytesTests, fetchBytesTests, fetchTypesTests, contractTests, contractTimeTests, contractMoreTests,
-	nilContextTests)
+	nilContextTests, redriveOnceTests)
 
 func concat(groups ...[]testCase) []testCase {
 	var all []testCase
