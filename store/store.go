@@ -95,10 +95,13 @@ type Store interface {
 	// deleted by transactions that committed before it.
 	PurgeDead(ctx context.Context, p DeadFilter) (int, error)
 
-	// DeleteFinished enforces retention: it deletes up to Limit tasks (with
-	// their history) per class whose UpdatedAt is before the given cut-offs
-	// and reports exactly how many of each were deleted. In the same
-	// transaction it adds them to the per-type totals that Stats reports
+	// DeleteFinished enforces retention: it deletes up to Limit (0 = no
+	// limit) tasks (with their history) per class whose UpdatedAt is before
+	// the given cut-offs and reports exactly how many of each were deleted.
+	// A backend may take them in several transactions (both do, 1,000
+	// tasks per class each); with an error it returns what transactions
+	// that committed before it deleted. In the same transaction as each
+	// deletion it adds the tasks to the per-type totals that Stats reports
 	// (TypeStats.RetentionDeleted), so a deletion is never uncounted.
 	DeleteFinished(ctx context.Context, p RetentionParams) (RetentionResult, error)
 

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -258,10 +259,29 @@ func (s *Store) PurgeDead(ctx context.Context, f store.DeadFilter) (int, error) 
 	})
 }
 
+// retentionRound bounds the tasks of each class one transaction of
+// DeleteFinished deletes: a call without a Limit (or with a larger one)
+// runs in rounds, so that no transaction deletes (and locks, and writes
+// to the WAL) the whole of a large table at once.
+const retentionRound = 1000
+
+// retentionClass is one class of finished tasks DeleteFinished deletes.
+type retentionClass struct {
+	state  store.State
+	cutoff time.Time
+	n      *int     // deleted so far
+	upto   *deadKey // the last task to delete when the call began
+}
+
 // DeleteFinished deletes up to Limit (0 = no limit) tasks per finished class
-// older than its cut-off, oldest first, in one transaction.
+// older than its cut-off, oldest first, in rounds of at most
+// retentionRound tasks per class (a Limit of at most retentionRound is
+// one round), up to the last task of the class before its cut-off when
+// the call began: tasks that finish during the call do not keep it
+// going. With an error, the rounds committed before it stand and are in
+// the result.
 //
-// The classes' statements go as one batch (one implicit transaction, sent
+// Each round's statements go as one batch (one implicit transaction, sent
 // at once), not in an explicit transaction: the deletion commits on the
 // server, and its row locks go, whatever becomes of the reply. In an
 // explicit transaction, a leader whose network path is cut (or whose
@@ -281,28 +301,58 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (st
 	if err := store.CheckRetention(p); err != nil {
 		return res, fmt.Errorf("%s: %w", op, err)
 	}
-	classes := []struct {
-		state  store.State
-		cutoff time.Time
-		n      *int
-	}{
-		{store.StateSucceeded, p.SucceededBefore, &res.Succeeded},
-		{store.StateCancelled, p.CancelledBefore, &res.Cancelled},
-		{store.StateDead, p.DeadBefore, &res.Dead},
-	}
+	var classes []*retentionClass
 	b := &pgx.Batch{}
-	var counts []*int
-	for _, c := range classes {
-		*c.n = 0
+	for _, c := range []*retentionClass{
+		{state: store.StateSucceeded, cutoff: p.SucceededBefore, n: &res.Succeeded},
+		{state: store.StateCancelled, cutoff: p.CancelledBefore, n: &res.Cancelled},
+		{state: store.StateDead, cutoff: p.DeadBefore, n: &res.Dead},
+	} {
 		if c.cutoff.IsZero() {
 			continue
 		}
-		args := []any{string(c.state), us(c.cutoff)}
-		limit, args := limitClause(p.Limit, args)
-		b.Queue(`
+		classes = append(classes, c)
+		b.Queue(`SELECT updated_at, id FROM tasks WHERE state = $1 AND updated_at < $2
+	ORDER BY updated_at DESC, id DESC LIMIT 1`, string(c.state), us(c.cutoff))
+	}
+	if len(classes) == 0 {
+		return res, nil
+	}
+	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
+		for _, c := range classes {
+			var key deadKey
+			err := br.QueryRow().Scan(&key.at, &key.id)
+			if errors.Is(err, pgx.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			c.upto = &key
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	live := classes[:0]
+	for _, c := range classes {
+		if c.upto != nil {
+			live = append(live, c)
+		}
+	}
+	for len(live) > 0 {
+		asked, got := make([]int, len(live)), make([]int, len(live))
+		b := &pgx.Batch{}
+		for i, c := range live {
+			asked[i] = retentionRound
+			if p.Limit > 0 {
+				asked[i] = min(asked[i], p.Limit-*c.n)
+			}
+			b.Queue(`
 WITH d AS MATERIALIZED (
-	SELECT id FROM tasks WHERE state = $1 AND updated_at < $2
-	ORDER BY updated_at, id`+limit+` FOR UPDATE SKIP LOCKED
+	SELECT id FROM tasks WHERE state = $1 AND updated_at < $2 AND updated_at <= $3 AND (updated_at, id) <= ($3, $4)
+	ORDER BY updated_at, id LIMIT $5 FOR UPDATE SKIP LOCKED
 ), da AS (
 	DELETE FROM attempts AS a USING d WHERE a.task_id = d.id
 ), del AS (
@@ -313,22 +363,27 @@ WITH d AS MATERIALIZED (
 	INSERT INTO retention_totals AS r (type, state, deleted) SELECT type, $1, n FROM per ORDER BY type
 	ON CONFLICT (type, state) DO UPDATE SET deleted = r.deleted + EXCLUDED.deleted
 )
-SELECT coalesce(sum(n), 0)::bigint FROM per`, args...)
-		counts = append(counts, c.n)
-	}
-	if len(counts) == 0 {
-		return res, nil
-	}
-	err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
-		for _, n := range counts {
-			if err := br.QueryRow().Scan(n); err != nil {
-				return err
+SELECT coalesce(sum(n), 0)::bigint FROM per`, string(c.state), us(c.cutoff), c.upto.at, c.upto.id, asked[i])
+		}
+		err := s.inBatch(ctx, op, b, func(br pgx.BatchResults) error {
+			for i := range live {
+				if err := br.QueryRow().Scan(&got[i]); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return res, err // this round rolled back; the earlier ones committed
+		}
+		left := live[:0]
+		for i, c := range live {
+			*c.n += got[i]
+			if got[i] == asked[i] && (p.Limit == 0 || *c.n < p.Limit) {
+				left = append(left, c)
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		return store.RetentionResult{}, err
+		live = left
 	}
 	return res, nil
 }

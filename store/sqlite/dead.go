@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -228,7 +229,25 @@ func total(byType map[string]int) int {
 	return n
 }
 
-// DeleteFinished implements store.Store.
+// retentionRound bounds the tasks of each class one transaction of
+// DeleteFinished deletes: a call without a Limit (or with a larger one)
+// runs in rounds, each its own write, so that the single writer is never
+// held for the whole of a large table (every enqueue waits for it).
+const retentionRound = 1000
+
+// retentionClass is one class of finished tasks DeleteFinished deletes.
+type retentionClass struct {
+	state  store.State
+	before time.Time
+	n      *int     // deleted so far
+	upto   *deadKey // the last task to delete when the call began
+}
+
+// DeleteFinished implements store.Store. Each class's tasks are deleted
+// in rounds of at most retentionRound, each round one transaction for
+// every class with tasks left (a Limit of at most retentionRound is one
+// round), up to the last task of the class before its cut-off when the
+// call began: tasks that finish during the call do not keep it going.
 func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (store.RetentionResult, error) {
 	const op = "delete finished tasks"
 	if err := store.CheckContext(ctx); err != nil {
@@ -238,39 +257,71 @@ func (s *Store) DeleteFinished(ctx context.Context, p store.RetentionParams) (st
 	if err := store.CheckRetention(p); err != nil {
 		return res, fmt.Errorf("%s: %w", op, err)
 	}
-	err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
-		res = store.RetentionResult{}
-		for _, c := range []struct {
-			state  store.State
-			before time.Time
-			n      *int
-		}{
-			{store.StateSucceeded, p.SucceededBefore, &res.Succeeded},
-			{store.StateCancelled, p.CancelledBefore, &res.Cancelled},
-			{store.StateDead, p.DeadBefore, &res.Dead},
-		} {
-			if c.before.IsZero() {
-				continue
+	if err := s.check(op); err != nil {
+		return res, err
+	}
+	var live []*retentionClass
+	for _, c := range []*retentionClass{
+		{state: store.StateSucceeded, before: p.SucceededBefore, n: &res.Succeeded},
+		{state: store.StateCancelled, before: p.CancelledBefore, n: &res.Cancelled},
+		{state: store.StateDead, before: p.DeadBefore, n: &res.Dead},
+	} {
+		if c.before.IsZero() {
+			continue
+		}
+		var key deadKey
+		// The redundant IN term lets SQLite use the partial index.
+		err := s.r.QueryRowContext(ctx, `SELECT updated_at, id FROM tasks
+			WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = ? AND updated_at < ?
+			ORDER BY updated_at DESC, id DESC LIMIT 1`, string(c.state), c.before.UnixMicro()).Scan(&key.at, &key.id)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return res, s.translate(op, err)
+		}
+		c.upto = &key
+		live = append(live, c)
+	}
+	for len(live) > 0 {
+		asked, got := make([]int, len(live)), make([]int, len(live))
+		for i, c := range live {
+			asked[i] = retentionRound
+			if p.Limit > 0 {
+				asked[i] = min(asked[i], p.Limit-*c.n)
 			}
-			// The redundant IN term lets SQLite use the partial index.
-			byType, err := deleteTasks(ctx, tx, `SELECT rowid FROM tasks
-				WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = ? AND updated_at < ?
-				ORDER BY updated_at, id LIMIT ?`, []any{string(c.state), c.before.UnixMicro(), sqlLimit(p.Limit)})
-			if err != nil {
-				return err
-			}
-			for typ, n := range byType {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO retention_totals (type, state, deleted) VALUES (?, ?, ?)
-					ON CONFLICT (type, state) DO UPDATE SET deleted = deleted + excluded.deleted`, typ, string(c.state), n); err != nil {
+		}
+		err := s.write(ctx, op, func(ctx context.Context, tx *sql.Tx) error {
+			for i, c := range live {
+				byType, err := deleteTasks(ctx, tx, `SELECT rowid FROM tasks
+					WHERE state IN ('succeeded', 'cancelled', 'dead') AND state = ? AND updated_at < ?
+						AND (updated_at, id) <= (?, ?)
+					ORDER BY updated_at, id LIMIT ?`,
+					[]any{string(c.state), c.before.UnixMicro(), c.upto.at, c.upto.id, asked[i]})
+				if err != nil {
 					return err
 				}
+				for typ, n := range byType {
+					if _, err := tx.ExecContext(ctx, `INSERT INTO retention_totals (type, state, deleted) VALUES (?, ?, ?)
+						ON CONFLICT (type, state) DO UPDATE SET deleted = deleted + excluded.deleted`, typ, string(c.state), n); err != nil {
+						return err
+					}
+				}
+				got[i] = total(byType)
 			}
-			*c.n = total(byType)
+			return nil
+		})
+		if err != nil {
+			return res, err // this round rolled back; the earlier ones committed
 		}
-		return nil
-	})
-	if err != nil {
-		return store.RetentionResult{}, err // rolled back: nothing deleted
+		left := live[:0]
+		for i, c := range live {
+			*c.n += got[i]
+			if got[i] == asked[i] && (p.Limit == 0 || *c.n < p.Limit) {
+				left = append(left, c)
+			}
+		}
+		live = left
 	}
 	return res, nil
 }
