@@ -110,7 +110,8 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		sub = w.ch
 		defer e.wake.leaveGroup(key, w)
 	}
-	woken := false // the fetch acts on a wake-up
+	woken := false      // the fetch acts on a wake-up
+	wokeForOne := false // ... for one task alone (broadcastOne)
 	for {
 		// A type that gained a push target during the wait is the
 		// engine's to deliver now (push_types.go); the next request
@@ -138,7 +139,7 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 				// The wake-up this fetch acted on goes to another waiter
 				// of the group (leaveGroup), or the tasks it was for wait
 				// for their poll interval.
-				w.requeue()
+				e.wake.requeue(w)
 			}
 			return nil, fmt.Errorf("lease tasks: %w", err)
 		}
@@ -164,9 +165,11 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			return nil, nil
 		}
 		if len(tasks) > 0 || r.Wait == 0 {
-			if w != nil && fetchMayHaveMore(tasks, r.Max) {
+			if w != nil && fetchMayHaveMore(tasks, r.Max) && !(woken && wokeForOne) {
 				// More may be due. A fetch that came back short took
-				// every task due: the others' fetches would find none.
+				// every task due: the others' fetches would find none;
+				// and one that leased the task its wake-up was for
+				// alone leaves none for them either.
 				e.wake.pass(key, w, 2)
 			}
 			for i := range tasks {
@@ -191,12 +194,12 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		select {
 		case <-sub:
 			woken = true
-			e.wake.setFetching(w, true)
+			wokeForOne = e.wake.took(w)
 		case <-t.C:
 			if last {
 				return nil, nil // a wake-up w holds now goes to another waiter (leaveGroup)
 			}
-			woken = false
+			woken, wokeForOne = false, false
 			e.wake.setFetching(w, true)
 		case <-ctx.Done():
 			t.Stop()

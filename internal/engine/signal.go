@@ -24,7 +24,9 @@ import (
 // waiter would make each of them query the store for what one of them will
 // get. A waiter whose fetch leased tasks passes the wake-up on to two more
 // of its group that are not fetching (pass), since more may be due; one
-// whose fetch found nothing ends the chain. A waiter that leaves holding a
+// whose fetch found nothing ends the chain, and so does one whose
+// wake-up was for one task alone (broadcastOne: an enqueue or a manual
+// retry of one task), which its fetch leased. A waiter that leaves holding a
 // wake-up it did not act on hands it on (leaveGroup), as does one whose
 // fetch failed (Lease).
 type broadcaster struct {
@@ -39,6 +41,10 @@ type waiter struct {
 	// fetching is set while the waiter fetches, or was woken and is about
 	// to: a wake-up passed on need not go to it. b.mu guards it.
 	fetching bool
+	// one is set while the wake-up the waiter holds is for one task
+	// alone (broadcastOne), not several wake-ups merged or one for any
+	// number of tasks. b.mu guards it.
+	one bool
 }
 
 func newBroadcaster() *broadcaster {
@@ -79,11 +85,29 @@ func (b *broadcaster) joinGroup(key string) *waiter {
 
 // requeue gives w back a wake-up it took but could not act on (its fetch
 // failed), for leaveGroup to hand on.
-func (w *waiter) requeue() {
+func (b *broadcaster) requeue(w *waiter) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	select {
 	case w.ch <- struct{}{}:
 	default:
 	}
+	w.one = false
+}
+
+// took records that w took a wake-up from its channel and fetches for
+// it, and reports whether that wake-up was for one task alone: when the
+// fetch leases a task, no other may be due, and the wake-up ends there.
+// A wake-up that came in since w took its own makes it report false.
+func (b *broadcaster) took(w *waiter) (one bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	w.fetching = true
+	if len(w.ch) > 0 {
+		return false // w.one is the new wake-up's
+	}
+	one, w.one = w.one, false
+	return one
 }
 
 // setFetching records whether w fetches (true: it was woken, or its poll
@@ -114,7 +138,7 @@ func (b *broadcaster) leaveGroup(key string, w *waiter) {
 	}
 	select {
 	case <-w.ch:
-		b.wakeOneLocked(g)
+		b.wakeOneLocked(g, w.one)
 	default:
 	}
 }
@@ -138,7 +162,7 @@ func (b *broadcaster) pass(key string, w *waiter, n int) {
 			if c == w || (c.fetching && len(c.ch) == 0) != busy {
 				continue
 			}
-			b.wakeLocked(c)
+			b.wakeLocked(c, false)
 			n--
 		}
 	}
@@ -147,25 +171,28 @@ func (b *broadcaster) pass(key string, w *waiter, n int) {
 // wakeOneLocked makes one waiter of g fetch after now: the longest
 // waiting one that is not fetching (or already holds a wake-up), else the
 // longest waiting one, whose fetch may have begun before what the wake-up
-// is for. b.mu is held.
-func (b *broadcaster) wakeOneLocked(g []*waiter) {
+// is for. one says the wake-up is for one task alone. b.mu is held.
+func (b *broadcaster) wakeOneLocked(g []*waiter, one bool) {
 	for _, c := range g {
 		if !c.fetching || len(c.ch) > 0 {
-			b.wakeLocked(c)
+			b.wakeLocked(c, one)
 			return
 		}
 	}
 	if len(g) > 0 {
-		b.wakeLocked(g[0])
+		b.wakeLocked(g[0], one)
 	}
 }
 
 // wakeLocked gives w a wake-up, unless it holds one already (it will
-// fetch), and marks it fetching. b.mu is held.
-func (b *broadcaster) wakeLocked(w *waiter) {
+// fetch), and marks it fetching. one says the wake-up is for one task
+// alone; merged with one w holds already, it is not. b.mu is held.
+func (b *broadcaster) wakeLocked(w *waiter, one bool) {
 	select {
 	case w.ch <- struct{}{}:
+		w.one = one
 	default:
+		w.one = false
 	}
 	w.fetching = true
 }
@@ -179,6 +206,18 @@ func (b *broadcaster) broadcast() {
 // broadcastTypes wakes the subscribers and one waiter of each group that
 // fetch one of types: tasks of those types became due. Nil types wake all.
 func (b *broadcaster) broadcastTypes(types []string) {
+	b.broadcastDue(types, false)
+}
+
+// broadcastOne is broadcastTypes for one task of type typ that became
+// due alone: a waiter woken for it that leases a task passes the
+// wake-up on to no other (took).
+func (b *broadcaster) broadcastOne(typ string) {
+	b.broadcastDue([]string{typ}, true)
+}
+
+// broadcastDue is broadcastTypes; one says the wake-up is for one task.
+func (b *broadcaster) broadcastDue(types []string, one bool) {
 	b.mu.Lock()
 	for ch, of := range b.subs {
 		if types != nil && of != nil && !namesAny(of, types) {
@@ -191,7 +230,7 @@ func (b *broadcaster) broadcastTypes(types []string) {
 	}
 	for key, g := range b.groups {
 		if types == nil || keyNamesAny(key, types) {
-			b.wakeOneLocked(g)
+			b.wakeOneLocked(g, one)
 		}
 	}
 	b.mu.Unlock()
