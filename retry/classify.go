@@ -52,7 +52,7 @@ type classification struct {
 //     one, the first typed error found as errors.As finds it;
 //   - context.DeadlineExceeded: transient, "deadline_exceeded";
 //   - context.Canceled: unknown, "canceled";
-//   - [*HTTPError]: 429, 408 and 5xx except 501 are transient, other
+//   - [*HTTPError]: 429, 408, 425 and 5xx except 501 are transient, other
 //     statuses permanent; the code is the status ("503");
 //   - DNS errors ([*net.DNSError]): not found is permanent,
 //     "dns_not_found"; temporary failures and timeouts are transient, "dns";

@@ -122,7 +122,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestClassifyHTTPStatuses(t *testing.T) {
-	transient := map[int]bool{408: true, 429: true, 500: true, 502: true, 503: true, 504: true, 599: true}
+	transient := map[int]bool{408: true, 425: true, 429: true, 500: true, 502: true, 503: true, 504: true, 599: true}
 	for status := 400; status <= 599; status++ {
 		want := ClassPermanent
 		if transient[status] || (status >= 500 && status != 501) {

@@ -12,8 +12,8 @@ import (
 // maxBodySnippet is how much of a failed response's body FromResponse keeps.
 const maxBodySnippet = 1 << 10
 
-// HTTPError is a failed HTTP response. [Classify] treats 429, 408 and 5xx
-// except 501 as transient and every other status as permanent, with the
+// HTTPError is a failed HTTP response. [Classify] treats 429, 408, 425 and
+// 5xx except 501 as transient and every other status as permanent, with the
 // status as the code ("503"); RetryAfter is honored, capped by the policy's
 // MaxDelay.
 type HTTPError struct {
@@ -31,10 +31,12 @@ func (e *HTTPError) Error() string {
 	return s
 }
 
-// Class returns the retry class of the status.
+// Class returns the retry class of the status. 425 Too Early is
+// transient: the server declined a request it might see again and asks
+// for it later (RFC 8470), not a request that can never succeed.
 func (e *HTTPError) Class() Class {
 	switch c := e.StatusCode; {
-	case c == http.StatusTooManyRequests, c == http.StatusRequestTimeout:
+	case c == http.StatusTooManyRequests, c == http.StatusRequestTimeout, c == http.StatusTooEarly:
 		return ClassTransient
 	case c >= 500 && c <= 599 && c != http.StatusNotImplemented:
 		return ClassTransient

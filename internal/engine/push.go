@@ -23,7 +23,7 @@ package engine
 // coalescer; the pusher has no retry loop of its own:
 //
 //   - 2xx: succeeded;
-//   - 429, 408, 5xx except 501: transient, code = the status ("503");
+//   - 429, 408, 425, 5xx except 501: transient, code = the status ("503");
 //     Retry-After (seconds or HTTP date) sets the delay, capped by the
 //     policy's max delay (in retry.Policy.Decide);
 //   - any other status, 3xx included: permanent, code = the status (a
