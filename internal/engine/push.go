@@ -44,7 +44,9 @@ package engine
 // Response headers are read up to 64 KiB; a response with more fails like
 // an unrecognised delivery error (retried). Log lines and the error
 // messages of failed deliveries name a target by its URL with its password
-// and query values masked (RedactURL).
+// and query values masked (RedactURL); that of a delivery that got no
+// answer says whether its request had gone out whole, on a reused
+// keep-alive connection or not (pushResult.sentNote).
 //
 // Redirects are never followed, whatever the method: following a 301/302/303
 // turns a POST into a body-less GET and would silently drop the payload, and

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -30,6 +31,8 @@ type pushResult struct {
 	truncated  bool          // the body was longer than the excerpt
 	err        error         // transport error when status is 0
 	timedOut   bool          // the attempt's timeout fired
+	sent       bool          // the whole request was written to the connection
+	reused     bool          // on a keep-alive connection an earlier delivery used
 }
 
 // deliver runs one delivery of a leased task and records its outcome.
@@ -165,6 +168,14 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 	req.Header.Set(HeaderTaskID, t.ID)
 	req.Header.Set(HeaderAttempt, strconv.Itoa(t.Attempt))
 	req.Header.Set(HeaderTaskType, t.Type)
+	// Whether the request went out, and on which connection, for the
+	// message of a delivery that got no answer (sentNote). The callbacks
+	// run in the transport's goroutines.
+	var sent, reused atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(reqCtx, &httptrace.ClientTrace{
+		GotConn:      func(i httptrace.GotConnInfo) { reused.Store(i.Reused) },
+		WroteRequest: func(i httptrace.WroteRequestInfo) { sent.Store(i.Err == nil) },
+	}))
 
 	// Counted until the body is closed (deferred below, so run first):
 	// the connection is idle again then, and closed if the target was
@@ -173,7 +184,8 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 	defer pt.conns.release()
 	resp, err := pt.conns.client.Do(req)
 	if err != nil {
-		return pushResult{err: err, timedOut: errors.Is(context.Cause(ctx), ErrAttemptTimeout)}
+		return pushResult{err: err, timedOut: errors.Is(context.Cause(ctx), ErrAttemptTimeout),
+			sent: sent.Load(), reused: reused.Load()}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 100 {
@@ -258,7 +270,7 @@ func (r *pushResult) failure(pt *pushTarget) Failure {
 			RetryAfter: r.retryAfter, Detail: r.detail()}
 	case r.timedOut:
 		return Failure{Code: retry.CodeTimeout, Class: retry.ClassTransient,
-			Message: fmt.Sprintf("push delivery timed out after %s: %s", pt.timeout, r.errText(pt))}
+			Message: fmt.Sprintf("push delivery timed out after %s: %s%s", pt.timeout, r.errText(pt), r.sentNote())}
 	}
 	class, code, _ := retry.Classify(r.err)
 	if code == "" && errors.Is(r.err, io.EOF) {
@@ -276,7 +288,22 @@ func (r *pushResult) failure(pt *pushTarget) Failure {
 	case "", retry.CodeCanceled:
 		class, code = retry.ClassUnknown, CodeDeliveryError
 	}
-	return Failure{Code: code, Message: "push delivery failed: " + r.errText(pt), Class: class}
+	return Failure{Code: code, Message: "push delivery failed: " + r.errText(pt) + r.sentNote(), Class: class}
+}
+
+// sentNote says, for a delivery that got no answer, that its request had
+// gone out whole, so the target may have acted on it although the attempt
+// failed (the retry delivers it again: at least once), and whether that
+// was on a kept-alive connection, which a target closing idle connections
+// may close as the request arrives.
+func (r *pushResult) sentNote() string {
+	switch {
+	case r.sent && r.reused:
+		return " (the request was sent, on a reused keep-alive connection: the target may have received it)"
+	case r.sent:
+		return " (the request was sent: the target may have received it)"
+	}
+	return ""
 }
 
 // errText is the transport error's text naming the target as the log
