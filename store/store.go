@@ -219,14 +219,6 @@ type NewLease struct {
 	LeaseID  string
 	WorkerID string
 	Duration time.Duration
-	// Types, when set, are the types the worker fetches: the task is
-	// leased only if no pending task of these types comes before it in
-	// dispatch order (see FetchTasks), whether stored or inserted pending
-	// by the same call; otherwise it is inserted pending, as the worker's
-	// fetch would have left it, and its result says so. The check reads
-	// what is committed when the insert runs (on PostgreSQL, a task
-	// committed by another session during the insert may be missed).
-	Types []string
 }
 
 // InsertParams is the input of InsertTasks.

@@ -100,20 +100,13 @@ func CheckLeaseEnd(now time.Time, d time.Duration) error {
 
 // CheckInsertLeases refuses, with ErrInvalid, a batch for InsertTasks in
 // which a task that starts running (a Lease, and due at p.Now) would hold a
-// lease whose expiry passes CheckTime's range (CheckLeaseEnd), or whose
-// Types are more than MaxFetchTypes or not text.
+// lease whose expiry passes CheckTime's range (CheckLeaseEnd).
 func CheckInsertLeases(p InsertParams) error {
 	for i, nt := range p.Tasks {
 		if nt.Lease == nil || nt.RunAt.After(p.Now) {
 			continue
 		}
 		if err := CheckLeaseEnd(p.Now, nt.Lease.Duration); err != nil {
-			return fmt.Errorf("task %d: %w", i, err)
-		}
-		if len(nt.Lease.Types) > MaxFetchTypes {
-			return fmt.Errorf("task %d: at most %d lease types (got %d): %w", i, MaxFetchTypes, len(nt.Lease.Types), ErrInvalid)
-		}
-		if err := CheckText("lease type", nt.Lease.Types...); err != nil {
 			return fmt.Errorf("task %d: %w", i, err)
 		}
 	}

@@ -18,14 +18,11 @@ import (
 // already leased to that worker and the task is handed over in memory. The
 // fetch write, and the wait for it, drop out of the path from enqueue to
 // handler start. A worker takes part only while it has no backlog (its last
-// fetch came back short) and is neither fetching nor full, and the tasks of
-// one commit are offered in dispatch order. The lease names the worker's
-// types (store.NewLease.Types), and the store inserts the task pending
-// instead when a pending task of those types comes first: one made pending
-// by another process (another node's enqueue or promotion, whose wake-up
-// reaches this one later, or never on a store without notifications) or by
-// a path whose wake-up the worker has not acted on yet. So direct dispatch
-// does not let a new task overtake older pending ones.
+// fetch came back short) and is neither fetching nor full, so direct
+// dispatch does not let a new task overtake older pending ones (short of a
+// task made pending by another path a moment before, whose wake-up the
+// worker has not acted on yet); and the tasks of one commit are offered in
+// dispatch order.
 
 // locals registers the running in-process workers by type.
 type locals struct {
@@ -153,10 +150,7 @@ func (e *Engine) pickLocal(nts []store.NewTask, now time.Time) []dispatchPick {
 		if w == nil {
 			continue
 		}
-		// Types: the store inserts the task pending instead when a task
-		// the worker would fetch first is pending (made so by another
-		// process, or by a path whose wake-up the worker has not acted on).
-		nts[i].Lease = &store.NewLease{LeaseID: newLeaseID(), WorkerID: w.cfg.ID, Duration: e.cfg.LeaseDuration, Types: w.cfg.Types}
+		nts[i].Lease = &store.NewLease{LeaseID: newLeaseID(), WorkerID: w.cfg.ID, Duration: e.cfg.LeaseDuration}
 		picks = append(picks, dispatchPick{idx: i, w: w})
 	}
 	return picks

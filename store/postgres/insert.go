@@ -94,14 +94,6 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 	if err := store.CheckInsertLeases(p); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	var keep []bool
-	if types := store.LeaseTypes(p.Tasks); types != nil {
-		heads, err := s.leaseHeads(ctx, types)
-		if err != nil {
-			return nil, s.noted(translate(op, err))
-		}
-		keep = heads.KeepLeases(p.Tasks, p.Now)
-	}
 	for i := range p.Tasks {
 		nt := &p.Tasks[i]
 		dupOf[i] = -1
@@ -124,7 +116,7 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 		if nt.IdempotencyKey != "" {
 			row.key = &nt.IdempotencyKey
 		}
-		if nt.Lease != nil && (keep == nil || keep[i]) && row.state == string(store.StatePending) {
+		if nt.Lease != nil && row.state == string(store.StatePending) {
 			row.state, row.attempt = string(store.StateRunning), 1
 			row.leaseID, row.worker = &nt.Lease.LeaseID, nt.Lease.WorkerID
 			row.leaseExp = us(p.Now.Add(nt.Lease.Duration))
@@ -135,38 +127,6 @@ func (s *Store) InsertTasks(ctx context.Context, p store.InsertParams) ([]store.
 		return s.insertBatch(ctx, op, p.Tasks, r)
 	}
 	return s.insertKeyed(ctx, op, p.Tasks, dupOf, r)
-}
-
-// leaseHeadsSQL reads the first pending task, in dispatch order, of each
-// of the types $1, one probe of tasks_pending_type_idx per type.
-const leaseHeadsSQL = `
-SELECT ty.name, c.effective_prio, c.run_at, c.id FROM unnest($1::text[]) AS ty(name) CROSS JOIN LATERAL (
-	SELECT effective_prio, run_at, id FROM tasks
-	WHERE state = 'pending' AND type = ty.name
-	ORDER BY effective_prio DESC, run_at, id
-	LIMIT 1
-) AS c`
-
-// leaseHeads reads the heads of types (store.Heads) for the leases at
-// insert that name them (store.NewLease.Types). It is a statement of its
-// own, before the insert: a task committed by another session between the
-// two is not seen.
-func (s *Store) leaseHeads(ctx context.Context, types []string) (store.Heads, error) {
-	rows, err := s.pool.Query(ctx, leaseHeadsSQL, types)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	heads := store.Heads{}
-	for rows.Next() {
-		var typ string
-		var k store.DispatchKey
-		if err := rows.Scan(&typ, &k.Prio, &k.RunAt, &k.ID); err != nil {
-			return nil, err
-		}
-		heads[typ] = k
-	}
-	return heads, rows.Err()
 }
 
 // insertRow is one task row as the insert statements store it.

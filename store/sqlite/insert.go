@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -86,18 +85,10 @@ func (s *Store) insertJobs(ctx context.Context, tx *sql.Tx, jobs []*insertJob) e
 		}
 		keys = keys[k:]
 	}
-	heads, err := s.leaseHeads(ctx, tx, jobs)
-	if err != nil {
-		return err
-	}
 	args := make([]any, 0, insertCols*n)
 	for _, j := range jobs {
 		j.results = make([]store.InsertResult, len(j.tasks))
-		keep := heads.KeepLeases(j.tasks, j.now)
 		for i, nt := range j.tasks {
-			if !keep[i] {
-				nt.Lease = nil // a copy: the caller's task keeps its lease
-			}
 			if nt.IdempotencyKey != "" {
 				if t, ok := existing[nt.IdempotencyKey]; ok {
 					j.results[i] = store.InsertResult{Task: t, Duplicate: true}
@@ -147,42 +138,4 @@ func newTaskRow(nt store.NewTask, now time.Time) store.Task {
 		t.StartedAt = at
 	}
 	return t
-}
-
-// leaseHeads reads the first pending task, in dispatch order, of each type
-// the leases of jobs name in NewLease.Types (store.Heads), from the
-// tasks_fetch_type index: one probe per type. The write lock is held, so no
-// task becomes pending before the insert.
-func (s *Store) leaseHeads(ctx context.Context, tx *sql.Tx, jobs []*insertJob) (store.Heads, error) {
-	heads := store.Heads{}
-	var all []store.NewTask
-	if len(jobs) == 1 {
-		all = jobs[0].tasks
-	} else {
-		for _, j := range jobs {
-			all = append(all, j.tasks...)
-		}
-	}
-	types := store.LeaseTypes(all)
-	if len(types) == 0 {
-		return heads, nil
-	}
-	st, err := s.txStmt(ctx, tx, `SELECT effective_prio, run_at, id FROM tasks
-		WHERE state = 'pending' AND type = ? ORDER BY effective_prio DESC, run_at, id LIMIT 1`)
-	if err != nil {
-		return nil, err
-	}
-	for _, typ := range types {
-		var k store.DispatchKey
-		var runAt int64
-		switch err := st.QueryRowContext(ctx, typ).Scan(&k.Prio, &runAt, &k.ID); {
-		case errors.Is(err, sql.ErrNoRows):
-			continue
-		case err != nil:
-			return nil, err
-		}
-		k.RunAt = fromMicros(runAt)
-		heads[typ] = k
-	}
-	return heads, nil
 }

@@ -34,7 +34,7 @@ type testCase struct {
 }
 
 // tests lists every subtest of the suite, grouped by area.
-var tests = concat(insertTests, leaseBehindTests, fetchTests, outcomeTests, leaseTests, promoteTests,
+var tests = concat(insertTests, fetchTests, outcomeTests, leaseTests, promoteTests,
 	readTests, cancelRetryTests, deadTests, retentionTests, statsTests, metaTests, lifecycleTests, zeroNowTests, timeTests,
 	oddTextTests, listBytesTests, fetchBytesTests, fetchTypesTests, contractTests, contractTimeTests, contractMoreTests,
 	nilContextTests, redriveOnceTests)
