@@ -323,7 +323,7 @@ func (e *Engine) insertEachAlone(ctx context.Context, nts []store.NewTask, now t
 // and wakes fetchers for ready tasks and the scheduler for future ones.
 // Duplicates of existing tasks count and wake nothing.
 func (e *Engine) afterInsert(res []store.InsertResult, now time.Time, counted bool) {
-	ready := 0
+	ready, readyID := 0, ""
 	// The types of the ready tasks, for the wake-up, up to wakeTypesMax:
 	// a commit of more types wakes every fetcher.
 	var typesBuf [wakeTypesMax]string
@@ -340,6 +340,7 @@ func (e *Engine) afterInsert(res []store.InsertResult, now time.Time, counted bo
 		t := &res[i].Task
 		if t.State == store.StatePending {
 			ready++
+			readyID = t.ID
 			if !anyType && !slices.Contains(types, t.Type) {
 				if anyType = len(types) == wakeTypesMax; !anyType {
 					types = append(types, t.Type)
@@ -356,7 +357,7 @@ func (e *Engine) afterInsert(res []store.InsertResult, now time.Time, counted bo
 	case ready > 0 && anyType:
 		e.wake.broadcast()
 	case ready == 1:
-		e.wake.broadcastOne(types[0]) // a long poll that leases it wakes no other
+		e.wake.broadcastOne(types[0], readyID) // a long poll that leases it wakes no other
 	case ready > 0:
 		e.wake.broadcastTypes(types)
 	}

@@ -152,7 +152,7 @@ func (e *Engine) Retry(ctx context.Context, id string) (store.Task, error) {
 		return store.Task{}, err // "retry task <id>: ..." from the store
 	}
 	e.log.Info("task retried manually", "task_id", t.ID, "type", t.Type)
-	e.wake.broadcastOne(t.Type)
+	e.wake.broadcastOne(t.Type, t.ID)
 	return t, nil
 }
 

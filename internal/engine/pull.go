@@ -111,7 +111,7 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		defer e.wake.leaveGroup(key, w)
 	}
 	woken := false      // the fetch acts on a wake-up
-	wokeForOne := false // ... for one task alone (broadcastOne)
+	wokeFor := "" // ... for this task alone (broadcastOne), when set
 	for {
 		// A type that gained a push target during the wait is the
 		// engine's to deliver now (push_types.go); the next request
@@ -165,11 +165,13 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 			return nil, nil
 		}
 		if len(tasks) > 0 || r.Wait == 0 {
-			if w != nil && fetchMayHaveMore(tasks, r.Max) && !(woken && wokeForOne) {
+			if w != nil && fetchMayHaveMore(tasks, r.Max) && !(woken && leasedTask(tasks, wokeFor)) {
 				// More may be due. A fetch that came back short took
 				// every task due: the others' fetches would find none;
 				// and one that leased the task its wake-up was for
-				// alone leaves none for them either.
+				// alone leaves none for them either. (One that leased
+				// another task, due by another path, passes it on: the
+				// task it was woken for may still wait.)
 				e.wake.pass(key, w, 2)
 			}
 			for i := range tasks {
@@ -194,12 +196,12 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		select {
 		case <-sub:
 			woken = true
-			wokeForOne = e.wake.took(w)
+			wokeFor = e.wake.took(w)
 		case <-t.C:
 			if last {
 				return nil, nil // a wake-up w holds now goes to another waiter (leaveGroup)
 			}
-			woken, wokeForOne = false, false
+			woken, wokeFor = false, ""
 			e.wake.setFetching(w, true)
 		case <-ctx.Done():
 			t.Stop()
@@ -435,3 +437,16 @@ func (e *Engine) recordPull(ctx context.Context, t *store.Task, out store.Outcom
 // caller then sees the time it reads back later, not one up to a
 // microsecond later.
 func storedTime(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
+
+// leasedTask reports whether tasks hold the task id (never, for "").
+func leasedTask(tasks []store.Task, id string) bool {
+	if id == "" {
+		return false
+	}
+	for i := range tasks {
+		if tasks[i].ID == id {
+			return true
+		}
+	}
+	return false
+}

@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/retryq/retryq/store"
 )
 
 // TestOneTaskLeasePassesNoWakeUp: a long poll of one task woken for one
@@ -46,6 +49,43 @@ func TestOneTaskLeasePassesNoWakeUp(t *testing.T) {
 	}
 }
 
+// TestOneTaskWakeUpLeasingAnotherTaskPassesOn: a long poll woken for one
+// new task whose fetch leases another one (a higher-priority task another
+// process made pending, with no wake-up here) passes the wake-up on, so
+// the task it was woken for goes to another waiting long poll at once,
+// not at the poll interval.
+func TestOneTaskWakeUpLeasingAnotherTaskPassesOn(t *testing.T) {
+	st := &countingFetches{Store: openWorkerStoreOn(t, "sqlite")}
+	e := startWorkerEngine(t, st, Config{NoScheduler: true, PollInterval: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const waiters = 2
+	got := startLongPolls(ctx, e, waiters, "one.other")
+	waitLongPolls(t, e, waiters)
+	now := e.now()
+	other := NewID(now)
+	if _, err := st.InsertTasks(context.Background(), store.InsertParams{Now: now, Tasks: []store.NewTask{
+		{ID: other, Type: "one.other", Payload: json.RawMessage(`"other"`), Priority: 10},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	id := mustEnqueue(t, e, "one.other", `"new"`)
+	leased := map[string]bool{}
+	for range waiters {
+		select {
+		case ts := <-got:
+			for _, tk := range ts {
+				leased[tk.ID] = true
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("leased %v within 10s; want both %s (woken for) and %s (pending without a wake-up)", leased, id, other)
+		}
+	}
+	if !leased[id] || !leased[other] {
+		t.Fatalf("leased %v; want %s and %s", leased, id, other)
+	}
+}
+
 // TestWakeUpForOneTaskMerged: a wake-up for one task that meets another
 // wake-up a waiter holds is not for one task any more, nor is one handed
 // on after a failed fetch; one handed on by a waiter that leaves is.
@@ -53,33 +93,33 @@ func TestWakeUpForOneTaskMerged(t *testing.T) {
 	b := newBroadcaster()
 	w := b.joinGroup("k")
 	b.setFetching(w, false)
-	b.broadcastOne("k")
+	b.broadcastOne("k", "t1")
 	<-w.ch
-	if !b.took(w) {
+	if got := b.took(w); got != "t1" {
 		t.Fatal("a wake-up for one task taken alone is not for one task")
 	}
 	b.setFetching(w, false)
-	b.broadcastOne("k")
-	b.broadcastOne("k")
+	b.broadcastOne("k", "t1")
+	b.broadcastOne("k", "t1")
 	<-w.ch
-	if b.took(w) {
+	if got := b.took(w); got != "" {
 		t.Fatal("two wake-ups merged are for one task")
 	}
 	b.setFetching(w, false)
-	b.broadcastOne("k")
+	b.broadcastOne("k", "t1")
 	<-w.ch
 	b.requeue(w)
 	<-w.ch
-	if b.took(w) {
+	if got := b.took(w); got != "" {
 		t.Fatal("a wake-up handed back after a failed fetch is for one task")
 	}
 	other := b.joinGroup("k")
 	b.setFetching(other, false)
 	b.setFetching(w, false)
-	b.broadcastOne("k") // to w, the longest waiting
+	b.broadcastOne("k", "t1") // to w, the longest waiting
 	b.leaveGroup("k", w)
 	<-other.ch
-	if !b.took(other) {
+	if got := b.took(other); got != "t1" {
 		t.Fatal("a wake-up for one task handed on by a waiter that left is not for one task")
 	}
 }

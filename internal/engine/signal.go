@@ -26,7 +26,7 @@ import (
 // of its group that are not fetching (pass), since more may be due; one
 // whose fetch found nothing ends the chain, and so does one whose
 // wake-up was for one task alone (broadcastOne: an enqueue or a manual
-// retry of one task), which its fetch leased. A waiter that leaves holding a
+// retry of one task) when its fetch leased that very task. A waiter that leaves holding a
 // wake-up it did not act on hands it on (leaveGroup), as does one whose
 // fetch failed (Lease).
 type broadcaster struct {
@@ -41,10 +41,10 @@ type waiter struct {
 	// fetching is set while the waiter fetches, or was woken and is about
 	// to: a wake-up passed on need not go to it. b.mu guards it.
 	fetching bool
-	// one is set while the wake-up the waiter holds is for one task
-	// alone (broadcastOne), not several wake-ups merged or one for any
-	// number of tasks. b.mu guards it.
-	one bool
+	// one is the id of the task the wake-up the waiter holds is for,
+	// when it is for one task alone (broadcastOne); empty when several
+	// wake-ups merged or one is for any number of tasks. b.mu guards it.
+	one string
 }
 
 func newBroadcaster() *broadcaster {
@@ -92,21 +92,22 @@ func (b *broadcaster) requeue(w *waiter) {
 	case w.ch <- struct{}{}:
 	default:
 	}
-	w.one = false
+	w.one = ""
 }
 
 // took records that w took a wake-up from its channel and fetches for
-// it, and reports whether that wake-up was for one task alone: when the
-// fetch leases a task, no other may be due, and the wake-up ends there.
-// A wake-up that came in since w took its own makes it report false.
-func (b *broadcaster) took(w *waiter) (one bool) {
+// it, and returns the id of the one task that wake-up was for, if it was
+// for one task alone: when the fetch leases that task, no other is due
+// for the wake-up, and it ends there. A wake-up that came in since w took
+// its own makes it return "".
+func (b *broadcaster) took(w *waiter) (one string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w.fetching = true
 	if len(w.ch) > 0 {
-		return false // w.one is the new wake-up's
+		return "" // w.one is the new wake-up's
 	}
-	one, w.one = w.one, false
+	one, w.one = w.one, ""
 	return one
 }
 
@@ -162,7 +163,7 @@ func (b *broadcaster) pass(key string, w *waiter, n int) {
 			if c == w || (c.fetching && len(c.ch) == 0) != busy {
 				continue
 			}
-			b.wakeLocked(c, false)
+			b.wakeLocked(c, "")
 			n--
 		}
 	}
@@ -171,8 +172,9 @@ func (b *broadcaster) pass(key string, w *waiter, n int) {
 // wakeOneLocked makes one waiter of g fetch after now: the longest
 // waiting one that is not fetching (or already holds a wake-up), else the
 // longest waiting one, whose fetch may have begun before what the wake-up
-// is for. one says the wake-up is for one task alone. b.mu is held.
-func (b *broadcaster) wakeOneLocked(g []*waiter, one bool) {
+// is for. one is the id of the task the wake-up is for, when it is for
+// one task alone. b.mu is held.
+func (b *broadcaster) wakeOneLocked(g []*waiter, one string) {
 	for _, c := range g {
 		if !c.fetching || len(c.ch) > 0 {
 			b.wakeLocked(c, one)
@@ -185,14 +187,15 @@ func (b *broadcaster) wakeOneLocked(g []*waiter, one bool) {
 }
 
 // wakeLocked gives w a wake-up, unless it holds one already (it will
-// fetch), and marks it fetching. one says the wake-up is for one task
-// alone; merged with one w holds already, it is not. b.mu is held.
-func (b *broadcaster) wakeLocked(w *waiter, one bool) {
+// fetch), and marks it fetching. one is the id of the task the wake-up
+// is for, when it is for one task alone; merged with one w holds already,
+// it is not. b.mu is held.
+func (b *broadcaster) wakeLocked(w *waiter, one string) {
 	select {
 	case w.ch <- struct{}{}:
 		w.one = one
 	default:
-		w.one = false
+		w.one = ""
 	}
 	w.fetching = true
 }
@@ -206,18 +209,19 @@ func (b *broadcaster) broadcast() {
 // broadcastTypes wakes the subscribers and one waiter of each group that
 // fetch one of types: tasks of those types became due. Nil types wake all.
 func (b *broadcaster) broadcastTypes(types []string) {
-	b.broadcastDue(types, false)
+	b.broadcastDue(types, "")
 }
 
-// broadcastOne is broadcastTypes for one task of type typ that became
-// due alone: a waiter woken for it that leases a task passes the
-// wake-up on to no other (took).
-func (b *broadcaster) broadcastOne(typ string) {
-	b.broadcastDue([]string{typ}, true)
+// broadcastOne is broadcastTypes for one task, id of type typ, that
+// became due alone: a waiter woken for it whose fetch leases that task
+// passes the wake-up on to no other (took).
+func (b *broadcaster) broadcastOne(typ, id string) {
+	b.broadcastDue([]string{typ}, id)
 }
 
-// broadcastDue is broadcastTypes; one says the wake-up is for one task.
-func (b *broadcaster) broadcastDue(types []string, one bool) {
+// broadcastDue is broadcastTypes; one is the id of the task the wake-up
+// is for, when it is for one task alone.
+func (b *broadcaster) broadcastDue(types []string, one string) {
 	b.mu.Lock()
 	for ch, of := range b.subs {
 		if types != nil && of != nil && !namesAny(of, types) {
