@@ -110,8 +110,8 @@ func (e *Engine) Lease(ctx context.Context, r LeaseRequest) ([]store.Task, error
 		sub = w.ch
 		defer e.wake.leaveGroup(key, w)
 	}
-	woken := false      // the fetch acts on a wake-up
-	wokeFor := "" // ... for this task alone (broadcastOne), when set
+	woken := false // the fetch acts on a wake-up
+	wokeFor := ""  // ... for this task alone (broadcastOne), when set
 	for {
 		// A type that gained a push target during the wait is the
 		// engine's to deliver now (push_types.go); the next request
