@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -23,27 +22,16 @@ import (
 
 const mnSlots = 4 // engines at once
 
-// mnSlot is one engine with its own connection pool, an in-process worker
-// and a pull worker.
-type mnSlot struct {
-	node   string
-	st     *postgres.Store
-	e      *engine.Engine
-	cancel context.CancelFunc
-	done   sync.WaitGroup // the worker and the pull loop
-}
-
-// mnCluster is the test's engines on one database.
+// mnCluster is the test's engines on one database. mu (engineSet's)
+// guards rng and frozenUntil too.
 type mnCluster struct {
+	engineSet
 	t     *testing.T
 	url   string
 	admin *postgres.Store // the test's own pool
 	rng   *rand.Rand      // under mu
 	log   *slog.Logger    // the engines' logs (RETRYQ_MULTINODE_LOG)
 	m     *mnModel
-	mu    sync.Mutex
-	slots [mnSlots]*mnSlot
-	gen   int
 	// proxies[i] carries slot i's connections; frozenUntil[i] (under mu)
 	// is when the test thaws it (zero: not frozen).
 	proxies     [mnSlots]*freezeProxy
@@ -57,69 +45,27 @@ type mnCluster struct {
 
 func (c *mnCluster) open(i int) {
 	c.t.Helper()
-	c.mu.Lock()
-	c.gen++
-	node := fmt.Sprintf("node-%d-g%d", i, c.gen)
-	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := postgres.Open(ctx, postgres.Config{URL: withAppName(c.t, c.proxies[i].proxied(c.t, c.url), node), MaxConns: 6,
-		ReconnectMax: 200 * time.Millisecond, ConnectTimeout: 2 * time.Second})
-	if err != nil {
-		c.t.Fatalf("open store for %s: %v", node, err)
-	}
-	e, err := engine.New(engine.Config{Store: st, NodeID: node, LeaseDuration: mnLease, PollInterval: 100 * time.Millisecond,
-		LeaderTTL: mnLeaderTTL, DefaultPolicy: mnPolicy(), Logger: c.log.With("node", node)})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		c.t.Fatal(err)
-	}
-	s := &mnSlot{node: node, st: st, e: e}
-	wctx, wcancel := context.WithCancel(context.Background())
-	s.cancel = wcancel
-	s.done.Add(2)
-	go func() {
-		defer s.done.Done()
-		err := e.RunWorker(wctx, engine.WorkerConfig{ID: node + "/w", Types: []string{mnTypeLocal}, Concurrency: 4,
-			ShutdownGrace: mnGrace, Handle: func(hctx context.Context, t *store.Task) error {
+	node := fmt.Sprintf("node-%d-g%d", i, c.nextGen())
+	c.put(i, openSlot(c.t, node, slotSpec{
+		url: c.proxies[i].proxied(c.t, c.url),
+		engine: engine.Config{LeaseDuration: mnLease, PollInterval: 100 * time.Millisecond, LeaderTTL: mnLeaderTTL,
+			DefaultPolicy: mnPolicy(), Logger: c.log.With("node", node)},
+		worker: engine.WorkerConfig{Types: []string{mnTypeLocal}, Concurrency: 4, ShutdownGrace: mnGrace,
+			Handle: func(hctx context.Context, t *store.Task) error {
 				r := c.m.begin(hctx, node, false, t)
 				defer c.m.end(r, nil) // also when the handler panics
 				return handlerError(hctx, r.action)
-			}})
-		if err != nil {
-			c.t.Errorf("worker of %s: %v", node, err)
-		}
-	}()
-	go func() {
-		defer s.done.Done()
-		c.pullLoop(wctx, s)
-	}()
-	c.mu.Lock()
-	c.slots[i] = s
-	c.mu.Unlock()
+			}},
+		pulls: 1,
+		pull:  c.pullLoop,
+	}))
 }
 
 // pullLoop leases pull tasks and reports each as its script says until
 // ctx ends.
-func (c *mnCluster) pullLoop(ctx context.Context, s *mnSlot) {
-	for i := 0; ctx.Err() == nil && i < 1_000_000; i++ {
-		tasks, err := s.e.Lease(ctx, engine.LeaseRequest{WorkerID: s.node + "/pull", Types: []string{mnTypePull}, Max: 1,
-			Wait: 200 * time.Millisecond, LeaseDuration: mnPullLease})
-		if unavailable(err) || errors.Is(err, context.DeadlineExceeded) {
-			// Cut off, the pool reconnects; or frozen, and a new
-			// connection timed out (ConnectTimeout: a plain deadline,
-			// not ErrUnavailable).
-			sleepCtx(ctx, 20*time.Millisecond)
-			continue
-		}
-		if err != nil {
-			if ctx.Err() == nil {
-				c.t.Errorf("pull lease on %s: %v", s.node, err)
-			}
-			return
-		}
+func (c *mnCluster) pullLoop(ctx context.Context, s *engineSlot) {
+	req := engine.LeaseRequest{Types: []string{mnTypePull}, Max: 1, Wait: 200 * time.Millisecond, LeaseDuration: mnPullLease}
+	s.pullLoop(ctx, c.t, req, func(tasks []store.Task) {
 		for j := range tasks {
 			if c.m.actionOf(&tasks[j]) == mnAbandon {
 				// Abandoned leases wait beside the loop, so that they do
@@ -133,10 +79,10 @@ func (c *mnCluster) pullLoop(ctx context.Context, s *mnSlot) {
 			}
 			c.pullRun(ctx, s, &tasks[j])
 		}
-	}
+	})
 }
 
-func (c *mnCluster) pullRun(ctx context.Context, s *mnSlot, t *store.Task) {
+func (c *mnCluster) pullRun(ctx context.Context, s *engineSlot, t *store.Task) {
 	r := c.m.begin(context.Background(), s.node, true, t) // no handler context to watch
 	tok := engine.LeaseToken(t)
 	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -183,7 +129,7 @@ func (c *mnCluster) pullRun(ctx context.Context, s *mnSlot, t *store.Task) {
 // reporter returns the engine a pull worker reports to: its own or,
 // half the time, another live one (a token is good on any node). While
 // the last engines close none is live: then its own.
-func (c *mnCluster) reporter(s *mnSlot) *engine.Engine {
+func (c *mnCluster) reporter(s *engineSlot) *engine.Engine {
 	live := c.thawed()
 	if len(live) == 0 {
 		return s.e
@@ -201,7 +147,7 @@ func (c *mnCluster) reporter(s *mnSlot) *engine.Engine {
 // times, each extending it by mnPullLease well before it expires, then
 // completes it; a lease kept alive that way must not be reaped nor the
 // completion refused.
-func (c *mnCluster) beatThenComplete(ctx, rctx context.Context, s *mnSlot, t *store.Task) error {
+func (c *mnCluster) beatThenComplete(ctx, rctx context.Context, s *engineSlot, t *store.Task) error {
 	tok := engine.LeaseToken(t)
 	expires := t.LeaseExpiresAt
 	for i := 0; i < 3; i++ {
@@ -236,31 +182,9 @@ func (c *mnCluster) beatThenComplete(ctx, rctx context.Context, s *mnSlot, t *st
 	return err
 }
 
-// withAppName returns url with application_name set to name, so that the
-// test can find the node's server sessions.
-func withAppName(t *testing.T, raw, name string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("application_name", name)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// hostOf returns the host:port of a database URL.
-func hostOf(t *testing.T, raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return u.Host
-}
-
 // cut terminates every server session of a node (its pool and its
 // listener), as a dropped network path or a server-side kill would.
-func (c *mnCluster) cut(s *mnSlot) {
+func (c *mnCluster) cut(s *engineSlot) {
 	c.m.markCut(s.node)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -272,35 +196,17 @@ func (c *mnCluster) cut(s *mnSlot) {
 
 // close closes slot i's engine and store, after its workers stopped.
 func (c *mnCluster) close(i int) {
-	c.mu.Lock()
-	s := c.slots[i]
-	c.slots[i] = nil
-	c.mu.Unlock()
+	s := c.take(i)
 	if s == nil {
 		return
 	}
 	c.m.markClosing(s.node)
-	s.cancel()
-	s.done.Wait()
-	_ = s.e.Close()
-	_ = s.st.Close()
+	s.stop()
 }
 
-func (c *mnCluster) live() []*mnSlot { return c.liveSlots(true) }
-
 // thawed returns the live engines whose connections are not frozen.
-func (c *mnCluster) thawed() []*mnSlot { return c.liveSlots(false) }
-
-func (c *mnCluster) liveSlots(frozen bool) []*mnSlot {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []*mnSlot
-	for i, s := range c.slots {
-		if s != nil && (frozen || c.frozenUntil[i].IsZero()) {
-			out = append(out, s)
-		}
-	}
-	return out
+func (c *mnCluster) thawed() []*engineSlot {
+	return c.liveWhere(func(i int) bool { return c.frozenUntil[i].IsZero() })
 }
 
 // freeze freezes slot i's connections for d (thawDue thaws them).
@@ -372,7 +278,7 @@ func mnPolicy() retry.Policy {
 // machine under -race, where a standby's attempts, each cut off after
 // TTL/4, can time out several in a row (1 s of slack failed there). A
 // stalled election still fails it.
-func (c *mnCluster) restart(rng *rand.Rand, live []*mnSlot) {
+func (c *mnCluster) restart(rng *rand.Rand, live []*engineSlot) {
 	i := rng.IntN(mnSlots)
 	wasLeader := false
 	c.mu.Lock()
@@ -412,7 +318,7 @@ func (c *mnCluster) restart(rng *rand.Rand, live []*mnSlot) {
 	c.open(i)
 }
 
-func (c *mnCluster) cancelTask(s *mnSlot, id string) {
+func (c *mnCluster) cancelTask(s *engineSlot, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var err error
@@ -451,19 +357,8 @@ func (c *mnCluster) stateOf(id string) store.State {
 	return t.State
 }
 
-func unavailable(err error) bool { return errors.Is(err, store.ErrUnavailable) }
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-	case <-timer.C:
-	}
-}
-
 // retryCancelled retries a task the test cancelled.
-func (c *mnCluster) retryCancelled(s *mnSlot, rng *rand.Rand) {
+func (c *mnCluster) retryCancelled(s *engineSlot, rng *rand.Rand) {
 	c.m.mu.Lock()
 	var id string
 	for len(c.m.cancelList) > 0 && id == "" {
@@ -500,7 +395,7 @@ func (c *mnCluster) retryCancelled(s *mnSlot, rng *rand.Rand) {
 }
 
 // redriveDead redrives up to three dead tasks by id.
-func (c *mnCluster) redriveDead(s *mnSlot) {
+func (c *mnCluster) redriveDead(s *engineSlot) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	dead, _, err := s.e.ListDead(ctx, store.DeadFilter{Limit: 3})

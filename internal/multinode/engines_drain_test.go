@@ -1,6 +1,6 @@
 package multinode
 
-// The drain of TestEnginesRestartedAtRandom: after the chaos the engines
+// The drain of the two randomized model tests: after the chaos the engines
 // run on, untouched, until every task has finished.
 
 import (
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/retryq/retryq/store/postgres"
 )
 
 const (
@@ -37,24 +39,25 @@ type drainProgress struct {
 	open, attempts int64
 }
 
-func (c *mnCluster) drainProgress(ctx context.Context) (drainProgress, error) {
+func readDrainProgress(ctx context.Context, admin *postgres.Store) (drainProgress, error) {
 	var p drainProgress
-	err := c.admin.Pool().QueryRow(ctx, `SELECT count(*), coalesce(sum(attempt), 0) FROM tasks WHERE state IN `+openStates).
+	err := admin.Pool().QueryRow(ctx, `SELECT count(*), coalesce(sum(attempt), 0) FROM tasks WHERE state IN `+openStates).
 		Scan(&p.open, &p.attempts)
 	return p, err
 }
 
-// drain waits until every task has finished. It fails the test when the
-// open tasks make no progress for mnDrainStall, or are still open after
-// mnDrainMax, with what is open and since when.
-func (c *mnCluster) drain(t *testing.T) {
+// drain waits until every task has finished, watching through the test's
+// own pool. It fails the test when the open tasks make no progress for
+// mnDrainStall, or are still open after mnDrainMax, with what is open and
+// since when.
+func drain(t *testing.T, admin *postgres.Store) {
 	t.Helper()
 	start := time.Now()
 	var last drainProgress
 	moved := start
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		p, err := c.drainProgress(ctx)
+		p, err := readDrainProgress(ctx, admin)
 		cancel()
 		if err != nil {
 			t.Fatalf("drain: read progress: %v", err)
@@ -67,10 +70,10 @@ func (c *mnCluster) drain(t *testing.T) {
 		}
 		if time.Since(moved) > mnDrainStall {
 			t.Fatalf("drain: %d tasks unfinished and none moved for %s (%s into the drain): %s",
-				p.open, mnDrainStall, time.Since(start).Round(time.Millisecond), c.openReport())
+				p.open, mnDrainStall, time.Since(start).Round(time.Millisecond), openReport(admin))
 		}
 		if time.Since(start) > mnDrainMax {
-			t.Fatalf("drain: %d tasks unfinished after %s: %s", p.open, mnDrainMax, c.openReport())
+			t.Fatalf("drain: %d tasks unfinished after %s: %s", p.open, mnDrainMax, openReport(admin))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -78,11 +81,11 @@ func (c *mnCluster) drain(t *testing.T) {
 
 // openReport describes the open tasks: how many of each type, state and
 // attempt, and the five updated longest ago.
-func (c *mnCluster) openReport() string {
+func openReport(admin *postgres.Store) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var b strings.Builder
-	rows, err := c.admin.Pool().Query(ctx, `SELECT type, state, attempt, count(*) FROM tasks WHERE state IN `+openStates+
+	rows, err := admin.Pool().Query(ctx, `SELECT type, state, attempt, count(*) FROM tasks WHERE state IN `+openStates+
 		` GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`)
 	if err != nil {
 		return fmt.Sprintf("(read open tasks: %v)", err)
@@ -97,7 +100,7 @@ func (c *mnCluster) openReport() string {
 		fmt.Fprintf(&b, "%d %s %s attempt %d; ", n, typ, state, attempt)
 	}
 	rows.Close()
-	rows, err = c.admin.Pool().Query(ctx, `SELECT id, type, state, attempt, effective_prio,
+	rows, err = admin.Pool().Query(ctx, `SELECT id, type, state, attempt, effective_prio,
 		(extract(epoch FROM now() - run_at) * 1000)::bigint, (extract(epoch FROM now() - updated_at) * 1000)::bigint
 		FROM tasks WHERE state IN `+openStates+` ORDER BY updated_at, id LIMIT 5`)
 	if err != nil {

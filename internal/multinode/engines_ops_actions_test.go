@@ -48,7 +48,7 @@ func (c *opsCluster) terminateAll() {
 }
 
 // setMaxAttempts changes a type's max attempts through s.
-func (c *opsCluster) setMaxAttempts(s *opsSlot, typ string, n int) {
+func (c *opsCluster) setMaxAttempts(s *engineSlot, typ string, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p := opsPolicy{typ: typ, max: n, from: time.Now()}
@@ -61,7 +61,7 @@ func (c *opsCluster) setMaxAttempts(s *opsSlot, typ string, n int) {
 }
 
 // cancelIn cancels a task of typ found in state (it may have moved since).
-func (c *opsCluster) cancelIn(s *opsSlot, typ string, state store.State, rng *rand.Rand) {
+func (c *opsCluster) cancelIn(s *engineSlot, typ string, state store.State, rng *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tasks, _, err := s.e.List(ctx, store.ListParams{Type: typ, States: []store.State{state}, Limit: 20})
@@ -77,14 +77,7 @@ func (c *opsCluster) cancelIn(s *opsSlot, typ string, state store.State, rng *ra
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	c.m.opsOn[id] = append(c.m.opsOn[id], time.Now())
-	n := c.m.cancels[id]
-	if done {
-		n[0]++
-	}
-	if lost {
-		n[1]++
-	}
-	c.m.cancels[id] = n
+	countAnswer(c.m.cancels, id, done, lost)
 	if done || lost {
 		c.mu.Lock()
 		c.cancelled = append(c.cancelled, id)
@@ -93,7 +86,7 @@ func (c *opsCluster) cancelIn(s *opsSlot, typ string, state store.State, rng *ra
 }
 
 // retryCancelled retries a task the test cancelled.
-func (c *opsCluster) retryCancelled(s *opsSlot, rng *rand.Rand) {
+func (c *opsCluster) retryCancelled(s *engineSlot, rng *rand.Rand) {
 	c.mu.Lock()
 	if len(c.cancelled) == 0 {
 		c.mu.Unlock()
@@ -107,7 +100,7 @@ func (c *opsCluster) retryCancelled(s *opsSlot, rng *rand.Rand) {
 }
 
 // retryDead retries one of a few dead tasks.
-func (c *opsCluster) retryDead(s *opsSlot, rng *rand.Rand) {
+func (c *opsCluster) retryDead(s *engineSlot, rng *rand.Rand) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	dead, _, err := s.e.ListDead(ctx, store.DeadFilter{Limit: 5})
@@ -120,7 +113,7 @@ func (c *opsCluster) retryDead(s *opsSlot, rng *rand.Rand) {
 	c.retry(s, dead[rng.IntN(len(dead))].ID)
 }
 
-func (c *opsCluster) retry(s *opsSlot, id string) {
+func (c *opsCluster) retry(s *engineSlot, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c.m.mu.Lock()
@@ -131,23 +124,30 @@ func (c *opsCluster) retry(s *opsSlot, id string) {
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	c.m.opsOn[id] = append(c.m.opsOn[id], time.Now())
-	n := c.m.retries[id]
+	countAnswer(c.m.retries, id, done, lost)
+}
+
+// countAnswer counts an operation on task id in counts: done in the
+// first, lost (it may have committed) in the second. The model's mu is
+// held.
+func countAnswer(counts map[string][2]int, id string, done, lost bool) {
+	n := counts[id]
 	if done {
 		n[0]++
 	}
 	if lost {
 		n[1]++
 	}
-	c.m.retries[id] = n
+	counts[id] = n
 }
 
 // redrive redrives the dead tasks a filter selects.
-func (c *opsCluster) redrive(s *opsSlot, f store.DeadFilter) {
+func (c *opsCluster) redrive(s *engineSlot, f store.DeadFilter) {
 	c.deadOp("redrive", "redriven", f, s.e.Redrive, &c.m.redrives)
 }
 
 // purge purges the dead tasks a filter selects.
-func (c *opsCluster) purge(s *opsSlot, f store.DeadFilter) {
+func (c *opsCluster) purge(s *engineSlot, f store.DeadFilter) {
 	c.deadOp("purge", "purged", f, s.e.Purge, &c.m.purges)
 }
 

@@ -8,7 +8,6 @@ package multinode
 import (
 	"context"
 	"errors"
-	"sort"
 	"testing"
 	"time"
 
@@ -24,21 +23,9 @@ func (m *opsModel) check(t *testing.T, ctx context.Context, st *postgres.Store) 
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, v := range m.violation {
-		t.Error(v)
-	}
-	ids := make([]string, 0, len(m.ids))
-	for id := range m.ids {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	bad := 0
-	fail := func(format string, args ...any) {
-		bad++
-		if bad <= 30 {
-			t.Errorf(format, args...)
-		}
-	}
+	ids := m.reportViolations(t)
+	f := &failures{t: t}
+	fail := f.fail
 	tot := opsTotals{cancelledFrom: map[string]int{}}
 	retriedOK, retriedUnsure := 0, 0
 	for _, id := range ids {
@@ -67,9 +54,7 @@ func (m *opsModel) check(t *testing.T, ctx context.Context, st *postgres.Store) 
 	if tot.deleted < m.purges[0] || tot.deleted > m.purges[0]+m.purges[1] {
 		fail("%d tasks deleted; the test's purges explain %d to %d", tot.deleted, m.purges[0], m.purges[0]+m.purges[1])
 	}
-	if bad > 30 {
-		t.Errorf("... and %d more", bad-30)
-	}
+	f.flush()
 	return tot
 }
 
@@ -204,7 +189,7 @@ func (m *opsModel) checkAttempts(id, typ string, script []string, hist []store.A
 				h.StartedAt.Format(time.StampMicro), a.number, a.started.Format(time.StampMicro))
 			continue
 		}
-		act := opsAction(script, a.number)
+		act := scriptAction(script, a.number)
 		end := a.end
 		if (h.Outcome == store.OutcomeSucceeded) != (end.newState == "succeeded") {
 			fail("task %s attempt %d: recorded %s but the task moved to %s", id, a.number, h.Outcome, end.newState)
@@ -257,37 +242,28 @@ func (m *opsModel) checkAttempts(id, typ string, script []string, hist []store.A
 		if !m.leasedBy(r, atts) {
 			fail("task %s: %s run of attempt %d at %s matches no lease of the task", id, r.typ, r.attempt, r.start.Format(time.StampMicro))
 		}
-		if r.used || r.end.IsZero() {
+		if r.used {
 			continue
 		}
-		if r.typ == opsTypePull {
-			if r.reported == nil {
-				fail("task %s attempt %d: pull report on %s accepted, but no history row has it", id, r.attempt, r.node)
-			}
-			continue
-		}
-		if !r.ctxDone && !m.cutNear(r) && !m.closingNear(r) && !m.touchedSince(id, r.start) {
-			fail("task %s attempt %d: %s run on %q returned (%s) with its context live, but its outcome is not recorded",
-				id, r.attempt, r.typ, r.node, r.action)
+		excused := func(o *modelRun) bool { return m.cutNear(o) || m.closingNear(o) || m.touchedSince(id, o.start) }
+		if why := r.unrecorded(excused); why != "" {
+			fail("task %s attempt %d: %s run on %q (%s) ended, %s, but no history row has it", id, r.attempt, r.typ, r.node,
+				r.action, why)
 		}
 	}
 }
 
 // matchRun finds the run of a history row and marks it used: the run
-// that read the attempt's start (in process, pull), or for a push the
-// unused delivery of its number that arrived closest to its start within
-// the attempt's time.
-func (m *opsModel) matchRun(runs []*opsRun, typ string, h store.Attempt) *opsRun {
-	var best *opsRun
+// that read the attempt's start (in process, pull: runOf), or for a push
+// the unused delivery of its number that arrived closest to its start
+// within the attempt's time.
+func (m *opsModel) matchRun(runs []*modelRun, typ string, h store.Attempt) *modelRun {
+	if typ != opsTypePush {
+		return runOf(runs, h)
+	}
+	var best *modelRun
 	for _, r := range runs {
 		if r.used || r.attempt != h.Number {
-			continue
-		}
-		if typ != opsTypePush {
-			if r.startedAt.UnixMicro() == h.StartedAt.UnixMicro() {
-				best = r
-				break
-			}
 			continue
 		}
 		if r.start.Before(h.StartedAt.Add(-opsRunOverlap)) || r.start.After(h.FinishedAt.Add(opsRunOverlap)) {
@@ -304,7 +280,7 @@ func (m *opsModel) matchRun(runs []*opsRun, typ string, h store.Attempt) *opsRun
 }
 
 // leasedBy reports whether a run ran one of the task's audited attempts.
-func (m *opsModel) leasedBy(r *opsRun, atts []*opsAttempt) bool {
+func (m *opsModel) leasedBy(r *modelRun, atts []*opsAttempt) bool {
 	for _, a := range atts {
 		if a.number != r.attempt {
 			continue

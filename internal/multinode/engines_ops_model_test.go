@@ -12,7 +12,6 @@ package multinode
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/retryq/retryq/store/postgres"
@@ -21,11 +20,11 @@ import (
 // The scripted actions of the operations test, one per attempt (the last
 // repeats; a task retried by the test starts its script again).
 const (
-	opsOK    = "ok"    // succeed (push: 200)
-	opsFail  = "fail"  // fail transiently (push: 500)
-	opsPerm  = "perm"  // fail permanently (push: 400)
-	opsAfter = "after" // fail with Retry-After opsRetryAfter (push: 429 with Retry-After)
-	opsHold  = "hold"  // run opsHoldFor (while the context lives), then succeed
+	opsOK    = actOK    // succeed (push: 200)
+	opsFail  = actFail  // fail transiently (push: 500)
+	opsPerm  = actPerm  // fail permanently (push: 400)
+	opsAfter = actAfter // fail with Retry-After opsRetryAfter (push: 429 with Retry-After)
+	opsHold  = "hold"   // run opsHoldFor (while the context lives), then succeed
 )
 
 const (
@@ -49,29 +48,8 @@ var opsScripts = [][]string{
 	{opsPerm}, {opsAfter, opsOK}, {opsFail, opsAfter, opsHold}, {opsHold, opsFail, opsOK}, {opsHold, opsHold, opsPerm},
 }
 
-func opsAction(script []string, attempt int) string { return mnAction(script, attempt) }
-
 // opsSucceeds reports whether an action's attempt succeeds.
 func opsSucceeds(action string) bool { return action == opsOK || action == opsHold }
-
-// opsRun is one handler run: an in-process handler, a pull worker's lease
-// and report, or a push delivery as the target received it.
-type opsRun struct {
-	task      string
-	typ       string
-	node      string // "" for a push run: the target cannot tell which node sent it
-	attempt   int
-	startedAt time.Time // the attempt's start as stored (not known to a push target)
-	expires   time.Time // pull: the lease's expiry (never extended)
-	action    string
-	ctx       context.Context // in process: the handler's context; push: the request's
-	start     time.Time
-	end       time.Time // zero while running
-	ctxDone   bool      // the context was done when the run ended
-	reported  error     // pull: what Complete or Fail answered
-	reporting bool      // pull: Complete or Fail was called: the lease may end before it answers
-	used      bool      // matched with a history row by check
-}
 
 // opsPolicy is one change of a type's max attempts by the test: in force
 // from some instant in [from, to] when sure (the call succeeded), maybe
@@ -85,12 +63,9 @@ type opsPolicy struct {
 
 // opsModel is the test's record of the scripts, its operations and the runs.
 type opsModel struct {
-	mu        sync.Mutex
+	modelBook // the tasks' ids, the runs, the violations; its mu guards the rest too
 	scripts   map[int][]string
-	ids       map[string]int // task id -> index
 	typeOf    map[string]string
-	runs      map[string][]*opsRun
-	active    map[string][]*opsRun
 	opsOn     map[string][]time.Time // by task: when a cancel or retry of it began or ended
 	cancels   map[string][2]int      // by task: cancels that succeeded, and whose answer was lost
 	retries   map[string][2]int      // by task: manual retries that succeeded, and whose answer was lost
@@ -99,20 +74,13 @@ type opsModel struct {
 	policies  []opsPolicy
 	cuts      []time.Time // when the test ended every session of the database
 	closing   []opsClose  // when each node began to close
-	violation []string
 }
 
 func newOpsModel() *opsModel {
-	return &opsModel{scripts: map[int][]string{}, ids: map[string]int{}, typeOf: map[string]string{},
-		runs: map[string][]*opsRun{}, active: map[string][]*opsRun{}, opsOn: map[string][]time.Time{},
+	m := &opsModel{scripts: map[int][]string{}, typeOf: map[string]string{}, opsOn: map[string][]time.Time{},
 		cancels: map[string][2]int{}, retries: map[string][2]int{}}
-}
-
-func (m *opsModel) violate(format string, args ...any) {
-	// m.mu is held.
-	if len(m.violation) < opsMaxViolated {
-		m.violation = append(m.violation, fmt.Sprintf(format, args...))
-	}
+	m.initBook(opsMaxViolated)
+	return m
 }
 
 // actionOf returns what attempt of task index idx does.
@@ -123,7 +91,7 @@ func (m *opsModel) actionOf(idx, attempt int) string {
 	if !ok {
 		return ""
 	}
-	return opsAction(s, attempt)
+	return scriptAction(s, attempt)
 }
 
 // touchedSince reports whether the test cancelled or retried the task at
@@ -141,7 +109,7 @@ func (m *opsModel) touchedSince(task string, at time.Time) bool {
 // cutNear reports whether the test ended every session within a lease of
 // r (before its start to after its end): its node's heartbeats or its
 // outcome may then have failed, and its lease expired. m.mu is held.
-func (m *opsModel) cutNear(r *opsRun) bool {
+func (m *opsModel) cutNear(r *modelRun) bool {
 	for _, at := range m.cuts {
 		if !at.Before(r.start.Add(-2*opsLease)) && (r.end.IsZero() || at.Before(r.end.Add(2*opsLease))) {
 			return true
@@ -158,7 +126,7 @@ type opsClose struct {
 
 // closingNear reports whether r's node (for a push run, which cannot tell
 // its node, any node) began to close within a lease of r. m.mu is held.
-func (m *opsModel) closingNear(r *opsRun) bool {
+func (m *opsModel) closingNear(r *modelRun) bool {
 	for _, c := range m.closing {
 		if (r.node == "" || c.node == r.node) && !c.at.Before(r.start.Add(-opsLease)) &&
 			(r.end.IsZero() || c.at.Before(r.end.Add(opsLease))) {
@@ -169,70 +137,14 @@ func (m *opsModel) closingNear(r *opsRun) bool {
 }
 
 // begin records the start of a run and checks that no other run of the
-// task still holds a valid lease: a pull run whose lease has not expired,
-// an in-process handler or push delivery whose context lives, unless the
-// test touched the task since that run started, cut the sessions near it,
-// or its node closed.
-func (m *opsModel) begin(r *opsRun) *opsRun {
+// task still holds a valid lease (modelRun.holdsLease), unless the test
+// touched the task since that run started, cut the sessions near it, or
+// its node closed.
+func (m *opsModel) begin(r *modelRun) *modelRun {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r.start = time.Now()
-	for _, o := range m.active[r.task] {
-		if m.touchedSince(r.task, o.start) || m.cutNear(o) || m.closingNear(o) {
-			continue
-		}
-		valid := false
-		if o.typ == opsTypePull {
-			// A report ends the lease when it commits, which may be well
-			// before its call answers (under load): the retry it decides
-			// can be due and leased meanwhile.
-			valid = r.start.Before(o.expires) && !o.reporting
-		} else {
-			valid = o.ctx.Err() == nil
-		}
-		if valid {
-			m.violate("task %s: attempt %d (%s on %q) started at %s while attempt %d (%s on %q since %s) still held its lease",
-				r.task, r.attempt, r.typ, r.node, r.start.Format(time.StampMicro), o.attempt, o.typ, o.node, o.start.Format(time.StampMicro))
-		}
-	}
-	m.active[r.task] = append(m.active[r.task], r)
-	m.runs[r.task] = append(m.runs[r.task], r)
+	m.startRun(r, func(o *modelRun) bool { return m.touchedSince(r.task, o.start) || m.cutNear(o) || m.closingNear(o) })
 	return r
-}
-
-// reports records that a pull run is about to send its report.
-func (m *opsModel) reports(r *opsRun) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r.reporting = true
-}
-
-// end records the end of a run.
-func (m *opsModel) end(r *opsRun, reported error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	r.end = time.Now()
-	r.reported = reported
-	if r.ctx != nil {
-		r.ctxDone = r.ctx.Err() != nil
-	}
-	as := m.active[r.task]
-	for i := range as {
-		if as[i] == r {
-			m.active[r.task] = append(as[:i:i], as[i+1:]...)
-			break
-		}
-	}
-}
-
-func (m *opsModel) activeRuns() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	n := 0
-	for _, as := range m.active {
-		n += len(as)
-	}
-	return n
 }
 
 // maxAttemptsAt returns the least and the greatest max attempts of typ
@@ -309,6 +221,14 @@ BEGIN
 	RETURN NULL;
 END $$;
 CREATE TRIGGER ops_audit AFTER INSERT OR UPDATE OR DELETE ON tasks FOR EACH ROW EXECUTE FUNCTION ops_audit()`
+
+// installAudit creates the audit (opsAuditSQL) in the test's database.
+func installAudit(ctx context.Context, st *postgres.Store) error {
+	if _, err := st.Pool().Exec(ctx, opsAuditSQL); err != nil {
+		return fmt.Errorf("create audit: %w", err)
+	}
+	return nil
+}
 
 // opsEvent is one audit row.
 type opsEvent struct {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -64,35 +63,13 @@ func TestEnginesUnderUserOperations(t *testing.T) {
 	}
 	dbURL := pgtest.URL(t)
 	m := newOpsModel()
-	c := &opsCluster{t: t, url: dbURL, m: m, rng: rand.New(rand.NewPCG(seed, 4))}
+	c := &opsCluster{engineSet: engineSet{slots: make([]*engineSlot, opsSlots)}, t: t, url: dbURL, m: m, rng: rand.New(rand.NewPCG(seed, 4))}
 	srv := httptest.NewServer(http.HandlerFunc(c.serveTarget))
 	defer srv.Close()
 	c.target = srv.URL + "/deliver"
 
-	{
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		st, err := postgres.Open(ctx, postgres.Config{URL: withAppName(t, dbURL, opsAdminApp), AutoMigrate: true})
-		if err != nil {
-			cancel()
-			t.Fatalf("open store: %v", err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		c.admin = st
-		if _, err := st.Pool().Exec(ctx, opsAuditSQL); err != nil {
-			cancel()
-			t.Fatalf("create audit: %v", err)
-		}
-		e, err := engine.New(engine.Config{Store: st, NoScheduler: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, typ := range []string{opsTypeLocal, opsTypePull, opsTypePush} {
-			if _, err := e.PutType(ctx, c.spec(typ, opsInitialMax)); err != nil {
-				t.Fatalf("put type %s: %v", typ, err)
-			}
-		}
-		cancel()
-	}
+	c.admin = openAdmin(t, dbURL, opsAdminApp, installAudit,
+		c.spec(opsTypeLocal, opsInitialMax), c.spec(opsTypePull, opsInitialMax), c.spec(opsTypePush, opsInitialMax))
 
 	rng := rand.New(rand.NewPCG(seed, 1))
 	types := []string{opsTypeLocal, opsTypePull, opsTypePush}
@@ -172,47 +149,30 @@ func TestEnginesUnderUserOperations(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	(&mnCluster{admin: c.admin}).drain(t)
+	drain(t, c.admin)
 	for i := range opsSlots {
 		c.close(i)
 	}
-	for deadline := time.Now().Add(10 * time.Second); m.activeRuns() > 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d handler runs still running 10s after every engine closed", m.activeRuns())
-		}
-	}
+	m.waitRunsEnded(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if len(m.ids) != total {
-		t.Errorf("%d tasks enqueued, want %d", len(m.ids), total)
-	}
+	m.checkEnqueued(t, total)
 	tot := m.check(t, ctx, c.admin)
 	t.Logf("%d tasks, %d recorded attempts (%d reaped), %d released; cancelled from %v; %d dead and %d cancelled retried; %d purged; %d session cuts, %d policy changes",
 		total, tot.attempts, tot.reaped, tot.released, tot.cancelledFrom, tot.deadRetried, tot.cancelledRetried, tot.deleted,
 		len(m.cuts), len(m.policies))
 }
 
-// opsSlot is one engine with its own pool, an in-process worker and two
-// pull loops; push deliveries run inside the engine.
-type opsSlot struct {
-	node   string
-	st     *postgres.Store
-	e      *engine.Engine
-	cancel context.CancelFunc
-	done   sync.WaitGroup
-}
-
-// opsCluster is the operations test's engines on one database.
+// opsCluster is the operations test's engines on one database. mu
+// (engineSet's) guards rng and cancelled too.
 type opsCluster struct {
+	engineSet
 	t      *testing.T
 	url    string
 	target string
 	admin  *postgres.Store
 	m      *opsModel
-	mu     sync.Mutex
 	rng    *rand.Rand // under mu
-	slots  [opsSlots]*opsSlot
-	gen    int
 	// cancelled holds the tasks the test cancelled, for its retries; under mu.
 	cancelled []string
 }
@@ -226,84 +186,36 @@ func (c *opsCluster) spec(typ string, maxAttempts int) engine.TypeSpec {
 	return s
 }
 
+// open opens an engine in slot i with an in-process worker and two pull
+// loops; its push deliveries run inside the engine.
 func (c *opsCluster) open(i int) {
 	c.t.Helper()
-	c.mu.Lock()
-	c.gen++
-	node := fmt.Sprintf("ops-%d-g%d", i, c.gen)
-	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := postgres.Open(ctx, postgres.Config{URL: withAppName(c.t, c.url, node), MaxConns: 6,
-		ReconnectMax: 200 * time.Millisecond, ConnectTimeout: 2 * time.Second})
-	if err != nil {
-		c.t.Fatalf("open store for %s: %v", node, err)
-	}
-	e, err := engine.New(engine.Config{Store: st, NodeID: node, LeaseDuration: opsLease, PollInterval: 100 * time.Millisecond,
-		LeaderTTL: engine.MinLeaderTTL, DefaultPolicy: c.spec(opsTypeLocal, opsInitialMax).Policy})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	if err := e.Start(context.Background()); err != nil {
-		c.t.Fatal(err)
-	}
-	s := &opsSlot{node: node, st: st, e: e}
-	wctx, wcancel := context.WithCancel(context.Background())
-	s.cancel = wcancel
-	s.done.Add(3)
-	go func() {
-		defer s.done.Done()
-		err := e.RunWorker(wctx, engine.WorkerConfig{ID: node + "/w", Types: []string{opsTypeLocal}, Concurrency: 4,
-			ShutdownGrace: 100 * time.Millisecond, Handle: func(hctx context.Context, t *store.Task) error {
-				return c.runLocal(hctx, node, t)
-			}})
-		if err != nil {
-			c.t.Errorf("worker of %s: %v", node, err)
-		}
-	}()
-	for range 2 {
-		go func() {
-			defer s.done.Done()
-			c.pullLoop(wctx, s)
-		}()
-	}
-	c.mu.Lock()
-	c.slots[i] = s
-	c.mu.Unlock()
+	node := fmt.Sprintf("ops-%d-g%d", i, c.nextGen())
+	c.put(i, openSlot(c.t, node, slotSpec{
+		url: c.url,
+		engine: engine.Config{LeaseDuration: opsLease, PollInterval: 100 * time.Millisecond, LeaderTTL: engine.MinLeaderTTL,
+			DefaultPolicy: c.spec(opsTypeLocal, opsInitialMax).Policy},
+		worker: engine.WorkerConfig{Types: []string{opsTypeLocal}, Concurrency: 4, ShutdownGrace: 100 * time.Millisecond,
+			Handle: func(hctx context.Context, t *store.Task) error { return c.runLocal(hctx, node, t) }},
+		pulls: 2,
+		pull:  c.pullLoop,
+	}))
 }
 
 func (c *opsCluster) close(i int) {
-	c.mu.Lock()
-	s := c.slots[i]
-	c.slots[i] = nil
-	c.mu.Unlock()
+	s := c.take(i)
 	if s == nil {
 		return
 	}
 	c.m.mu.Lock()
 	c.m.closing = append(c.m.closing, opsClose{node: s.node, at: time.Now()})
 	c.m.mu.Unlock()
-	s.cancel()
-	s.done.Wait()
-	_ = s.e.Close()
-	_ = s.st.Close()
+	s.stop()
 }
 
 func (c *opsCluster) restart(i int) {
 	c.close(i)
 	c.open(i)
-}
-
-func (c *opsCluster) live() []*opsSlot {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []*opsSlot
-	for _, s := range c.slots {
-		if s != nil {
-			out = append(out, s)
-		}
-	}
-	return out
 }
 
 // indexOf returns the script index a payload names, or -1.
@@ -327,13 +239,10 @@ func hold(ctx context.Context) string {
 
 func (c *opsCluster) runLocal(ctx context.Context, node string, t *store.Task) error {
 	idx := indexOf(t.Payload)
-	r := c.m.begin(&opsRun{task: t.ID, typ: opsTypeLocal, node: node, attempt: t.Attempt, startedAt: t.StartedAt,
+	r := c.m.begin(&modelRun{task: t.ID, typ: opsTypeLocal, node: node, attempt: t.Attempt, leaseID: t.LeaseID, startedAt: t.StartedAt,
 		action: c.m.actionOf(idx, t.Attempt), ctx: ctx})
 	defer func() { c.m.end(r, nil) }()
-	switch r.action {
-	case opsOK:
-		return nil
-	case opsHold:
+	if r.action == opsHold {
 		if a := hold(ctx); a != opsOK {
 			c.m.mu.Lock()
 			r.action = a
@@ -341,12 +250,9 @@ func (c *opsCluster) runLocal(ctx context.Context, node string, t *store.Task) e
 			return ctx.Err()
 		}
 		return nil
-	case opsFail:
-		return retry.Transient(errors.New("scripted failure"))
-	case opsPerm:
-		return retry.Permanent(retry.WithCode("poison", errors.New("scripted permanent failure")))
-	case opsAfter:
-		return retry.RetryAfter(errors.New("scripted 429"), opsRetryAfter)
+	}
+	if err, ok := scriptedError(r.action, opsRetryAfter); ok {
+		return err
 	}
 	return fmt.Errorf("task %s: unknown action %q", t.ID, r.action)
 }
@@ -356,7 +262,7 @@ func (c *opsCluster) runLocal(ctx context.Context, node string, t *store.Task) e
 func (c *opsCluster) serveTarget(w http.ResponseWriter, req *http.Request) {
 	body, _ := io.ReadAll(req.Body)
 	att, _ := strconv.Atoi(req.Header.Get(engine.HeaderAttempt))
-	r := c.m.begin(&opsRun{task: req.Header.Get(engine.HeaderTaskID), typ: opsTypePush, attempt: att,
+	r := c.m.begin(&modelRun{task: req.Header.Get(engine.HeaderTaskID), typ: opsTypePush, attempt: att,
 		action: c.m.actionOf(indexOf(body), att), ctx: req.Context()})
 	defer func() { c.m.end(r, nil) }()
 	switch r.action {
@@ -383,29 +289,18 @@ func (c *opsCluster) serveTarget(w http.ResponseWriter, req *http.Request) {
 }
 
 // pullLoop leases pull tasks and reports each as its script says until ctx ends.
-func (c *opsCluster) pullLoop(ctx context.Context, s *opsSlot) {
-	for i := 0; ctx.Err() == nil && i < 1_000_000; i++ {
-		tasks, err := s.e.Lease(ctx, engine.LeaseRequest{WorkerID: s.node + "/pull", Types: []string{opsTypePull}, Max: 2,
-			Wait: 200 * time.Millisecond, LeaseDuration: opsPullLease})
-		if unavailable(err) || errors.Is(err, context.DeadlineExceeded) {
-			sleepCtx(ctx, 20*time.Millisecond)
-			continue
-		}
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, engine.ErrClosed) {
-				c.t.Errorf("pull lease on %s: %v", s.node, err)
-			}
-			return
-		}
+func (c *opsCluster) pullLoop(ctx context.Context, s *engineSlot) {
+	req := engine.LeaseRequest{Types: []string{opsTypePull}, Max: 2, Wait: 200 * time.Millisecond, LeaseDuration: opsPullLease}
+	s.pullLoop(ctx, c.t, req, func(tasks []store.Task) {
 		for j := range tasks {
 			c.pullRun(ctx, s, &tasks[j])
 		}
-	}
+	})
 }
 
-func (c *opsCluster) pullRun(ctx context.Context, s *opsSlot, t *store.Task) {
-	r := c.m.begin(&opsRun{task: t.ID, typ: opsTypePull, node: s.node, attempt: t.Attempt, startedAt: t.StartedAt,
-		expires: t.LeaseExpiresAt, action: c.m.actionOf(indexOf(t.Payload), t.Attempt), ctx: context.Background()})
+func (c *opsCluster) pullRun(ctx context.Context, s *engineSlot, t *store.Task) {
+	r := c.m.begin(&modelRun{task: t.ID, typ: opsTypePull, node: s.node, pull: true, attempt: t.Attempt, leaseID: t.LeaseID,
+		startedAt: t.StartedAt, expires: t.LeaseExpiresAt, action: c.m.actionOf(indexOf(t.Payload), t.Attempt), ctx: context.Background()})
 	tok := engine.LeaseToken(t)
 	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -439,38 +334,17 @@ func (c *opsCluster) pullRun(ctx context.Context, s *opsSlot, t *store.Task) {
 	c.m.end(r, err)
 }
 
-// produce enqueues the tasks in batches through random live engines, over
-// about spread.
+// produce enqueues the tasks in batches of 25 through random live
+// engines, over about spread.
 func (c *opsCluster) produce(reqs []engine.EnqueueRequest, rng *rand.Rand, spread time.Duration) {
 	const batch = 25
 	pause := spread / time.Duration(max(1, len(reqs)/batch))
-	for start := 0; start < len(reqs); start += batch {
-		end := min(start+batch, len(reqs))
-		var res []store.InsertResult
-		var err error
-		for try := 0; try < 50; try++ {
-			live := c.live()
-			if len(live) == 0 {
-				time.Sleep(20 * time.Millisecond)
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			res, err = live[rng.IntN(len(live))].e.EnqueueMany(ctx, reqs[start:end])
-			cancel()
-			if err == nil { // keyed: any failure may be sent again
-				break
-			}
-		}
-		if err != nil {
-			c.t.Errorf("enqueue at %d: %v", start, err)
-			return
-		}
+	produce(c.t, reqs, batch, c.live, rng, func() time.Duration { return pause }, func(start int, res []store.InsertResult) {
 		c.m.mu.Lock()
+		defer c.m.mu.Unlock()
 		for j, r := range res {
 			c.m.ids[r.Task.ID] = start + j
 			c.m.typeOf[r.Task.ID] = reqs[start+j].Type
 		}
-		c.m.mu.Unlock()
-		time.Sleep(pause)
-	}
+	})
 }

@@ -8,6 +8,7 @@ package multinode
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -108,7 +109,10 @@ END $$;
 CREATE TRIGGER mn_note_reap AFTER UPDATE ON tasks FOR EACH ROW
 	WHEN (OLD.state = 'running' AND NEW.state <> 'running' AND OLD.lease_expires_at < NEW.updated_at)
 	EXECUTE FUNCTION mn_note_reap()`)
-	return err
+	if err != nil {
+		return fmt.Errorf("watch reaps: %w", err)
+	}
+	return nil
 }
 
 // reapedExpiries reads what watchReaps noted.

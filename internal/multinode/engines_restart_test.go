@@ -14,7 +14,6 @@ import (
 	"github.com/retryq/retryq/internal/engine"
 	"github.com/retryq/retryq/internal/pgtest"
 	"github.com/retryq/retryq/store"
-	"github.com/retryq/retryq/store/postgres"
 )
 
 // envSeed sets the seed of TestEnginesRestartedAtRandom, to replay a run.
@@ -84,7 +83,7 @@ func TestEnginesRestartedAtRandom(t *testing.T) {
 	dbURL := pgtest.URL(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	m := newModel()
-	c := &mnCluster{t: t, url: dbURL, m: m, rng: rand.New(rand.NewPCG(seed, 4))}
+	c := &mnCluster{engineSet: engineSet{slots: make([]*engineSlot, mnSlots)}, t: t, url: dbURL, m: m, rng: rand.New(rand.NewPCG(seed, 4))}
 	for i := range c.proxies {
 		c.proxies[i] = newFreezeProxy(t, hostOf(t, dbURL))
 	}
@@ -100,30 +99,9 @@ func TestEnginesRestartedAtRandom(t *testing.T) {
 	c.log = slog.New(outcomeLog{next: logTo, m: m})
 
 	// Migrate and configure the types once; the test's own pool stays.
-	{
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		st, err := postgres.Open(ctx, postgres.Config{URL: withAppName(t, dbURL, "mn-test"), AutoMigrate: true})
-		if err != nil {
-			cancel()
-			t.Fatalf("open store: %v", err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		c.admin = st
-		if err := watchReaps(ctx, st); err != nil {
-			cancel()
-			t.Fatalf("watch reaps: %v", err)
-		}
-		e, err := engine.New(engine.Config{Store: st, NoScheduler: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for typ, timeout := range map[string]time.Duration{mnTypeLocal: 5 * time.Second, mnTypePull: 5 * time.Second} {
-			if _, err := e.PutType(ctx, engine.TypeSpec{Type: typ, Policy: mnPolicy(), Timeout: timeout}); err != nil {
-				t.Fatalf("put type %s: %v", typ, err)
-			}
-		}
-		cancel()
-	}
+	c.admin = openAdmin(t, dbURL, "mn-test", watchReaps,
+		engine.TypeSpec{Type: mnTypeLocal, Policy: mnPolicy(), Timeout: 5 * time.Second},
+		engine.TypeSpec{Type: mnTypePull, Policy: mnPolicy(), Timeout: 5 * time.Second})
 
 	// The scripts.
 	total := tasks + pullTasks
@@ -159,59 +137,35 @@ func TestEnginesRestartedAtRandom(t *testing.T) {
 	defer endMon()
 
 	// Producers: enqueue through random live engines over the first part
-	// of the chaos.
+	// of the chaos, keyed, so that an insert whose answer was lost (the
+	// test cut the node's connections) can be sent again.
+	reqs := make([]engine.EnqueueRequest, total)
+	for i := range total {
+		typ := mnTypeLocal
+		if m.pullIndex[i] {
+			typ = mnTypePull
+		}
+		reqs[i] = engine.EnqueueRequest{Type: typ, Payload: []byte(fmt.Sprintf(`{"i":%d}`, i)), IdempotencyKey: fmt.Sprintf("mn-%d", i)}
+	}
 	prodDone := make(chan struct{})
 	var idsMu sync.Mutex
 	var ids []string
 	go func() {
 		defer close(prodDone)
 		prng := rand.New(rand.NewPCG(seed, 2))
-		for start := 0; start < total; start += 50 {
-			end := min(start+50, total)
-			reqs := make([]engine.EnqueueRequest, 0, end-start)
-			for i := start; i < end; i++ {
-				typ := mnTypeLocal
-				if m.pullIndex[i] {
-					typ = mnTypePull
+		produce(t, reqs, 50, c.thawed, prng, func() time.Duration { return time.Duration(prng.IntN(30)) * time.Millisecond },
+			func(start int, res []store.InsertResult) {
+				m.mu.Lock()
+				for j, r := range res {
+					m.ids[r.Task.ID] = start + j
 				}
-				// Keyed, so that an insert whose answer was lost (the
-				// test cut the node's connections) can be sent again.
-				reqs = append(reqs, engine.EnqueueRequest{Type: typ, Payload: []byte(fmt.Sprintf(`{"i":%d}`, i)),
-					IdempotencyKey: fmt.Sprintf("mn-%d", i)})
-			}
-			var res []store.InsertResult
-			var err error
-			for try := 0; try < 50; try++ {
-				live := c.thawed()
-				if len(live) == 0 {
-					time.Sleep(20 * time.Millisecond)
-					continue
+				m.mu.Unlock()
+				idsMu.Lock()
+				for _, r := range res {
+					ids = append(ids, r.Task.ID)
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				res, err = live[prng.IntN(len(live))].e.EnqueueMany(ctx, reqs)
-				cancel()
-				// Keyed: any failure (closed, cut off, frozen) may be sent
-				// again.
-				if err == nil {
-					break
-				}
-			}
-			if err != nil {
-				t.Errorf("enqueue at %d: %v", start, err)
-				return
-			}
-			m.mu.Lock()
-			for j, r := range res {
-				m.ids[r.Task.ID] = start + j
-			}
-			m.mu.Unlock()
-			idsMu.Lock()
-			for _, r := range res {
-				ids = append(ids, r.Task.ID)
-			}
-			idsMu.Unlock()
-			time.Sleep(time.Duration(prng.IntN(30)) * time.Millisecond)
-		}
+				idsMu.Unlock()
+			})
 	}()
 
 	// Chaos: restart engines (the leader half the time), cancel tasks,
@@ -265,18 +219,14 @@ func TestEnginesRestartedAtRandom(t *testing.T) {
 
 	// Drain: every task finishes; the drain fails when none moves for
 	// mnDrainStall.
-	c.drain(t)
+	drain(t, c.admin)
 	endMon()
 	drained := time.Now()
 	for i := range mnSlots {
 		c.close(i)
 	}
 	t.Logf("chaos %s, drained %s after it", chaosFor, drained.Sub(chaosEnd).Round(time.Millisecond))
-	for deadline := time.Now().Add(10 * time.Second); m.activeRuns() > 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d handler runs still running 10s after every engine closed", m.activeRuns())
-		}
-	}
+	m.waitRunsEnded(t)
 
 	for _, e := range c.monErrs {
 		t.Error(e)
@@ -299,9 +249,7 @@ func TestEnginesRestartedAtRandom(t *testing.T) {
 	if leased != 0 {
 		t.Errorf("%d tasks left running or leased", leased)
 	}
-	if len(m.ids) != total {
-		t.Errorf("%d tasks enqueued, want %d", len(m.ids), total)
-	}
+	m.checkEnqueued(t, total)
 	reaps, err := reapedExpiries(ctx, st)
 	if err != nil {
 		t.Fatalf("read reaped expiries: %v", err)

@@ -187,13 +187,8 @@ func (c *cluster) verify(n int, allowReap func(node string) bool) report {
 	if len(tasks) != n {
 		c.t.Errorf("%d tasks in the database, want %d", len(tasks), n)
 	}
-	errs := 0
-	fail := func(format string, args ...any) {
-		errs++
-		if errs <= 30 {
-			c.t.Errorf(format, args...)
-		}
-	}
+	f := &failures{t: c.t}
+	fail := f.fail
 	seenIdx := map[int]bool{}
 	for i := range n {
 		id := c.ids[i]
@@ -211,9 +206,7 @@ func (c *cluster) verify(n int, allowReap func(node string) bool) report {
 		c.checkHistory(tr, fail, allowReap, &rep)
 		c.checkRuns(tr, runs[id], fail, allowReap, &rep)
 	}
-	if errs > 30 {
-		c.t.Errorf("... and %d more errors", errs-30)
-	}
+	f.flush()
 	return rep
 }
 
