@@ -240,7 +240,7 @@ func hold(ctx context.Context) string {
 func (c *opsCluster) runLocal(ctx context.Context, node string, t *store.Task) error {
 	idx := indexOf(t.Payload)
 	r := c.m.begin(&modelRun{task: t.ID, typ: opsTypeLocal, node: node, attempt: t.Attempt, leaseID: t.LeaseID, startedAt: t.StartedAt,
-		action: c.m.actionOf(idx, t.Attempt), ctx: ctx})
+		expires: t.LeaseExpiresAt, action: c.m.actionOf(idx, t.Attempt), ctx: ctx})
 	defer func() { c.m.end(r, nil) }()
 	if r.action == opsHold {
 		if a := hold(ctx); a != opsOK {

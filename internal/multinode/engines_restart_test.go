@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -21,28 +20,6 @@ const envSeed = "RETRYQ_MULTINODE_SEED"
 
 // envEngineLog names a file for the engines' logs (info and above).
 const envEngineLog = "RETRYQ_MULTINODE_LOG"
-
-// testSeed returns the seed of a randomized test: the value of the
-// environment variable env, else a new one. It logs it, and again if the
-// test fails, with how to replay it.
-func testSeed(t *testing.T, env string) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(env); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", env, s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (replay with %s=%d)", seed, env, seed)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("failed with seed %d: replay with %s=%d", seed, env, seed)
-		}
-	})
-	return seed
-}
 
 // TestEnginesRestartedAtRandom runs four engines on one PostgreSQL
 // database, each with its own connection pool, an in-process worker and a

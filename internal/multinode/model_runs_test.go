@@ -10,7 +10,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -27,6 +29,28 @@ const (
 	actPerm  = "perm"  // fail permanently (push: 400)
 	actAfter = "after" // fail with a Retry-After (push: 429 with Retry-After)
 )
+
+// testSeed returns the seed of a randomized test: the value of the
+// environment variable env, else a new one. It logs it, and again if the
+// test fails, with how to replay it.
+func testSeed(t *testing.T, env string) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(env); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", env, s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (replay with %s=%d)", seed, env, seed)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("failed with seed %d: replay with %s=%d", seed, env, seed)
+		}
+	})
+	return seed
+}
 
 // scriptAction returns the action of a script's attempt: attempt 1 is the
 // first, and the last action repeats.
@@ -61,7 +85,7 @@ type modelRun struct {
 	attempt   int
 	leaseID   string    // "" for a push run
 	startedAt time.Time // the attempt's start as stored (Task.StartedAt; not known to a push target)
-	expires   time.Time // pull: the lease's expiry (never extended)
+	expires   time.Time // the lease's expiry when leased (pull: never extended; not known to a push target)
 	action    string
 	ctx       context.Context // in process: the handler's context; push: the request's; pull: none to watch
 	start     time.Time
@@ -87,6 +111,15 @@ func (r *modelRun) holdsLease(at time.Time) bool {
 		return at.Before(r.expires) && !r.reporting
 	}
 	return r.ctx.Err() == nil
+}
+
+// leasedUntil is the lease's expiry as r was leased, for a message ("" when
+// the run did not see it).
+func (r *modelRun) leasedUntil() string {
+	if r.expires.IsZero() {
+		return ""
+	}
+	return " until " + r.expires.Format(time.StampMicro)
 }
 
 // unrecorded returns why r, ended and matched with no history row, should
@@ -143,9 +176,9 @@ func (b *modelBook) startRun(r *modelRun, excused func(o *modelRun) bool) {
 		if excused(o) || !o.holdsLease(r.start) {
 			continue
 		}
-		b.violate("task %s: attempt %d (%s on %q, lease %q) started at %s while attempt %d (%s on %q, lease %q, since %s, pull lease until %s) still held its lease",
+		b.violate("task %s: attempt %d (%s on %q, lease %q) started at %s while attempt %d (%s on %q, lease %q%s, since %s) still held its lease",
 			r.task, r.attempt, r.typ, r.node, r.leaseID, r.start.Format(time.StampMicro), o.attempt, o.typ, o.node, o.leaseID,
-			o.start.Format(time.StampMicro), o.expires.Format(time.StampMicro))
+			o.leasedUntil(), o.start.Format(time.StampMicro))
 	}
 	b.active[r.task] = append(b.active[r.task], r)
 	b.runs[r.task] = append(b.runs[r.task], r)
