@@ -30,10 +30,10 @@ import (
 // Baseline is the process's goroutines and open file descriptors at one
 // moment.
 type Baseline struct {
-	goroutines int            // runtime.NumGoroutine
-	kinds      map[string]int // goroutines by kind (kindOf)
+	goroutines int             // runtime.NumGoroutine
+	kinds      map[string]int  // goroutines by kind (kindOf)
 	ids        map[uint64]bool // the goroutines' ids
-	fds        []string // the descriptors' targets; nil where unknown
+	fds        []string        // the descriptors' targets; nil where unknown
 }
 
 // exclusiveEnv is set for the test that takes a Baseline, for as long as
