@@ -56,13 +56,20 @@ func TestLeadershipChangingHandsLeaksNothing(t *testing.T) {
 	engines[0] = startLeaderEngine(t, stores[0], "hands-a", MinLeaderTTL, nil)
 	waitFor(t, "the first engine to lead", engines[0].IsLeader)
 	engines[1] = startLeaderEngine(t, stores[1], "hands-b", MinLeaderTTL, nil)
-	// handOver makes engine from stop leading and waits until to leads.
+	// handOver makes engine from stop leading and waits until to leads
+	// and its scheduler loops run: IsLeader turns true just before the
+	// loops' goroutine starts, and a baseline taken in between would lack
+	// it (the check failed once so, with one goroutine more at the end).
 	handOver := func(from, to int) {
 		t.Helper()
+		loops := len(stores[to].loopInstances())
 		down[to].Store(false)
 		down[from].Store(true)
 		waitFor(t, fmt.Sprintf("engine %d to stop leading", from), func() bool { return !engines[from].IsLeader() })
 		waitFor(t, fmt.Sprintf("engine %d to lead", to), engines[to].IsLeader)
+		waitFor(t, fmt.Sprintf("engine %d's scheduler loops to run", to), func() bool {
+			return len(stores[to].loopInstances()) > loops
+		})
 	}
 	// Both engines' pools, readers and loops have run once before the
 	// baseline.
