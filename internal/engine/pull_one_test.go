@@ -33,7 +33,15 @@ func TestOneTaskLeasePassesNoWakeUp(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, "every long poll to wait", idle)
+	// Every long poll joined its group, too: LongPolls counts one a
+	// moment before it joins, and one that joined late would fetch once
+	// the count below began.
+	joined := func() bool {
+		e.wake.mu.Lock()
+		defer e.wake.mu.Unlock()
+		return len(e.wake.groups["one.task"]) == waiters
+	}
+	waitFor(t, "every long poll to wait", func() bool { return joined() && idle() })
 	before := st.n.Load()
 	id := mustEnqueue(t, e, "one.task", `1`)
 	select {
