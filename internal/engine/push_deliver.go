@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -170,7 +171,9 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 	req.Header.Set(HeaderTaskType, t.Type)
 	// Whether the request went out, and on which connection, for the
 	// message of a delivery that got no answer (sentNote). The callbacks
-	// run in the transport's goroutines.
+	// run in the transport's goroutines. WroteRequest reports the request
+	// once it is in the connection's buffer, before the flush that sends
+	// it: a write that failed after it is told by the error (writeFailed).
 	var sent, reused atomic.Bool
 	req = req.WithContext(httptrace.WithClientTrace(reqCtx, &httptrace.ClientTrace{
 		GotConn:      func(i httptrace.GotConnInfo) { reused.Store(i.Reused) },
@@ -185,7 +188,7 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 	resp, err := pt.conns.client.Do(req)
 	if err != nil {
 		return pushResult{err: err, timedOut: errors.Is(context.Cause(ctx), ErrAttemptTimeout),
-			sent: sent.Load(), reused: reused.Load()}
+			sent: sent.Load() && !writeFailed(err), reused: reused.Load()}
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 100 {
@@ -304,6 +307,13 @@ func (r *pushResult) sentNote() string {
 		return " (the request was sent: the target may have received it)"
 	}
 	return ""
+}
+
+// writeFailed reports whether err is a failed write to the connection:
+// the request, or its tail, never went out, whatever WroteRequest said.
+func writeFailed(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "write"
 }
 
 // errText is the transport error's text naming the target as the log
