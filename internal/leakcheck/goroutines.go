@@ -15,8 +15,9 @@ type goroutine struct {
 
 // snapshot returns the process's goroutines, read from a dump of every
 // goroutine's stack (runtime.Stack), but those of the runtime's own
-// finalizer and cleanup goroutines: they run user code now and then, and
-// are not made by what a test cycles.
+// finalizer and cleanup goroutines (they run user code now and then, and
+// are not made by what a test cycles) and, where descriptors are counted,
+// a connection's passing readers (connKinds).
 func snapshot() []goroutine {
 	buf := make([]byte, 64<<10)
 	for {
@@ -27,10 +28,11 @@ func snapshot() []goroutine {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
+	skipConns := FDsKnown()
 	var out []goroutine
 	for entry := range strings.SplitSeq(string(buf), "\n\n") {
 		g, ok := parseGoroutine(entry)
-		if !ok || runtimeKinds[g.kind] {
+		if !ok || !counted(g.kind, skipConns) {
 			continue
 		}
 		out = append(out, g)
@@ -41,6 +43,20 @@ func snapshot() []goroutine {
 // runtimeKinds are the goroutines of the runtime that a dump shows while
 // they run user code (a finalizer, a cleanup).
 var runtimeKinds = map[string]bool{"runtime.runFinalizers": true, "runtime.runCleanups": true, "runtime.runfinq": true}
+
+// connKinds are goroutines that a connection starts now and then and
+// that end with the connection or at its next read, however long it
+// stays idle: pgx reads in the background while a write of a connection
+// lasts more than 15 ms (a loaded machine), and the reader stays blocked
+// in its read after the write. They are not counted where descriptors
+// are: a connection left open is a descriptor more.
+var connKinds = map[string]bool{"github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead": true}
+
+// counted reports whether goroutines of kind count, where descriptors
+// are counted (fds) or not.
+func counted(kind string, fds bool) bool {
+	return !runtimeKinds[kind] && !(fds && connKinds[kind])
+}
 
 // parseGoroutine reads one entry of runtime.Stack's dump:
 //

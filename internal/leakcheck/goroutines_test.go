@@ -143,3 +143,26 @@ func TestKindOf(t *testing.T) {
 		t.Error("parseGoroutine accepted a line that is not a goroutine's")
 	}
 }
+
+// TestConnectionReadersCountAsTheirDescriptor: pgx's background reader,
+// which a connection keeps blocked in a read after a slow write for as
+// long as it stays idle, is not counted where the connection is, as a
+// descriptor; the runtime's finalizer goroutine never is, other kinds
+// always are.
+func TestConnectionReadersCountAsTheirDescriptor(t *testing.T) {
+	const reader = "github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"
+	for _, c := range []struct {
+		kind string
+		fds  bool
+		want bool
+	}{
+		{reader, true, false},
+		{reader, false, true},
+		{"runtime.runFinalizers", false, false},
+		{"github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck", true, true},
+	} {
+		if got := counted(c.kind, c.fds); got != c.want {
+			t.Errorf("counted(%s, descriptors counted %v) = %v, want %v", c.kind, c.fds, got, c.want)
+		}
+	}
+}

@@ -20,7 +20,6 @@ package leakcheck
 import (
 	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -30,10 +29,9 @@ import (
 // Baseline is the process's goroutines and open file descriptors at one
 // moment.
 type Baseline struct {
-	goroutines int             // runtime.NumGoroutine
-	kinds      map[string]int  // goroutines by kind (kindOf)
-	ids        map[uint64]bool // the goroutines' ids
-	fds        []string        // the descriptors' targets; nil where unknown
+	kinds map[string]int  // goroutines by kind (kindOf)
+	ids   map[uint64]bool // the goroutines' ids
+	fds   []string        // the descriptors' targets; nil where unknown
 }
 
 // exclusiveEnv is set for the test that takes a Baseline, for as long as
@@ -53,7 +51,7 @@ func Take(t testing.TB) Baseline {
 	for _, g := range gs {
 		ids[g.id] = true
 	}
-	return Baseline{goroutines: runtime.NumGoroutine(), kinds: countKinds(gs), ids: ids, fds: openFDs()}
+	return Baseline{kinds: countKinds(gs), ids: ids, fds: openFDs()}
 }
 
 // exclusive fails t when it is parallel, and makes t.Parallel panic
@@ -78,18 +76,14 @@ func (b Baseline) Settled(t testing.TB, within time.Duration, what string) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		// Counting is cheap, a dump stops the world: one goroutine more
-		// than at b is one kind more.
-		if runtime.NumGoroutine() <= max(b.goroutines, len(b.ids)) || time.Now().After(deadline) {
-			gs, fds := snapshot(), openFDs()
-			grown, extra := b.grown(gs), added(b.fds, fds)
-			if len(grown) == 0 && len(extra) == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after %s: %d goroutines (%d before), %d kinds of goroutine more than before, %d descriptors more than before %v\n%s",
-					what, len(gs), len(b.ids), len(grown), len(extra), extra, b.describe(gs, grown))
-			}
+		gs, fds := snapshot(), openFDs()
+		grown, extra := b.grown(gs), added(b.fds, fds)
+		if len(grown) == 0 && len(extra) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %d goroutines (%d before), %d kinds of goroutine more than before, %d descriptors more than before %v\n%s",
+				what, len(gs), len(b.ids), len(grown), len(extra), extra, b.describe(gs, grown))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
