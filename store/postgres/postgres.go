@@ -259,6 +259,9 @@ var (
 // error matching store.ErrInvalid; a server that cannot be reached, one
 // matching store.ErrUnavailable. The Store is safe for concurrent use.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}

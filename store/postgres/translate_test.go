@@ -270,3 +270,16 @@ func TestCorruptionTranslation(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenNilContext: Open refuses a nil context with ErrInvalid naming
+// ctx, as every store method does, before it parses or dials anything.
+func TestOpenNilContext(t *testing.T) {
+	//lint:ignore SA1012 the nil context is what is tested
+	s, err := Open(nil, Config{URL: "postgres://127.0.0.1:1/none"}) //nolint:staticcheck
+	if err == nil {
+		s.Close()
+	}
+	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "ctx") {
+		t.Fatalf("Open(nil) = %v, want ErrInvalid naming ctx", err)
+	}
+}

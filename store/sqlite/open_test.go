@@ -314,3 +314,16 @@ func TestOpenMissingDirectoryNamed(t *testing.T) {
 		t.Fatalf("directory created: %v", serr)
 	}
 }
+
+// TestOpenNilContext: Open refuses a nil context with ErrInvalid naming
+// ctx, as every store method does, instead of panicking in database/sql.
+func TestOpenNilContext(t *testing.T) {
+	//lint:ignore SA1012 the nil context is what is tested
+	s, err := Open(nil, Config{Path: filepath.Join(t.TempDir(), "nil.db")}) //nolint:staticcheck
+	if err == nil {
+		_ = s.Close()
+	}
+	if !errors.Is(err, store.ErrInvalid) || !strings.Contains(err.Error(), "ctx") {
+		t.Fatalf("Open(nil) = %v, want ErrInvalid naming ctx", err)
+	}
+}

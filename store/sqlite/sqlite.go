@@ -117,6 +117,9 @@ var (
 // and one whose schema_migrations table another tool wrote with
 // store.ErrForeignSchema.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if err := store.CheckContext(ctx); err != nil {
+		return nil, fmt.Errorf("open sqlite: %w", err)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
