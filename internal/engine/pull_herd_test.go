@@ -52,15 +52,7 @@ func TestOneTaskWakesOneLongPoll(t *testing.T) {
 	waitFor(t, "every long poll's first fetch", func() bool { return st.n.Load() >= waiters })
 
 	before := st.n.Load()
-	id := mustEnqueue(t, e, "herd", `1`)
-	select {
-	case ts := <-got:
-		if len(ts) != 1 || ts[0].ID != id {
-			t.Fatalf("a long poll answered %v, want task %s", ts, id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no long poll got the task within 10s")
-	}
+	leaseOneEnqueued(t, e, got, "herd")
 	// The herd, if any, queries within milliseconds of the wake-up.
 	deadline := time.Now().Add(500 * time.Millisecond)
 	for time.Now().Before(deadline) {
@@ -177,5 +169,20 @@ func TestPassReachesAFetchingWaiterWhenNoOtherIsIdle(t *testing.T) {
 	b.pass("k", passer, 2)
 	if !held(busy) || !held(idle) || held(passer) {
 		t.Fatal("with no idle waiter left, wake-ups passed on did not reach the fetching ones")
+	}
+}
+
+// leaseOneEnqueued enqueues one task of typ and waits (10 s at most) for
+// one of the long polls answering on got to lease exactly it.
+func leaseOneEnqueued(t *testing.T, e *Engine, got chan []store.Task, typ string) {
+	t.Helper()
+	id := mustEnqueue(t, e, typ, `1`)
+	select {
+	case ts := <-got:
+		if len(ts) != 1 || ts[0].ID != id {
+			t.Fatalf("a long poll answered %v, want task %s", ts, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no long poll got the task within 10s")
 	}
 }

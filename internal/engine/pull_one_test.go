@@ -43,15 +43,7 @@ func TestOneTaskLeasePassesNoWakeUp(t *testing.T) {
 	}
 	waitFor(t, "every long poll to wait", func() bool { return joined() && idle() })
 	before := st.n.Load()
-	id := mustEnqueue(t, e, "one.task", `1`)
-	select {
-	case ts := <-got:
-		if len(ts) != 1 || ts[0].ID != id {
-			t.Fatalf("a long poll answered %v, want task %s", ts, id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no long poll got the task within 10s")
-	}
+	leaseOneEnqueued(t, e, got, "one.task")
 	if n := st.n.Load() - before; n != 1 || !idle() {
 		t.Fatalf("one task leased by a long poll of one task: %d store queries (want 1), other waiters woken: %v", n, !idle())
 	}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/retryq/retryq/internal/leakcheck"
 	"github.com/retryq/retryq/store"
-	"github.com/retryq/retryq/store/sqlite"
 )
 
 // TestPushAgainstMisbehavingTargets runs deliveries against downstreams
@@ -24,25 +22,8 @@ import (
 // delivery must end as docs/api.md's push section says, within its
 // timeout, with a bounded error in its history.
 func TestPushAgainstMisbehavingTargets(t *testing.T) {
-	// One reader: a read pool growing to its bound would read as
-	// descriptors leaked by the deliveries.
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "retryq.db"), Synchronous: "NORMAL", MaxReaders: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Config{Store: st, NodeID: "push-node", Version: "test", PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = e.Close()
-		_ = st.Close()
-	})
-	p := &pushEnv{t: t, e: e}
+	p := newLeakCheckedPushEnv(t)
 	var types []string
 	newType := func() string {
 		types = append(types, fmt.Sprintf("push.adv%d", len(types)+1))

@@ -68,24 +68,7 @@ func (c *connTarget) waitClosed(t *testing.T, what string) {
 // change), nor goroutines, descriptors or entries for it.
 func TestRemovedPushTargetsKeepNoConnections(t *testing.T) {
 	ctx := context.Background()
-	// One reader: a read pool growing to its bound over the cycles would
-	// read as descriptors leaked.
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "retryq.db"), Synchronous: "NORMAL", MaxReaders: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := New(Config{Store: st, NodeID: "push-node", Version: "test", PollInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = e.Close()
-		_ = st.Close()
-	})
-	p := &pushEnv{t: t, e: e}
+	p := newLeakCheckedPushEnv(t)
 	put := func(typ string, tg *Target) {
 		t.Helper()
 		if _, err := p.e.PutType(ctx, TypeSpec{Type: typ, Policy: fastPolicy(3), Target: tg}); err != nil {
@@ -146,4 +129,29 @@ func TestRemovedPushTargetsKeepNoConnections(t *testing.T) {
 		cycle(i)
 	}
 	base.Settled(t, 5*time.Second, "20 push targets changed and removed during deliveries")
+}
+
+// newLeakCheckedPushEnv starts an engine polling every 50 ms on a SQLite
+// store with one reader (a read pool growing to its bound would read as
+// descriptors leaked by the deliveries), for tests that count the
+// process's goroutines and descriptors.
+func newLeakCheckedPushEnv(t *testing.T) *pushEnv {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "retryq.db"), Synchronous: "NORMAL", MaxReaders: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := New(Config{Store: st, NodeID: "push-node", Version: "test", PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.Close()
+		_ = st.Close()
+	})
+	return &pushEnv{t: t, e: e}
 }
