@@ -1,16 +1,20 @@
 package leakcheck
 
 import (
+	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // goroutine is one goroutine of a stack dump.
 type goroutine struct {
-	id    uint64
-	kind  string // the function it was started with (kindOf)
-	stack string // its whole entry in the dump
+	id        uint64
+	kind      string // the function it was started with (kindOf)
+	stack     string // its whole entry in the dump
+	unstarted bool   // created but not yet run: kind names a wrapper (unstarted)
 }
 
 // snapshot returns the process's goroutines, read from a dump of every
@@ -18,7 +22,25 @@ type goroutine struct {
 // finalizer and cleanup goroutines (they run user code now and then, and
 // are not made by what a test cycles) and, where descriptors are counted,
 // a connection's passing readers (connKinds).
+//
+// A goroutine created with arguments and not yet run shows only the
+// compiler's wrapper (main.main.gowrap1), not the function it will run,
+// so its kind would differ from its kind a moment later: snapshot waits
+// up to a second for such goroutines to run, yielding the processor.
 func snapshot() []goroutine {
+	deadline := time.Now().Add(time.Second)
+	for {
+		gs := dump()
+		if !slices.ContainsFunc(gs, func(g goroutine) bool { return g.unstarted }) || time.Now().After(deadline) {
+			return gs
+		}
+		runtime.Gosched()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// dump reads the process's goroutines once (snapshot).
+func dump() []goroutine {
 	buf := make([]byte, 64<<10)
 	for {
 		n := runtime.Stack(buf, true)
@@ -77,8 +99,14 @@ func parseGoroutine(entry string) (goroutine, bool) {
 	if err != nil {
 		return goroutine{}, false
 	}
-	return goroutine{id: id, kind: kindOf(lines[1:]), stack: entry}, true
+	kind := kindOf(lines[1:])
+	return goroutine{id: id, kind: kind, stack: entry, unstarted: gowrap.MatchString(kind)}, true
 }
+
+// gowrap matches the compiler's wrapper of a go statement whose function
+// takes arguments (main.main.gowrap1): a goroutine's dump names it, above
+// runtime.goexit, only until the goroutine first runs.
+var gowrap = regexp.MustCompile(`\.gowrap[0-9]+$`)
 
 // kindOf names a goroutine by the function it was started with: the
 // bottom frame of its stack, above a sync.WaitGroup.Go wrapper; where the
@@ -103,7 +131,7 @@ func kindOf(lines []string) string {
 			funcs = append(funcs, name)
 		}
 	}
-	for len(funcs) > 1 && strings.HasPrefix(funcs[len(funcs)-1], "sync.(*WaitGroup).Go") {
+	for len(funcs) > 1 && (funcs[len(funcs)-1] == "runtime.goexit" || strings.HasPrefix(funcs[len(funcs)-1], "sync.(*WaitGroup).Go")) {
 		funcs = funcs[:len(funcs)-1]
 	}
 	if len(funcs) == 0 || funcs[len(funcs)-1] == "" {

@@ -122,8 +122,9 @@ func TestTakeRefusesAParallelTest(t *testing.T) {
 }
 
 // TestKindOf names goroutines by the function they were started with,
-// under a sync.WaitGroup.Go wrapper, and by their creator where the dump
-// elided the bottom of the stack.
+// under a sync.WaitGroup.Go wrapper and above runtime.goexit, and by their
+// creator where the dump elided the bottom of the stack; a goroutine not
+// yet run shows the go statement's wrapper and is marked unstarted.
 func TestKindOf(t *testing.T) {
 	for _, c := range []struct {
 		dump, want string
@@ -133,9 +134,13 @@ func TestKindOf(t *testing.T) {
 			"created by sync.(*WaitGroup).Go in goroutine 1\n\t/go/src/sync/waitgroup.go:238 +0x73", "main.work"},
 		{"goroutine 7 [select]:\nmain.deep(...)\n\t/x.go:3\n...additional frames elided...\ncreated by main.start in goroutine 1\n\t/x.go:9 +0x1", "created by main.start"},
 		{"goroutine 1 [running]:\nmain.main()\n\t/x.go:15 +0xe5", "main.main"},
+		{"goroutine 8 [runnable]:\nmain.noargs()\n\t/x.go:10\nruntime.goexit({})\n\t/go/src/runtime/asm_amd64.s:1771 +0x1\n" +
+			"created by main.main in goroutine 1\n\t/x.go:16 +0xc6", "main.noargs"},
+		{"goroutine 7 [runnable]:\nmain.main.gowrap1()\n\t/x.go:15\nruntime.goexit({})\n\t/go/src/runtime/asm_amd64.s:1771 +0x1\n" +
+			"created by main.main in goroutine 1\n\t/x.go:15 +0xba", "main.main.gowrap1"},
 	} {
 		g, ok := parseGoroutine(c.dump)
-		if !ok || g.kind != c.want || g.stack != c.dump {
+		if !ok || g.kind != c.want || g.stack != c.dump || g.unstarted != strings.Contains(c.want, "gowrap") {
 			t.Errorf("parseGoroutine(%q) = %+v, %v; want kind %q", c.dump, g, ok, c.want)
 		}
 	}
@@ -163,6 +168,25 @@ func TestConnectionReadersCountAsTheirDescriptor(t *testing.T) {
 	} {
 		if got := counted(c.kind, c.fds); got != c.want {
 			t.Errorf("counted(%s, descriptors counted %v) = %v, want %v", c.kind, c.fds, got, c.want)
+		}
+	}
+}
+
+// TestSnapshotNamesAGoroutineJustCreated: a goroutine created with
+// arguments and not yet run counts as the function it runs, not as the
+// go statement's wrapper (which once let a leak pass behind a baseline
+// taken while another goroutine had not yet run).
+func TestSnapshotNamesAGoroutineJustCreated(t *testing.T) {
+	for range 20 {
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go otherBlockedUntil(stop, &wg)
+		kinds := countKinds(snapshot())
+		close(stop)
+		wg.Wait()
+		if n := kinds["github.com/retryq/retryq/internal/leakcheck.otherBlockedUntil"]; n != 1 {
+			t.Fatalf("snapshot just after the go statement: %d goroutines of its function, want 1 (kinds %v)", n, kinds)
 		}
 	}
 }
