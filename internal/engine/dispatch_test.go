@@ -151,3 +151,45 @@ func drainedLocalWorker(t *testing.T, e *Engine, typ string) *workerRun {
 	waitFor(t, "the worker to be drained", w.drained.Load)
 	return w
 }
+
+// TestDirectDispatchRefusedByAFullWorkerHoldsItUntilItFetches: an enqueue
+// that finds a worker's handlers all busy inserts its task pending, and
+// the worker may not take a later enqueue at insert until a fetch of its
+// own has taken that task, even when a handler frees before the worker
+// acted on the task's wake-up. Before, only the worker's fetch loop
+// cleared its "drained" mark when it found itself full, and a worker made
+// full by direct dispatch was parked in its wait for a wake-up: a handler
+// freed before the loop ran (a descheduled goroutine) let the next
+// enqueue overtake the pending task (TestDirectDispatchDoesNotOvertakeWork
+// AFullWorkerCouldNotFetch failed so about once a run under -race). The
+// refused enqueue is the engine's own pickLocal, with no wake-up sent, as
+// the loop not yet acting on it.
+func TestDirectDispatchRefusedByAFullWorkerHoldsItUntilItFetches(t *testing.T) {
+	st := openWorkerStoreOn(t, backendtest.SQLite)
+	e := startWorkerEngine(t, st, Config{NoScheduler: true, PollInterval: time.Minute, LeaseDuration: time.Minute})
+	release := make(chan struct{})
+	runWorker(t, e, WorkerConfig{Types: []string{"q"}, Concurrency: 1, Prefetch: -1, Handle: func(context.Context, *store.Task) error {
+		<-release
+		return nil
+	}})
+	w := drainedLocalWorker(t, e, "q")
+	if first, err := e.Enqueue(context.Background(), EnqueueRequest{Type: "q", Payload: json.RawMessage(`"first"`)}); err != nil || first.Task.State != store.StateRunning {
+		t.Fatalf("first task: %s, %v; want leased at insert to the idle worker", first.Task.State, err)
+	}
+	offer := func(payload string) []dispatchPick {
+		now := e.now()
+		picks := e.pickLocal([]store.NewTask{{ID: NewID(now), Type: "q", Payload: json.RawMessage(payload), RunAt: now}}, now)
+		for _, p := range picks {
+			p.w.unreserve()
+		}
+		return picks
+	}
+	if picks := offer(`"older"`); len(picks) != 0 {
+		t.Fatal("a task was leased at insert to a worker whose handler is busy")
+	}
+	close(release)
+	waitFor(t, "the handler to finish", func() bool { return w.inFlight.Load() == 0 })
+	if picks := offer(`"newer"`); len(picks) != 0 {
+		t.Fatal("a newer task would be leased at insert ahead of the one the full worker refused, before the worker fetched")
+	}
+}

@@ -150,7 +150,11 @@ type workerRun struct {
 }
 
 // tryReserve takes a handler slot for a directly dispatched task if the
-// worker has no backlog and an idle handler.
+// worker has no backlog and an idle handler. A worker found full is no
+// longer drained: the task it refused becomes pending, and until the
+// worker's next fetch has taken it no enqueue may be leased to it ahead of
+// that task, as soon as a handler frees (its loop, waiting for a wake-up,
+// may not have run yet to find itself full).
 func (w *workerRun) tryReserve() bool {
 	if !w.drained.Load() {
 		return false
@@ -158,6 +162,7 @@ func (w *workerRun) tryReserve() bool {
 	for {
 		cur := w.inFlight.Load()
 		if cur >= int64(w.cfg.Concurrency) {
+			w.drained.Store(false)
 			return false
 		}
 		if w.inFlight.CompareAndSwap(cur, cur+1) {
