@@ -135,7 +135,12 @@ func testPushSlowBodyPastTheExcerptDoesNotHoldTheDelivery(t *testing.T, backend 
 
 // TestPushReusesTheConnectionAfterABodyPastTheExcerpt: a body a little
 // longer than the excerpt is read to its end, so the next delivery to the
-// target reuses the connection instead of dialling a new one.
+// target reuses the connection instead of dialling a new one. A body left
+// unread closes the connection after every delivery. net/http also drops
+// a connection whose writer has not reported its request written within
+// 50 ms of the answer's end (a descheduled goroutine on a loaded machine),
+// so the check is that the deliveries after the first did not all dial
+// (wanting exactly one connection would fail on that alone).
 func TestPushReusesTheConnectionAfterABodyPastTheExcerpt(t *testing.T) {
 	var conns atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -151,11 +156,12 @@ func TestPushReusesTheConnectionAfterABodyPastTheExcerpt(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p := newPushEnvOn(t, "sqlite", 0)
 	p.putType("push.reuse", fastPolicy(1), Target{URL: srv.URL, Concurrency: 1})
-	for i := 0; i < 3; i++ {
+	const deliveries = 4
+	for range deliveries {
 		p.wait(p.enqueue("push.reuse", `{}`), store.StateSucceeded)
 	}
-	if n := conns.Load(); n != 1 {
-		t.Errorf("three deliveries in turn opened %d connections, want 1", n)
+	if n := conns.Load(); n >= deliveries {
+		t.Errorf("%d deliveries in turn opened %d connections: none reused the connection of the one before", deliveries, n)
 	}
 }
 
