@@ -195,13 +195,17 @@ func TestServerRetentionDeletesAndCountsAsDocumented(t *testing.T) {
 	if !startLine.MatchString(s.stderr.String()) {
 		t.Errorf("the start-up line does not show the retention in force; log:\n%s", s.stderr.String())
 	}
+	// The deletions commit, and so count in the stats, a moment before
+	// their log line is written: wait for both.
 	var stats apiStatsAnswer
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
 		if getJSON(t, addr, "/v1/stats", &stats) != 200 {
 			t.Fatal("GET /v1/stats failed")
 		}
-		if rd := stats.Overall.RetentionDeleted; rd["dead"]+rd["cancelled"] >= 2 || i >= 3000 || time.Now().After(deadline) {
+		rd := stats.Overall.RetentionDeleted
+		logged := strings.Contains(s.stderr.String(), `msg="retention deleted finished tasks"`)
+		if rd["dead"]+rd["cancelled"] >= 2 && logged || i >= 3000 || time.Now().After(deadline) {
 			break
 		}
 		s.wait(10 * time.Millisecond)
