@@ -349,8 +349,12 @@ touch "$OUT/ran-out"
 	pollUntil(t, 20*time.Second, "the command to start", exists("started"), diag)
 	s.rs.shutdown() // no heartbeat gets through from now on
 	// The lease of 2s ends at most 2s after the cut; the command is then
-	// stopped within the worker's SIGTERM grace.
-	pollUntil(t, 10*time.Second, "the command to be stopped once its lease ran out", exists("stopped"), diag)
+	// stopped within the worker's SIGTERM grace. The worker's log reaches
+	// stderr through a pipe this process copies from, maybe after the
+	// command's file: wait for its line too.
+	pollUntil(t, 10*time.Second, "the command to be stopped once its lease ran out", func() bool {
+		return exists("stopped")() && strings.Contains(stderr.String(), "lease ran out")
+	}, diag)
 	// Not at the first failed heartbeat: the worker tried again until the
 	// lease ran out, and says why it stopped the command.
 	out := stderr.String()
