@@ -11,12 +11,15 @@ import (
 
 // A timed-out attempt whose command handles SIGTERM by exiting 0 must not
 // count as a success: it ran past --timeout and was killed for it.
+//
+// The tests of this file give attempts 1 s: their shell must install its
+// trap before the timeout, which a loaded machine can delay past 300 ms.
 func TestRunTimedOutAttemptExitingZeroIsNotSuccess(t *testing.T) {
 	dir := t.TempDir()
 	runs := filepath.Join(dir, "runs")
 	job := script(t, dir, "job.sh", "trap 'exit 0' TERM\necho run >> "+runs+"\nwhile :; do sleep 0.05; done\n")
 	status, _, stderr := runRetryq(t, dir, "run", "--attempts", "2", "--delay", "10ms", "--jitter", "none",
-		"--timeout", "300ms", "--grace", "2s", "--", job)
+		"--timeout", "1s", "--grace", "2s", "--", job)
 	if status != timedOutStatus || strings.Contains(stderr, "succeeded") || countLines(t, runs) != 2 {
 		t.Fatalf("timed-out attempts treated as success: status %d, runs %d\n%s", status, countLines(t, runs), stderr)
 	}
@@ -28,8 +31,8 @@ func TestRunTimedOutAttemptExitLogLine(t *testing.T) {
 	dir := t.TempDir()
 	job := script(t, dir, "job.sh", "trap 'exit 3' TERM\nwhile :; do sleep 0.05; done\n")
 	_, _, stderr := runRetryq(t, dir, "run", "--attempts", "2", "--delay", "10ms", "--jitter", "none",
-		"--timeout", "300ms", "--grace", "2s", "--", job)
-	if strings.Contains(stderr, "signal=exit=") || !strings.Contains(stderr, "attempt 1/2 timeout=300ms exit=3 class=transient next in 10ms") {
+		"--timeout", "1s", "--grace", "2s", "--", job)
+	if strings.Contains(stderr, "signal=exit=") || !strings.Contains(stderr, "attempt 1/2 timeout=1s exit=3 class=transient next in 10ms") {
 		t.Fatalf("malformed attempt line:\n%s", stderr)
 	}
 }
@@ -39,7 +42,7 @@ func TestRunTimedOutAttemptExitLogLine(t *testing.T) {
 func TestRunJSONLogStatesTimeout(t *testing.T) {
 	dir := t.TempDir()
 	job := script(t, dir, "job.sh", "trap 'exit 3' TERM\nwhile :; do sleep 0.05; done\n")
-	_, _, stderr := runRetryq(t, dir, "run", "--attempts", "1", "--timeout", "300ms", "--grace", "2s", "--log-format", "json", "--", job)
+	_, _, stderr := runRetryq(t, dir, "run", "--attempts", "1", "--timeout", "1s", "--grace", "2s", "--log-format", "json", "--", job)
 	var m map[string]any
 	for _, l := range strings.Split(stderr, "\n") {
 		if strings.HasPrefix(l, "{") { // not the shell's own messages
@@ -49,7 +52,7 @@ func TestRunJSONLogStatesTimeout(t *testing.T) {
 			break
 		}
 	}
-	if m["msg"] != "attempt" || m["timed_out"] != true || m["timeout_seconds"] != 0.3 || m["exit_code"] != 3.0 {
-		t.Fatalf("attempt record %v: want timed_out, timeout_seconds 0.3 and exit_code 3", m)
+	if m["msg"] != "attempt" || m["timed_out"] != true || m["timeout_seconds"] != 1.0 || m["exit_code"] != 3.0 {
+		t.Fatalf("attempt record %v: want timed_out, timeout_seconds 1 and exit_code 3", m)
 	}
 }
