@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,15 +40,23 @@ func TestLateWatchdogDoesNotLetTwoLeadersPromote(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	var (
+		a         *Engine
 		mu        sync.Mutex
-		firstCall time.Time   // when node-a's first lease call began (after its S)
+		leadCall  time.Time   // when the lease call that made node-a lead began (after its S)
 		sent      []time.Time // node-a's promotions sent with a live context: when
 		deadlines []time.Time // and their contexts' deadlines
 	)
+	// node-a's calls go through until it leads; its renewals hang. Not
+	// "the first call goes through": on a loaded machine that one can be
+	// cut off by its bound (TTL/4), and node-a, hung in its next attempt,
+	// never led. The calls are made by the goroutine that sets the role
+	// (only the watchdog, delayed here, clears it elsewhere), so one made
+	// while node-a leads is a renewal, and the last one that went through
+	// is the one whose lease made it lead.
 	stA.acquire = func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
-		if call == 1 {
+		if !a.IsLeader() {
 			mu.Lock()
-			firstCall = time.Now()
+			leadCall = time.Now()
 			mu.Unlock()
 			return stA.Store.AcquireLeader(ctx, p)
 		}
@@ -63,7 +72,8 @@ func TestLateWatchdogDoesNotLetTwoLeadersPromote(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	a, err := New(Config{Store: clockedLeaderStore{stA, pgA}, NodeID: "node-a", Version: "test", LeaderTTL: ttl, PollInterval: 50 * time.Millisecond})
+	var err error
+	a, err = New(Config{Store: clockedLeaderStore{stA, pgA}, NodeID: "node-a", Version: "test", LeaderTTL: ttl, PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +103,10 @@ func TestLateWatchdogDoesNotLetTwoLeadersPromote(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	// The safe end is 750 ms after node-a's S, which came before its first
-	// lease call. A call made after it, and able to run past it, is late
-	// (50 ms of slack for a call made just before it).
-	safeEnd := firstCall.Add(ttl - ttl/4)
+	// The safe end is 750 ms after node-a's S, which came before the lease
+	// call that made it lead. A call made after it, and able to run past
+	// it, is late (50 ms of slack for a call made just before it).
+	safeEnd := leadCall.Add(ttl - ttl/4)
 	late := 0
 	for i, at := range sent {
 		if at.After(safeEnd.Add(50*time.Millisecond)) && deadlines[i].After(safeEnd) {
@@ -116,12 +126,24 @@ func TestLateWatchdogDoesNotLetTwoLeadersPromote(t *testing.T) {
 // interval. Close now lets the attempt finish (it is bounded by TTL/4)
 // before it releases the lease.
 func TestCloseDuringRenewalLeavesTheLeaseFree(t *testing.T) {
-	const ttl = 4 * time.Second // renewals every 1 s, each bounded by 1 s
+	// Renewals every 2 s, each bounded by 2 s: the slow one below commits
+	// 200 ms into its bound, which leaves a loaded machine's statement
+	// time to finish within it.
+	const ttl = 8 * time.Second
 	st := &leaderStore{Store: openPG(t, pgtest.URL(t))}
 	inFlight := make(chan struct{})
 	committed := make(chan struct{})
+	// The slow call is the first one made while the node leads, a renewal
+	// (the role is set by the goroutine making the calls), not the second
+	// call: on a loaded machine the first one can be cut off by its bound,
+	// and the second, an attempt, then made the node lead and no renewal
+	// was in flight at Close.
+	var (
+		node atomic.Pointer[Engine]
+		slow atomic.Bool
+	)
 	st.acquire = func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
-		if call != 2 {
+		if e := node.Load(); e == nil || !e.IsLeader() || !slow.CompareAndSwap(false, true) {
 			return st.Store.AcquireLeader(ctx, p)
 		}
 		close(inFlight)
@@ -148,8 +170,9 @@ func TestCloseDuringRenewalLeavesTheLeaseFree(t *testing.T) {
 		}
 	}
 	e := startLeaderEngine(t, st, "closing-leader", ttl, nil)
+	node.Store(e)
 	waitFor(t, "the node to lead", e.IsLeader)
-	recvWithin(t, inFlight, 5*time.Second, "the first renewal")
+	recvWithin(t, inFlight, 10*time.Second, "a renewal")
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -121,8 +121,15 @@ func TestWatchdogClearsLeaderRole(t *testing.T) {
 	const ttl = time.Second // safe end 750 ms after a renewal starts
 	st := newLeaderStore(t)
 	release := make(chan struct{})
+	// The renewal that hangs is the first call made while the node leads
+	// and once its loops ran, not the second call: on a loaded machine the
+	// first one can be cut off by its bound (TTL/4), and the node that
+	// never led then hung in an attempt; or the loops can start late.
+	// A call finding the node leading is a renewal: the role is set and
+	// cleared (but by the watchdog) by the goroutine making the calls.
+	var node atomic.Pointer[Engine]
 	st.acquire = func(ctx context.Context, call int, p store.LeaderParams) (store.Lease, error) {
-		if call == 2 {
+		if e := node.Load(); e != nil && e.IsLeader() && len(st.loopInstances()) > 0 {
 			<-release // ignores ctx, like a claimed SQLite write
 			return store.Lease{}, context.DeadlineExceeded
 		}
@@ -130,6 +137,7 @@ func TestWatchdogClearsLeaderRole(t *testing.T) {
 	}
 	defer close(release)
 	e := startLeaderEngine(t, st, "overrun", ttl, nil)
+	node.Store(e)
 	waitFor(t, "the loops to start", func() bool { return len(st.loopInstances()) >= 1 })
 	waitFor(t, "the watchdog to cancel the loops", func() bool { return st.loopInstances()[0].Err() != nil })
 	// The registry is written by the node's own loop once told of the
