@@ -31,7 +31,12 @@ func TestClockStepOnTheLeaderReapsNoLiveLease(t *testing.T) {
 	url := pgtest.URL(t)
 	holder := startWorkerEngine(t, openPG(t, url), Config{NodeID: "holder", NoScheduler: true, LeaseDuration: 3 * time.Second})
 	clk := new(steppedClock)
-	leader := startWorkerEngine(t, openPG(t, url), Config{NodeID: "stepped-leader", Clock: clk, ClockSync: ClockSyncOn, LeaderTTL: time.Second})
+	// The default leader TTL (10 s), as in the worker node's test below:
+	// renewals cut off after 250 ms (a 1 s TTL) could time out on a loaded
+	// machine and leave no leader to run the reaper passes the test waits
+	// for. The step stops the renewals only until the offset is measured
+	// again, and the bug reaps at the passes while the node leads.
+	leader := startWorkerEngine(t, openPG(t, url), Config{NodeID: "stepped-leader", Clock: clk, ClockSync: ClockSyncOn})
 	waitFor(t, "the leader to lead", leader.IsLeader)
 
 	h := newHeldHandler()

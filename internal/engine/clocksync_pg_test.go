@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,10 +61,8 @@ func waitReaperPasses(t *testing.T, leader, via *Engine) {
 	t.Helper()
 	for i := range 2 {
 		before := leader.Counters().Promoted
-		if _, err := via.Enqueue(context.Background(), EnqueueRequest{Type: "probe", Delay: 200 * time.Millisecond}); err != nil {
-			t.Fatalf("enqueue probe %d: %v", i, err)
-		}
-		waitFor(t, "the leader to promote a probe", func() bool { return leader.Counters().Promoted > before })
+		enqueueScheduled(t, via, "probe", 200*time.Millisecond)
+		waitFor(t, fmt.Sprintf("the leader to promote probe %d", i), func() bool { return leader.Counters().Promoted > before })
 	}
 }
 

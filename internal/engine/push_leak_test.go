@@ -153,5 +153,14 @@ func newLeakCheckedPushEnv(t *testing.T) *pushEnv {
 		_ = e.Close()
 		_ = st.Close()
 	})
+	// The scheduler loops' goroutine, started once the node leads, belongs
+	// in the tests' baselines: they wait for the loops to promote a probe
+	// task. A loaded machine could elect the node only after a baseline,
+	// which then counted the loops as a goroutine leaked by the deliveries.
+	probe := enqueueScheduled(t, e, "push.leakprobe", 100*time.Millisecond)
+	waitFor(t, "the scheduler loops to promote a probe", func() bool { return e.Counters().Promoted > 0 })
+	if _, err := e.Cancel(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
 	return &pushEnv{t: t, e: e}
 }

@@ -87,6 +87,28 @@ func mustEnqueue(t *testing.T, e *Engine, typ, payload string) string {
 	return res.Task.ID
 }
 
+// enqueueScheduled enqueues a task of type typ due after delay through e,
+// again with twice the delay until one is stored scheduled, and returns
+// its id: a probe that only the scheduler loops' promotion makes pending.
+// The run time is read when the task is made and the insert's time when
+// its batch is written, so an insert late by more than the delay, on a
+// loaded machine, stores the task pending: it was never promoted.
+func enqueueScheduled(t *testing.T, e *Engine, typ string, delay time.Duration) string {
+	t.Helper()
+	for ; ; delay *= 2 {
+		res, err := e.Enqueue(context.Background(), EnqueueRequest{Type: typ, Delay: delay})
+		if err != nil {
+			t.Fatalf("enqueue %s: %v", typ, err)
+		}
+		if res.Task.State == store.StateScheduled {
+			return res.Task.ID
+		}
+		if delay > 5*time.Second {
+			t.Fatalf("enqueue %s: a task due after %s was stored %s; want scheduled", typ, delay, res.Task.State)
+		}
+	}
+}
+
 // waitTask polls the task until cond holds (10 s at most) and returns it.
 func waitTask(t *testing.T, e *Engine, id, what string, cond func(store.Task) bool) store.Task {
 	t.Helper()
