@@ -39,7 +39,10 @@ func openPG(t *testing.T, url string) *postgres.Store {
 // node's own clock as the lease's Now, the standby took the lease at its
 // first attempt.
 func TestLeaderElectionUsesDatabaseClock(t *testing.T) {
-	const ttl = time.Second // renewals every 250 ms, safety margin 250 ms
+	// Renewals every 1 s, each bounded by 1 s, and a safety margin of 1 s:
+	// with a 1 s TTL, three renewals cut off after 250 ms in a row on a
+	// loaded machine ended node-a's leadership while the test watched it.
+	const ttl = 4 * time.Second
 	for _, tc := range []struct {
 		name                string
 		leaderSkew, stbSkew time.Duration
@@ -55,9 +58,10 @@ func TestLeaderElectionUsesDatabaseClock(t *testing.T) {
 			waitFor(t, "node-a to lead", a.IsLeader)
 			b := startLeaderEngine(t, stB, "node-b", ttl, skewClock(tc.stbSkew))
 
-			// Watch for 12 renewal intervals: node-b attempts the lease at
-			// each, and must never get it while node-a renews.
-			watchUntil := time.Now().Add(12 * ttl / 4)
+			// Watch for 4 renewal intervals: node-b attempts the lease at
+			// each (the first as it starts), and must never get it while
+			// node-a renews.
+			watchUntil := time.Now().Add(4 * ttl / 4)
 			for time.Now().Before(watchUntil) {
 				if b.IsLeader() || !a.IsLeader() {
 					t.Fatalf("while node-a renews: node-a leads %v, node-b leads %v; want only node-a", a.IsLeader(), b.IsLeader())
