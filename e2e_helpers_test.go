@@ -54,7 +54,12 @@ type env struct {
 func newEnvOn(t *testing.T, st store.Store, opts retryq.Options) *env {
 	t.Helper()
 	if opts.LeaseDuration == 0 {
-		opts.LeaseDuration = 2 * time.Second
+		// Long enough that a loaded machine's slow commits and late
+		// heartbeats do not expire the lease of a handler that returned
+		// in time: the reaper would run its task again, and the enqueue
+		// and outcome calls (bounded by the lease) would time out. Tests
+		// of lease expiry set their own.
+		opts.LeaseDuration = 10 * time.Second
 	}
 	if opts.PollInterval == 0 {
 		opts.PollInterval = 200 * time.Millisecond
