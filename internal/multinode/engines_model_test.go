@@ -28,15 +28,28 @@ const (
 )
 
 const (
-	mnTypeLocal    = "mn.local" // run by in-process workers
-	mnTypePull     = "mn.pull"  // run by pull workers (engine.Lease, Complete, Fail)
-	mnMaxAttempts  = 4
-	mnDelay        = 40 * time.Millisecond  // fixed backoff
-	mnMaxDelay     = 300 * time.Millisecond // caps Retry-After
-	mnRetryAfter   = 150 * time.Millisecond
-	mnLease        = time.Second            // in-process leases, heartbeated every third
-	mnPullLease    = 300 * time.Millisecond // pull leases, never heartbeated
-	mnSlowFor      = 1500 * time.Millisecond
+	mnTypeLocal   = "mn.local" // run by in-process workers
+	mnTypePull    = "mn.pull"  // run by pull workers (engine.Lease, Complete, Fail)
+	mnMaxAttempts = 4
+	mnDelay       = 40 * time.Millisecond  // fixed backoff
+	mnMaxDelay    = 300 * time.Millisecond // caps Retry-After
+	mnRetryAfter  = 150 * time.Millisecond
+	// mnLease is the in-process leases' duration, heartbeated every third.
+	// The lease watchdog stops a handler a tenth of it before its expiry
+	// (engine.watchdogMargin): that margin is all a node that is neither
+	// cut nor closing has against its own timers firing late, so it must
+	// cover a loaded machine's scheduling delays. With 1 s (a 100 ms
+	// margin) a starved -race run at load 15 had a handler return with
+	// its context live 15 ms past its lease, its heartbeats and watchdog
+	// both late.
+	mnLease     = 3 * time.Second
+	mnPullLease = 300 * time.Millisecond // pull leases, never heartbeated
+	// mnSlowFor outlives a lease: only heartbeats keep a slow handler's.
+	mnSlowFor = mnLease * 3 / 2
+	// mnFreezeMin is the shortest freeze of a node's connections (the
+	// longest is twice it): longer than a lease, so that the frozen node's
+	// leases run out under its handlers.
+	mnFreezeMin    = mnLease * 3 / 2
 	mnGrace        = 100 * time.Millisecond // workers' shutdown grace
 	mnLeaderTTL    = engine.MinLeaderTTL
 	mnTakeoverWait = mnLeaderTTL + mnLeaderTTL/4 + 5*time.Second // bound plus slack for a loaded machine (see restart)
@@ -315,8 +328,9 @@ func (m *mnModel) check(t *testing.T, ctx context.Context, st store.Store, reaps
 // node logged the outcome as not recorded: its commit failed (bounded by
 // the lease duration) or came after the expiry (the heartbeats, which keep
 // a finished attempt's lease until its outcome commits, failed as well on
-// a database that slow). The reaper then retries the task: at least once,
-// as designed. It reports whether the attempt is such a one; otherwise it
+// a database that slow), or the worker found the lease lost after the
+// handler returned and dropped the outcome (engines_outcome_test.go). The
+// reaper then retries the task: at least once, as designed. It reports whether the attempt is such a one; otherwise it
 // calls fail. m.mu is held.
 func (m *mnModel) outcomeMissedLease(run *modelRun, id string, a store.Attempt, reaps map[reapKey]time.Time, fail func(string, ...any)) bool {
 	exp, ok := reaps[reapKey{task: id, attempt: a.Number, started: a.StartedAt.UnixMicro()}]

@@ -18,10 +18,20 @@ import (
 
 // Engine log messages of an in-process outcome that did not commit: the
 // commit failed (timed out, the database away) or the store refused it
-// (the lease was gone by the commit's time).
+// (the lease was gone by the commit's time); or the worker dropped it
+// because it found the lease lost (the watchdog or a heartbeat cancelled
+// the handler's context, or the task was leased again here) only after
+// the handler had returned, with its context live, and before the worker
+// concluded the attempt. The worker cannot tell a failure the handler
+// returned on its own from one the cancellation caused, so it takes it
+// for the cancellation's and leaves the task to the give-back or the
+// reaper; on a starved process that gap can outlast what was left of the
+// lease. The model's runs see the context as the handler returned.
 const (
-	msgOutcomeFailed  = "record outcome failed"
-	msgOutcomeRefused = "outcome refused: lease lost"
+	msgOutcomeFailed     = "record outcome failed"
+	msgOutcomeRefused    = "outcome refused: lease lost"
+	msgStoppedLeaseLost  = "handler stopped: lease lost"
+	msgReturnedLeaseLost = "handler returned after its lease was lost; outcome dropped"
 )
 
 // outcomeKey names one attempt's outcome as a node logged it.
@@ -44,7 +54,8 @@ func (h outcomeLog) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h outcomeLog) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == msgOutcomeFailed || r.Message == msgOutcomeRefused {
+	switch r.Message {
+	case msgOutcomeFailed, msgOutcomeRefused, msgStoppedLeaseLost, msgReturnedLeaseLost:
 		k := outcomeKey{node: h.node, attempt: -1}
 		r.Attrs(func(a slog.Attr) bool {
 			switch a.Key {
