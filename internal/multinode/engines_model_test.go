@@ -203,7 +203,8 @@ func handlerError(ctx context.Context, action string) error {
 
 // check compares every task with its script, the test's operations and the
 // runs observed; reaps holds the lease expiry of each reaped attempt as the
-// store held it when the reaper took it (watchReaps).
+// store held it when the reaper took it (watchReaps). Each task's reads
+// are bounded on their own; ctx bounds none of them as a whole.
 func (m *mnModel) check(t *testing.T, ctx context.Context, st store.Store, reaps map[reapKey]time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -213,11 +214,16 @@ func (m *mnModel) check(t *testing.T, ctx context.Context, st store.Store, reaps
 	var reaped, missed int
 	for _, id := range ids {
 		idx := m.ids[id]
-		task, err := st.GetTask(ctx, id)
+		// Each task's reads on their own bound: all of them take over a
+		// minute on a loaded machine under -race.
+		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		task, err := st.GetTask(tctx, id)
 		if err != nil {
+			cancel()
 			t.Fatalf("get task %s: %v", id, err)
 		}
-		hist, err := st.ListAttempts(ctx, id)
+		hist, err := st.ListAttempts(tctx, id)
+		cancel()
 		if err != nil {
 			t.Fatalf("attempts of %s: %v", id, err)
 		}
