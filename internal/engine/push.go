@@ -214,7 +214,8 @@ func newPusher(e *Engine) *pusher {
 // pay a new connection per request), response headers bounded (net/http
 // would read up to 10 MiB per response, times every delivery in flight,
 // from a target whose headers never end), no overall client timeout (each
-// request has its own context) and no redirects.
+// request has its own context) and no redirects (a 3xx's Location is
+// taken out of net/http's sight: locationHider).
 func newPushClient() *http.Client {
 	tr := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
@@ -231,7 +232,7 @@ func newPushClient() *http.Client {
 		MaxResponseHeaderBytes: pushMaxHeaderBytes,
 	}
 	return &http.Client{
-		Transport: tr,
+		Transport: locationHider{tr},
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},

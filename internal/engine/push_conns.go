@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"net/http"
 	"sync/atomic"
 )
@@ -40,3 +41,40 @@ func (c *pushConns) retire() {
 	c.retired.Store(true)
 	c.client.CloseIdleConnections()
 }
+
+// locationHider is a push client's transport: it takes a 3xx response's
+// Location out of the response before http.Client sees it, into the
+// string that withLocationSlot put in the request's context. The client
+// parses a 301, 302 or 303's Location before it asks CheckRedirect
+// whether to follow it, so a Location it could not parse failed the
+// delivery as if no response had come (retried as unknown instead of the
+// permanent failure a redirect is), with an error quoting the Location
+// whole into the history, its credentials included.
+type locationHider struct{ tr *http.Transport }
+
+// locationSlot is the context key of the string a delivery's 3xx
+// Location is put in.
+type locationSlot struct{}
+
+// withLocationSlot returns ctx carrying slot, which a 3xx response's
+// Location is stored in by the push client.
+func withLocationSlot(ctx context.Context, slot *string) context.Context {
+	return context.WithValue(ctx, locationSlot{}, slot)
+}
+
+// RoundTrip sends req. http.Client calls it in the caller's goroutine,
+// so writing the request's slot needs no lock.
+func (h locationHider) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := h.tr.RoundTrip(req)
+	if err == nil && resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		if slot, ok := req.Context().Value(locationSlot{}).(*string); ok {
+			*slot = resp.Header.Get("Location")
+		}
+		resp.Header.Del("Location")
+	}
+	return resp, err
+}
+
+// CloseIdleConnections closes the transport's idle connections (called
+// through http.Client.CloseIdleConnections).
+func (h locationHider) CloseIdleConnections() { h.tr.CloseIdleConnections() }

@@ -175,7 +175,8 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 	// once it is in the connection's buffer, before the flush that sends
 	// it: a write that failed after it is told by the error (writeFailed).
 	var sent, reused atomic.Bool
-	req = req.WithContext(httptrace.WithClientTrace(reqCtx, &httptrace.ClientTrace{
+	var location string // a 3xx's Location (locationHider)
+	req = req.WithContext(httptrace.WithClientTrace(withLocationSlot(reqCtx, &location), &httptrace.ClientTrace{
 		GotConn:      func(i httptrace.GotConnInfo) { reused.Store(i.Reused) },
 		WroteRequest: func(i httptrace.WroteRequestInfo) { sent.Store(i.Err == nil) },
 	}))
@@ -201,10 +202,14 @@ func (p *pusher) attempt(parent context.Context, pt *pushTarget, t *store.Task) 
 		res.retryAfter, _ = retry.ParseRetryAfter(v, p.e.now())
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
-		// The target chooses its length: keep an excerpt, like the body's.
-		if loc := resp.Header.Get("Location"); len(loc) > pushLocationExcerpt {
+		// The history is shown to read-only tokens: the credentials a
+		// redirect may carry (a presigned URL's signature, a login
+		// token) are masked as in a target's URL. The target chooses its
+		// length: keep an excerpt, like the body's.
+		switch loc := redactLocation(location); {
+		case len(loc) > pushLocationExcerpt:
 			res.location = printable([]byte(loc[:pushLocationExcerpt])) + " …[truncated]"
-		} else {
+		default:
 			res.location = printable([]byte(loc))
 		}
 	}

@@ -11,6 +11,19 @@ func redactURL(raw string) string {
 	return RedactURL(raw, "xxxxx")
 }
 
+// redactLocation returns a 3xx response's Location with its secrets
+// masked (RedactURL); an empty one stays empty and one that is not a URL
+// reference is named as such, no part of it echoed.
+func redactLocation(loc string) string {
+	if loc == "" {
+		return ""
+	}
+	if red := RedactURL(loc, "xxxxx"); red != "(unparsable URL)" {
+		return red
+	}
+	return "(unparsable Location)"
+}
+
 // RedactURL returns a target URL with the values that may be credentials
 // replaced by mask: the password of its userinfo (net/http sends userinfo
 // as basic auth), or its user name when it has no password or an empty one

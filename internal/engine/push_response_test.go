@@ -45,6 +45,55 @@ func testPushRedirectLocationExcerptIsBounded(t *testing.T, backend string) {
 	}
 }
 
+// TestPushRedirectLocationIsRedacted: a 3xx's Location is stored in the
+// attempt's detail, which the API and the CLI show to anyone with read
+// access. A redirect often carries a credential the target hands out (a
+// presigned URL's signature, a login URL's token, an API key as user
+// name): those parts are masked as in the target's own URL (RedactURL),
+// and the rest still tells an operator where the target pointed.
+func TestPushRedirectLocationIsRedacted(t *testing.T) {
+	backendtest.Run(t, testPushRedirectLocationIsRedacted)
+}
+
+func testPushRedirectLocationIsRedacted(t *testing.T, backend string) {
+	const secret = "s3cr3tSIG"
+	locations := map[string]string{
+		"/presigned": "https://bucket.example/obj?X-Amz-Credential=AKIA&X-Amz-Signature=" + secret,
+		"/userinfo":  "https://user:pw-" + secret + "@api.example/v1",
+		"/key":       "https://key-" + secret + "@api.example/v1",
+		"/relative":  "/login?token=" + secret + "#frag-" + secret,
+		"/bad":       "http://[::1%zz" + secret,
+	}
+	srv := target(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Location", locations[r.URL.Path])
+		w.WriteHeader(http.StatusFound)
+	})
+	p := newPushEnvOn(t, backend, 0)
+	for path, loc := range locations {
+		typ := "push.redirect" + strings.ReplaceAll(path, "/", ".")
+		p.putType(typ, fastPolicy(3), Target{URL: srv.URL + path})
+		id := p.enqueue(typ, `{}`)
+		tk := p.wait(id, store.StateDead)
+		as := p.attempts(id)
+		if tk.DeadReason != store.DeadNonRetryable || len(as) != 1 || as[0].Error == nil || as[0].Error.Code != "302" {
+			t.Fatalf("%s: dead %q, history %+v; want one permanent 302", path, tk.DeadReason, as)
+		}
+		d := as[0].Detail
+		if strings.Contains(d, secret) {
+			t.Errorf("%s: detail %q shows the secret of Location %q", path, d, loc)
+		}
+		if !strings.Contains(d, "not followed") {
+			t.Errorf("%s: detail %q does not say the redirect was not followed", path, d)
+		}
+		if path != "/bad" {
+			want := RedactURL(loc, "xxxxx")
+			if !strings.Contains(d, want) {
+				t.Errorf("%s: detail %q, want it to name the Location as %q", path, d, want)
+			}
+		}
+	}
+}
+
 // TestPushEndlessResponseHeadersAreCutShort: a target whose response
 // headers never end (a broken proxy, a hostile endpoint) must not make a
 // delivery read and hold megabytes of them (net/http's default allows
