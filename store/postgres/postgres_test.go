@@ -227,6 +227,42 @@ func drain(ch <-chan struct{}) {
 	}
 }
 
+// settleWakeups sends a marker notification through via and waits for the
+// listener whose cancellations arrive on cancels to hand it over: the
+// listener handles notifications one at a time, in commit order, so every
+// wake-up committed before the marker has then been sent to ch. What ch
+// holds is taken and returned: whether anything woke it since it was last
+// emptied. Draining for a quiet spell instead let a wake-up that a loaded
+// machine delivered late count for the next step.
+func settleWakeups(t *testing.T, via *Store, cancels <-chan store.LeaseRef, ch <-chan struct{}) bool {
+	t.Helper()
+	marker := fmt.Sprintf("marker-%d", time.Now().UnixNano())
+	payload, _ := cancelPayload(marker, "m")
+	if _, err := via.pool.Exec(t.Context(), "SELECT pg_notify("+notifyChannelSQL+", $1::text)", payload); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ref, ok := <-cancels:
+			if !ok {
+				t.Fatal("cancellation channel closed")
+			}
+			if ref.TaskID != marker {
+				continue
+			}
+			select {
+			case _, ok := <-ch:
+				return ok
+			default:
+				return false
+			}
+		case <-timeout:
+			t.Fatalf("marker %s not delivered within 10s", marker)
+		}
+	}
+}
+
 func TestWakeups(t *testing.T) {
 	t.Parallel()
 	url := pgtest.URL(t)
@@ -234,8 +270,12 @@ func TestWakeups(t *testing.T) {
 	poll := openURL(t, url, func(c *Config) { c.PollOnly = true })
 	ctx, cancel := context.WithCancel(t.Context())
 	ch := listener.Wakeups(ctx)
+	cancels := listener.Cancellations(ctx)
 	pollCh := poll.Wakeups(ctx)
-	time.Sleep(300 * time.Millisecond) // let LISTEN start
+	// The listener wakes once it listens. A fixed wait here used to let
+	// a slow LISTEN miss the insert below, whose check then passed on
+	// this wake-up alone.
+	waitWakeup(t, ch, "listener up")
 
 	if _, err := writer.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("a", 1), Now: t0}); err != nil {
 		t.Fatal(err)
@@ -247,7 +287,7 @@ func TestWakeups(t *testing.T) {
 	if _, err := writer.InsertTasks(ctx, store.InsertParams{Tasks: future, Now: t0}); err != nil {
 		t.Fatal(err)
 	}
-	drain(ch)
+	settleWakeups(t, writer, cancels, ch)
 	if n, err := writer.PromoteDue(ctx, store.PromoteParams{Limit: 10, Now: t0.Add(time.Minute)}); err != nil || n != 1 {
 		t.Fatalf("PromoteDue = %d, %v", n, err)
 	}
@@ -257,7 +297,7 @@ func TestWakeups(t *testing.T) {
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("FetchTasks = %v, %v", ts, err)
 	}
-	drain(ch)
+	settleWakeups(t, writer, cancels, ch)
 	errs, err := writer.RecordOutcomes(ctx, store.OutcomeParams{Now: t0, Outcomes: []store.Outcome{
 		{TaskID: ts[0].ID, LeaseID: ts[0].LeaseID, State: store.StatePending}}})
 	if err != nil || errs[0] != nil {
@@ -266,13 +306,14 @@ func TestWakeups(t *testing.T) {
 	waitWakeup(t, ch, "release")
 
 	// The PollOnly store neither notifies nor listens.
-	drain(ch)
+	settleWakeups(t, writer, cancels, ch)
 	if _, err := poll.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("p", 1), Now: t0}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-ch:
+	if settleWakeups(t, writer, cancels, ch) {
 		t.Fatal("PollOnly insert notified")
+	}
+	select {
 	case <-pollCh:
 		t.Fatal("PollOnly Wakeups fired")
 	case <-time.After(500 * time.Millisecond):
@@ -295,7 +336,7 @@ func TestServerRestart(t *testing.T) {
 	s, other := openURL(t, url, nil), openURL(t, url, nil)
 	ctx := t.Context()
 	ch := s.Wakeups(ctx)
-	time.Sleep(300 * time.Millisecond)
+	waitWakeup(t, ch, "listener up") // sent once LISTEN is in effect
 	if _, err := other.InsertTasks(ctx, store.InsertParams{Tasks: newTasks("a", 1), Now: t0}); err != nil {
 		t.Fatal(err)
 	}
