@@ -233,9 +233,22 @@ func TestSet(t *testing.T) {
 	}
 }
 
+// TestConcurrentUse: four goroutines use one breaker at once (for -race);
+// its state changes reach the hook one at a time and in order, each
+// starting from the state the one before it ended in.
+//
+// A change is certain under any schedule, not only a lucky one, through
+// the rate rule, set here rather than left to the defaults. While the
+// breaker is closed every call is let through and counted (all in one
+// window), and each goroutine fails two calls in three (with at most one
+// success more than a third of its calls so far): by about 80 counted
+// calls, of the 8000, at least 50 have failed and at least half, and the
+// rate rule opens the breaker. The rule of 3 failures in a row alone would
+// not make it certain: a schedule can keep every run of failures to 2.
 func TestConcurrentUse(t *testing.T) {
 	var rec recorder
-	b := mustNew(t, Config{ConsecutiveFailures: 3, CoolDown: time.Millisecond, OnStateChange: rec.hook})
+	b := mustNew(t, Config{ConsecutiveFailures: 3, FailureRate: 0.5, RateMinFailures: 50, Window: time.Minute,
+		CoolDown: time.Millisecond, OnStateChange: rec.hook})
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
@@ -257,6 +270,13 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if rec.String() == "" {
 		t.Fatal("no transitions")
+	}
+	from := Closed.String()
+	for i, tr := range rec.list {
+		if !strings.HasPrefix(tr, from+">") {
+			t.Fatalf("transition %d is %s, want one from %s (the state the one before ended in): %s", i, tr, from, rec.String())
+		}
+		from, _, _ = strings.Cut(strings.TrimPrefix(tr, from+">"), ":")
 	}
 }
 
