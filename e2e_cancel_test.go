@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/retryq/retryq"
 	"github.com/retryq/retryq/internal/backendtest"
 	"github.com/retryq/retryq/internal/pgtest"
@@ -104,6 +106,11 @@ func TestCancelStopsHandlerOnAnotherNode(t *testing.T) {
 	}
 	runner := newEnvOn(t, open(), retryq.Options{LeaseDuration: cancelLease})
 	other := newEnvOn(t, open(), retryq.Options{LeaseDuration: cancelLease})
+	// A cancellation sent before the runner's listener listens is lost,
+	// and its heartbeat (10 s) would stop the handler only after the 5 s
+	// the test allows: the listener's connection may be slower to set up
+	// than the enqueue, a poll and the handler's start.
+	waitListening(t, url, 2)
 	started, stopped := blockingHandler(runner.mux, "slow")
 	runner.startWorker(retryq.WorkerConfig{Concurrency: 2})
 	res, err := other.client.Enqueue(context.Background(), "slow", nil)
@@ -115,4 +122,34 @@ func TestCancelStopsHandlerOnAnotherNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectStopped(t, stopped)
+}
+
+// waitListening waits until n sessions of the database at url listen for
+// notifications: sessions whose last statement, completed, was a LISTEN
+// (a store's listener sends nothing more until its first ping, 30 s on).
+func waitListening(t *testing.T, url string, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for {
+		var listening int
+		err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'idle' AND query LIKE 'LISTEN %'`).Scan(&listening)
+		if err != nil {
+			t.Fatalf("waiting for %d listeners: %v", n, err)
+		}
+		if listening >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d listeners listening after 30 s", listening, n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
