@@ -47,3 +47,6 @@ func signalStatus(os.Signal) int { return 130 }
 func signalCode(int) (string, bool) { return "", false }
 
 func signalName(sig os.Signal) string { return sig.String() }
+
+// openFileLimit returns 0: the limit is not known here.
+func openFileLimit() uint64 { return 0 }

@@ -129,3 +129,14 @@ func signalName(sig os.Signal) string {
 	}
 	return "SIG" + strconv.Itoa(int(s))
 }
+
+// openFileLimit returns the process's file descriptor limit (its soft
+// RLIMIT_NOFILE, which the Go runtime raises to the hard limit at start),
+// or 0 when it cannot be read.
+func openFileLimit() uint64 {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return 0
+	}
+	return uint64(lim.Cur) //nolint:unconvert // int64 on some systems
+}

@@ -38,6 +38,12 @@ Retention durations need a unit: 30d (days), 1d12h, 12h or 90m; forever
 keeps a class; 0 takes the default. A plain number is refused, since
 elsewhere it means seconds. The start-up log shows the retention in force.
 
+At most --max-connections HTTP connections are open at once (by default
+the smaller of 4096 and half the process's file descriptor limit); more
+clients wait in the kernel's accept queue until one closes. A request's
+headers must arrive within 10s and its body within 30s; an idle
+connection is closed after 2m.
+
 SIGTERM, SIGINT or SIGHUP (unless ignored at start, as under nohup) stops
 the server within --shutdown-timeout: it leases no more tasks, answers
 /readyz 503, keeps taking pull workers' reports of the leases it handed
@@ -86,6 +92,7 @@ type serverOptions struct {
 	retention                               retentionOptions
 	maxBody                                 int64
 	maxLongPolls                            int
+	maxConns                                int // --max-connections
 }
 
 func parseServer(env *Env, args []string) (*serverOptions, int) {
@@ -109,11 +116,16 @@ func parseServer(env *Env, args []string) (*serverOptions, int) {
 	o.shutdownTimeout = defaultShutdownTimeout
 	fs.Var(durationValue{&o.shutdownTimeout}, "shutdown-timeout", "`bound` of the whole stop after SIGTERM, SIGINT or SIGHUP: 1s to 1h (env RETRYQ_SHUTDOWN_TIMEOUT)")
 	fs.IntVar(&o.maxLongPolls, "max-long-polls", engine.DefaultMaxLongPolls, "most pull lease requests waiting for work at once; one more is answered at once (503 when nothing is due)")
+	fs.IntVar(&o.maxConns, "max-connections", 0, fmt.Sprintf("most HTTP connections open at once; more wait in the kernel's accept queue: 1 to %d "+
+		"(default the smaller of %d and half the process's file descriptor limit)", maxMaxConnections, defaultMaxConnections))
 	if st, ok := parseFlags(env, fs, args); !ok {
 		return nil, st
 	}
 	if fs.NArg() > 0 {
 		return nil, usageError(env, "server", fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	if err := o.maxConnsFrom(fs); err != nil {
+		return nil, usageError(env, "server", err.Error())
 	}
 	if err := o.shutdownTimeoutFrom(env, fs); err != nil {
 		return nil, usageError(env, "server", err.Error())
@@ -229,6 +241,21 @@ func (o *serverOptions) shutdownTimeoutFrom(env *Env, fs *flag.FlagSet) error {
 	}
 	if d := o.shutdownTimeout; d < minShutdownTimeout || d > maxShutdownTimeout {
 		return fmt.Errorf("%s: must be between %v and %v (got %v)", from, minShutdownTimeout, fmtHours(maxShutdownTimeout), d)
+	}
+	return nil
+}
+
+// maxConnsFrom checks --max-connections, or sets its default when it was
+// not given.
+func (o *serverOptions) maxConnsFrom(fs *flag.FlagSet) error {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "max-connections" })
+	if !set {
+		o.maxConns = connectionsDefault(openFileLimit())
+		return nil
+	}
+	if o.maxConns < 1 || o.maxConns > maxMaxConnections {
+		return fmt.Errorf("--max-connections: must be between 1 and %d (got %d)", maxMaxConnections, o.maxConns)
 	}
 	return nil
 }
@@ -434,14 +461,15 @@ func (s *Server) Shutdown() { s.rs.shutdown() }
 
 // runningServer is a started engine plus its HTTP listener.
 type runningServer struct {
-	eng     *engine.Engine
-	http    *http.Server
-	addr    string
-	done    chan struct{}
-	log     *slog.Logger
-	closeDB func()
-	timeout time.Duration // --shutdown-timeout; 0 for the default
-	stage   atomic.Value  // string: what shutdown is doing, for the log
+	eng      *engine.Engine
+	http     *http.Server
+	listener *limitListener
+	addr     string
+	done     chan struct{}
+	log      *slog.Logger
+	closeDB  func()
+	timeout  time.Duration // --shutdown-timeout; 0 for the default
+	stage    atomic.Value  // string: what shutdown is doing, for the log
 }
 
 // startServer listens first, so that an address it cannot have fails the
@@ -449,10 +477,15 @@ type runningServer struct {
 // and the leadership contested. Connections wait in the listen queue until
 // the API serves.
 func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *runningServer, err error) {
-	ln, err := net.Listen("tcp", o.listen)
+	tl, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", o.listen, err)
 	}
+	maxConns := o.maxConns
+	if maxConns <= 0 { // options not from parseServer
+		maxConns = connectionsDefault(openFileLimit())
+	}
+	ln := newLimitListener(tl, maxConns)
 	defer func() {
 		if err != nil {
 			_ = ln.Close()
@@ -499,7 +532,7 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 	// plain text lines in a JSON log.
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError)}
-	rs := &runningServer{eng: eng, http: hs, addr: ln.Addr().String(), done: make(chan struct{}), log: log, timeout: o.shutdownTimeout}
+	rs := &runningServer{eng: eng, http: hs, listener: ln, addr: ln.Addr().String(), done: make(chan struct{}), log: log, timeout: o.shutdownTimeout}
 	go func() {
 		defer close(rs.done)
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -508,7 +541,7 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 	}()
 	rs.closeDB = func() { _ = st.Close() }
 	attrs := []any{"node", eng.NodeID(), "version", version, "db", kind, "listen", rs.addr, "schema", applied,
-		"auth", len(o.apiTokens)+len(o.readTokens) > 0}
+		"auth", len(o.apiTokens)+len(o.readTokens) > 0, "max_connections", maxConns}
 	if o.pollOnly {
 		attrs = append(attrs, "poll_only", true)
 	}
@@ -516,5 +549,10 @@ func startServer(ctx context.Context, o *serverOptions, log *slog.Logger) (_ *ru
 		attrs = append(attrs, "scheduler", false)
 	}
 	log.Info("retryq server started", append(attrs, "retention", eng.Retention())...)
+	if polls := eng.Config().MaxLongPolls; maxConns <= polls {
+		log.Warn("--max-connections is not above --max-long-polls: waiting pull requests may hold every connection, "+
+			"and other clients then wait in the accept queue until one ends; raise the file descriptor limit or --max-connections",
+			"max_connections", maxConns, "max_long_polls", polls)
+	}
 	return rs, nil
 }

@@ -3,7 +3,9 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -22,40 +24,10 @@ import (
 // net/http's accept errors used to go to the standard logger as plain
 // text, which broke a JSON log.
 func TestServerAtTheFileLimitLogsThroughItsLogger(t *testing.T) {
-	clearServerEnv(t)
-	// The shell's limit is the hard one too, so the Go runtime of the
-	// child cannot raise it.
-	cmd := exec.Command("sh", "-c", `ulimit -n 64 && exec "$0" "$@"`, os.Args[0],
-		"server", "--db", "sqlite:"+filepath.Join(t.TempDir(), "fd.db"), "--listen", "127.0.0.1:0", "--log-format", "json")
-	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1")
-	stderr := &lockedBuffer{}
-	cmd.Stderr = stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
+	// A cap on connections above the file limit: the default one (half
+	// the limit) keeps the server from reaching it.
+	addr, stderr := startAtFileLimit(t, "--max-connections", "1000")
 	diag := func() string { return "server log:\n" + stderr.String() }
-	var addr string
-	pollUntil(t, 20*time.Second, "the server to start", func() bool {
-		for _, line := range strings.Split(stderr.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "retryq server started" {
-				addr, _ = m["listen"].(string)
-			}
-		}
-		return addr != ""
-	}, diag)
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
@@ -100,4 +72,95 @@ func TestServerAtTheFileLimitLogsThroughItsLogger(t *testing.T) {
 		res.Body.Close()
 		return res.StatusCode == http.StatusOK
 	}, diag)
+}
+
+// TestServerAtTheFileLimitDefaultCapKeepsAccepting: under a file limit
+// of 64 the default --max-connections is 32, so 100 clients at once do not
+// spend the server's descriptors: it never fails an accept, and serves
+// them all, 32 at a time, the others waiting in the kernel's queue. Without
+// a cap the server accepted connections up to the limit, failed the rest
+// (logging each failure) and had no descriptor left for anything else.
+func TestServerAtTheFileLimitDefaultCapKeepsAccepting(t *testing.T) {
+	addr, stderr := startAtFileLimit(t)
+	diag := func() string { return "server log:\n" + stderr.String() }
+	if !strings.Contains(stderr.String(), `"max_connections":32`) {
+		t.Fatalf("the start-up line does not give the default cap of 32 (half the limit of 64)\n%s", diag())
+	}
+	if !strings.Contains(stderr.String(), "is not above --max-long-polls") {
+		t.Errorf("no warning that a cap of 32 connections is not above --max-long-polls (512)\n%s", diag())
+	}
+	const clients = 100
+	conns := make([]net.Conn, 0, clients)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range clients { // all of them connected (or queued) before any asks
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	errs := make(chan error, clients)
+	for _, c := range conns {
+		go func() {
+			defer c.Close()
+			st, err := get(c, bufio.NewReader(c), "/healthz", 60*time.Second)
+			if err == nil && st != http.StatusOK {
+				err = fmt.Errorf("status %d", st)
+			}
+			errs <- err
+		}()
+	}
+	for i := range clients {
+		if err := recvValue(t, errs, 90*time.Second, "the clients' answers"); err != nil {
+			t.Fatalf("client %d of %d: %v\n%s", i+1, clients, err, diag())
+		}
+	}
+	if strings.Contains(stderr.String(), "too many open files") {
+		t.Errorf("the server ran out of file descriptors under its default cap\n%s", diag())
+	}
+}
+
+// startAtFileLimit starts `retryq server ARGS` as a child process whose
+// file descriptor limit is 64, and returns its address and log (JSON).
+func startAtFileLimit(t *testing.T, args ...string) (string, *lockedBuffer) {
+	t.Helper()
+	clearServerEnv(t)
+	// The shell's limit is the hard one too, so the Go runtime of the
+	// child cannot raise it.
+	cmd := exec.Command("sh", append([]string{"-c", `ulimit -n 64 && exec "$0" "$@"`, os.Args[0],
+		"server", "--db", "sqlite:" + filepath.Join(t.TempDir(), "fd.db"), "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1")
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	diag := func() string { return "server log:\n" + stderr.String() }
+	var addr string
+	pollUntil(t, 20*time.Second, "the server to start", func() bool {
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "retryq server started" {
+				addr, _ = m["listen"].(string)
+			}
+		}
+		return addr != ""
+	}, diag)
+	return addr, stderr
 }
