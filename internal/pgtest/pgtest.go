@@ -26,7 +26,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -41,6 +40,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/retryq/retryq/internal/freeport"
 )
 
 // EnvURL names the environment variable holding an admin URL of an existing
@@ -274,13 +275,12 @@ func (c *Cluster) startWatchdog() {
 	}
 }
 
+// freePort returns a free 127.0.0.1 port outside the kernel's ephemeral
+// range where there is one (freeport.Port): Restart and Stop/Start bring
+// the server back on the same port, which a connection made meanwhile
+// (the stores under test keep dialling it) could have taken from the range.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return freeport.Port()
 }
 
 // Start starts a stopped cluster on its port.
