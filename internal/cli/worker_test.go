@@ -447,15 +447,16 @@ func TestWorkerStopsGracefullyOnHangup(t *testing.T) {
 
 // restartableServer starts an in-process server on a SQLite file in dir,
 // with the RETRYQ_* variables cleared. start starts it again on the same
-// address and database once the first one is shut down. Every server it
-// starts is shut down when the test ends.
+// address and database once the first one is shut down: a port outside
+// the ephemeral range (restartAddr), which no other connection takes
+// meanwhile. Every server it starts is shut down when the test ends.
 func restartableServer(t *testing.T, dir string) (rs *runningServer, s *apiServer, start func() *runningServer) {
 	t.Helper()
 	for _, k := range []string{"RETRYQ_SERVER", "RETRYQ_API_TOKEN", "RETRYQ_READ_TOKEN", "RETRYQ_DB", "RETRYQ_LISTEN"} {
 		t.Setenv(k, "")
 	}
 	o := &serverOptions{
-		db: "sqlite:" + filepath.Join(dir, "q.db"), listen: "127.0.0.1:0", nodeID: "test-node",
+		db: "sqlite:" + filepath.Join(dir, "q.db"), listen: restartAddr(t), nodeID: "test-node",
 		logFormat: "text", logLevel: "warn", maxBody: 1 << 20, poll: 100 * time.Millisecond,
 		// The tests stop it to take it away from their workers: it waits
 		// for their reports for a moment only (see shutdown).
@@ -463,7 +464,7 @@ func restartableServer(t *testing.T, dir string) (rs *runningServer, s *apiServe
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	start = func() *runningServer {
-		rs, err := startServer(context.Background(), o, log)
+		rs, err := listenAgain(t, func() (*runningServer, error) { return startServer(context.Background(), o, log) })
 		if err != nil {
 			t.Fatalf("start server on %s: %v", o.listen, err)
 		}
