@@ -30,6 +30,26 @@ func within(t *testing.T, what string, got, want time.Time, tol time.Duration) {
 	}
 }
 
+// between fails t unless got lies between from and to, give or take tol:
+// a time written or read while from and to were read (or read between
+// them). Comparing it with one reading taken later failed whenever the
+// calls in between took longer than tol, as on a loaded machine.
+func between(t *testing.T, what string, got, from, to time.Time, tol time.Duration) {
+	t.Helper()
+	if got.Before(from.Add(-tol)) || got.After(to.Add(tol)) {
+		t.Fatalf("%s: %s, outside %s..%s (tolerance %s)", what, got, from, to, tol)
+	}
+}
+
+// nowAgrees fails t unless e's Now agrees within tol with the database's
+// clock, read between two of its readings.
+func nowAgrees(t *testing.T, e *Engine, dc store.DatabaseClock, tol time.Duration) {
+	t.Helper()
+	before := e.Now()
+	db := dbNow(t, dc)
+	between(t, "the database's time, read between two of engine Now", db, before, e.Now(), tol)
+}
+
 // heldHandler runs tasks that wait until the test releases them (or their
 // context ends), counting runs and stops.
 type heldHandler struct {
@@ -79,12 +99,14 @@ func TestClockSyncCorrectsASkewedClock(t *testing.T) {
 	if off := e.ClockOffset(); (off + skew).Abs() > time.Second {
 		t.Fatalf("ClockOffset = %s, want about %s", off, -skew)
 	}
-	within(t, "engine Now", e.Now(), dbNow(t, st), time.Second)
+	nowAgrees(t, e, st, time.Second)
 
+	from := dbNow(t, st)
 	id := mustEnqueue(t, e, "clock", `{}`)
+	to := dbNow(t, st)
 	tk := mustGet(t, e, id)
-	within(t, "the task's created time", tk.CreatedAt, dbNow(t, st), 2*time.Second)
-	within(t, "the task's run time", tk.RunAt, dbNow(t, st), 2*time.Second)
+	between(t, "the task's created time", tk.CreatedAt, from, to, 2*time.Second)
+	between(t, "the task's run time", tk.RunAt, from, to, 2*time.Second)
 }
 
 // TestClockSyncLeavesAgreeingClocksAlone: the engine does not correct an
@@ -269,7 +291,7 @@ func TestClockSyncOverALongRoundTrip(t *testing.T) {
 	if off := e.ClockOffset(); (off + skew).Abs() > time.Second {
 		t.Fatalf("ClockOffset = %s after Start, want about %s", off, -skew)
 	}
-	within(t, "engine Now", e.Now(), dbNow(t, st.Store), time.Second)
+	nowAgrees(t, e, st.Store, time.Second)
 }
 
 // flakyClockDatabase is a PostgreSQL store whose first fails reads of the
