@@ -89,7 +89,12 @@ func checkTerminalKeyReachesAttemptOnce(t *testing.T, key byte, keyName string, 
 	dir := t.TempDir()
 	master, tty := openPTY(t)
 	count := filepath.Join(dir, "count")
-	args := append([]string{"run", "--attempts", "3", "--delay", "10ms", "--"}, signalCounter(count)...)
+	// retryq gets the key's signal when the attempt does, but may act on
+	// it after the attempt has exited (its signal handling is scheduled
+	// like any goroutine): the delay before a retry must outlast that, or
+	// a second attempt starts, which the key never reached. A retry the
+	// signal did not stop fails the test by waitLimit all the same.
+	args := append([]string{"run", "--attempts", "3", "--delay", "1m", "--"}, signalCounter(count)...)
 	done := startOnTerminal(t, dir, tty, args...)
 	if out, ok := readTerminal(t, master, "ready"); !ok {
 		t.Fatalf("the attempt did not start; terminal shows %q", out)

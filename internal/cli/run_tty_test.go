@@ -123,7 +123,10 @@ func TestRunFromTerminalStopsOnCtrlC(t *testing.T) {
 	master, tty := openPTY(t)
 	runs := filepath.Join(dir, "runs")
 	job := script(t, dir, "loop.sh", "echo run >> "+runs+"\necho ready\nwhile :; do sleep 0.05; done\n")
-	done := startOnTerminal(t, dir, tty, "run", "--attempts", "3", "--delay", "10ms", "--", job)
+	// The delay outlasts retryq's own handling of the terminal's SIGINT,
+	// which can come after the attempt died of it (see
+	// checkTerminalKeyReachesAttemptOnce).
+	done := startOnTerminal(t, dir, tty, "run", "--attempts", "3", "--delay", "1m", "--", job)
 	if out, ok := readTerminal(t, master, "ready"); !ok {
 		t.Fatalf("the attempt did not start; terminal shows %q", out)
 	}
