@@ -99,8 +99,15 @@ func TestRunJobControlStopsAndContinuesTheAttempt(t *testing.T) {
 	skipIfIgnored(t, syscall.SIGTSTP)
 	dir := t.TempDir()
 	ready, proceed := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
+	// The attempt waits in a shell builtin (read, on a FIFO), starting no
+	// process: a shell stopped in the middle of starting one (dash uses
+	// vfork) waits, in state D and with the stop pending, for its child,
+	// stopped before its exec, and is never seen stopped itself.
+	if err := syscall.Mkfifo(proceed, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	job := script(t, dir, "job.sh", "echo $$ > "+ready+".tmp\nmv "+ready+".tmp "+ready+"\n"+
-		"while [ ! -e "+proceed+" ]; do sleep 0.02; done\n")
+		"read line < "+proceed+"\n")
 	cmd := retryqCmd(t, dir, "run", "--attempts", "1", "--", job)
 	// A process group of its own whose parent, the test, is in another
 	// group of the same session, as a shell's job is: not orphaned, so
@@ -131,9 +138,18 @@ func TestRunJobControlStopsAndContinuesTheAttempt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the attempt to continue", func() bool { return procState(t, pid) != "T" })
-	if err := os.WriteFile(proceed, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	waitFor(t, "the attempt to open "+proceed, func() bool {
+		// Opened without blocking, a FIFO no one reads is an error.
+		f, err := os.OpenFile(proceed, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return false
+		}
+		defer f.Close()
+		if _, err := f.WriteString("go\n"); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	})
 	select {
 	case <-done:
 	case <-time.After(waitLimit):
