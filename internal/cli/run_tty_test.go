@@ -153,8 +153,12 @@ func TestRunFromTerminalTimesOutTheAttempt(t *testing.T) {
 	dir := t.TempDir()
 	master, tty := openPTY(t)
 	job := script(t, dir, "hang.sh", "while :; do sleep 0.05; done\n")
+	// The grace is long: the shell blocks signals while it starts a
+	// command (dash uses vfork), until the child's exec, and a SIGTERM
+	// sent then waits for it, which a loaded machine can delay past a
+	// short grace: the shell then died of the SIGKILL.
 	done := startOnTerminal(t, dir, tty, "run", "--attempts", "2", "--delay", "10ms", "--jitter", "none",
-		"--timeout", "300ms", "--grace", "200ms", "--", job)
+		"--timeout", "300ms", "--grace", "10s", "--", job)
 	out, ok := readTerminal(t, master, "failed after 2 attempts")
 	if !ok || !strings.Contains(out, "attempt 1/2 timeout=300ms signal=TERM class=transient next in 10ms") ||
 		!strings.Contains(out, "exit status 143") {
