@@ -170,14 +170,14 @@ func TestRunTimeoutKillsProcessGroup(t *testing.T) {
 			pids := filepath.Join(dir, "pids")
 			// The attempt leaves a background child in its group and hangs.
 			job := script(t, dir, "hang.sh", tt.trap+"echo $$ >> "+pids+"\nsleep 300 &\nsleep 300\n")
-			start := time.Now()
+			// runRetryq's bound, waitLimit, is far below the leftovers'
+			// 300 s: a retryq that waited for them (or for the output they
+			// hold open) fails it. A tighter bound of its own failed a
+			// loaded machine's run, which took 10 s.
 			status, _, stderr := runRetryq(t, dir, "run", "--attempts", "2", "--delay", "10ms", "--jitter", "none",
 				"--timeout", "1s", "--grace", "200ms", "--", job) // 1 s: time for the shell's trap on a loaded machine
 			if status != tt.status {
 				t.Fatalf("status %d, want %d\n%s", status, tt.status, stderr)
-			}
-			if elapsed := time.Since(start); elapsed > 10*time.Second {
-				t.Fatalf("took %v", elapsed)
 			}
 			want := "attempt 1/2 timeout=1s signal=" + tt.signal + " class=transient next in 10ms"
 			if !strings.Contains(stderr, want) || !strings.Contains(stderr, "attempt 2/2 timeout=1s") {
