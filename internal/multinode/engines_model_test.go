@@ -82,15 +82,11 @@ type mnModel struct {
 	touched    map[string]bool
 	deadRetry  int
 	cuts       map[string][]time.Time // by node: when the test cut its connections
-	// outcomeLost holds the in-process outcomes a node logged as not
-	// recorded (outcomeLog), with the message.
-	outcomeLost map[outcomeKey]string
 }
 
 func newModel() *mnModel {
 	m := &mnModel{pullIndex: map[int]bool{}, epoch: map[string]int{}, cancelled: map[string]bool{},
-		touchedAt: map[string]time.Time{}, touched: map[string]bool{}, cuts: map[string][]time.Time{},
-		outcomeLost: map[outcomeKey]string{}}
+		touchedAt: map[string]time.Time{}, touched: map[string]bool{}, cuts: map[string][]time.Time{}}
 	m.initBook(30)
 	return m
 }
@@ -293,12 +289,13 @@ func (m *mnModel) check(t *testing.T, ctx context.Context, st store.Store, reaps
 			}
 		}
 		// Every run that returned normally, with its lease, is in the
-		// history; others (stopped at a close, lease lost) are not.
+		// history; others (stopped at a close, lease lost, its outcome
+		// dropped as its node logged) are not.
 		for _, r := range runs {
 			if r.used || r.epoch != 0 || (r.pull && r.action == mnAbandon) {
 				continue
 			}
-			if why := r.unrecorded(func(o *modelRun) bool { return o.closing || m.cutNear(o) }); why != "" {
+			if why := r.unrecorded(func(o *modelRun) bool { return o.closing || m.cutNear(o) || m.outcomeDropped(o) }); why != "" {
 				fail("task %s attempt %d: %s run on %q (%s) ended, %s, but no history row has it", id, r.attempt, r.typ, r.node,
 					r.action, why)
 			}
@@ -336,11 +333,11 @@ func (m *mnModel) check(t *testing.T, ctx context.Context, st store.Store, reaps
 // a finished attempt's lease until its outcome commits, failed as well on
 // a database that slow), or the worker found the lease lost after the
 // handler returned and dropped the outcome (engines_outcome_test.go). The
-// reaper then retries the task: at least once, as designed. It reports whether the attempt is such a one; otherwise it
-// calls fail. m.mu is held.
+// reaper then retries the task: at least once, as designed. It reports
+// whether the attempt is such a one; otherwise it calls fail. m.mu is
+// held.
 func (m *mnModel) outcomeMissedLease(run *modelRun, id string, a store.Attempt, reaps map[reapKey]time.Time, fail func(string, ...any)) bool {
 	exp, ok := reaps[reapKey{task: id, attempt: a.Number, started: a.StartedAt.UnixMicro()}]
-	lost := m.outcomeLost[outcomeKey{node: run.node, task: id, attempt: a.Number}]
 	switch {
 	case !ok:
 		fail("task %s attempt %d: handler on %s returned (%s) with its context live, yet the attempt was reaped, and no lease expiry was noted for the reap",
@@ -349,7 +346,7 @@ func (m *mnModel) outcomeMissedLease(run *modelRun, id string, a store.Attempt, 
 		fail("task %s attempt %d: handler on %s returned (%s) at %s with its context live, after its lease expired at %s (reaped at %s)",
 			id, a.Number, run.node, run.action, run.end.Format(time.StampMicro), exp.Local().Format(time.StampMicro),
 			a.FinishedAt.Local().Format(time.StampMicro))
-	case lost == "":
+	case m.loggedLost(run, msgOutcomeFailed, msgOutcomeRefused, msgStoppedLeaseLost, msgReturnedLeaseLost) == "":
 		fail("task %s attempt %d: handler on %s returned (%s) with its context live at %s, before its lease expired at %s, yet the attempt was reaped and the node did not log its outcome as not recorded",
 			id, a.Number, run.node, run.action, run.end.Format(time.StampMicro), exp.Local().Format(time.StampMicro))
 	default:

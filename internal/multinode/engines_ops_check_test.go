@@ -8,6 +8,7 @@ package multinode
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -245,12 +246,31 @@ func (m *opsModel) checkAttempts(id, typ string, script []string, hist []store.A
 		if r.used {
 			continue
 		}
-		excused := func(o *modelRun) bool { return m.cutNear(o) || m.closingNear(o) || m.touchedSince(id, o.start) }
+		excused := func(o *modelRun) bool {
+			return m.cutNear(o) || m.closingNear(o) || m.touchedSince(id, o.start) || m.outcomeDropped(o)
+		}
 		if why := r.unrecorded(excused); why != "" {
-			fail("task %s attempt %d: %s run on %q (%s) ended, %s, but no history row has it", id, r.attempt, r.typ, r.node,
-				r.action, why)
+			fail("task %s attempt %d: %s run on %q (%s) ended at %s, %s, but no history row has it (%s)", id, r.attempt, r.typ,
+				r.node, r.action, r.end.Format(time.StampMicro), why, auditEnd(r, atts))
 		}
 	}
+}
+
+// auditEnd says, for a failure's message, how the audit ended the attempt
+// an in-process or pull run ran.
+func auditEnd(r *modelRun, atts []*opsAttempt) string {
+	for _, a := range atts {
+		if r.typ == opsTypePush || a.number != r.attempt || a.started.UnixMicro() != r.startedAt.UnixMicro() {
+			continue
+		}
+		if a.end == nil {
+			return "the audit shows its attempt never ended"
+		}
+		e := a.end
+		return fmt.Sprintf("the audit shows its attempt ended %s/%d -> %s/%d at %s", e.oldState, e.oldAttempt, e.newState, e.newAtt,
+			e.at.Local().Format(time.StampMicro))
+	}
+	return "the audit shows no such attempt"
 }
 
 // matchRun finds the run of a history row and marks it used: the run

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -50,11 +51,13 @@ const opsAdminApp = "ops-test"
 // a change within opsPolicyLag), the test's operations to the manual
 // moves, and the handler runs to the history (no run while another held a
 // valid lease; every recorded outcome from an observed run; every run
-// that returned with its lease recorded).
+// that returned with its lease recorded, unless its node logged that it
+// dropped the outcome: engines_outcome_test.go).
 //
 // The seed is logged; RETRYQ_MODEL_SEED replays it (the operations
-// replay; their timing against the engines cannot). About 30 s with -race
-// on 2 cores; -short runs a smaller workload.
+// replay; their timing against the engines cannot). RETRYQ_MULTINODE_LOG
+// names a file for the engines' logs. About 30 s with -race on 2 cores;
+// -short runs a smaller workload.
 func TestEnginesUnderUserOperations(t *testing.T) {
 	seed := testSeed(t, envModelSeed)
 	total, chaosFor := 2000, 14*time.Second
@@ -63,7 +66,8 @@ func TestEnginesUnderUserOperations(t *testing.T) {
 	}
 	dbURL := pgtest.URL(t)
 	m := newOpsModel()
-	c := &opsCluster{engineSet: engineSet{slots: make([]*engineSlot, opsSlots)}, t: t, url: dbURL, m: m, rng: rand.New(rand.NewPCG(seed, 4))}
+	c := &opsCluster{engineSet: engineSet{slots: make([]*engineSlot, opsSlots)}, t: t, url: dbURL, m: m, rng: rand.New(rand.NewPCG(seed, 4)),
+		log: engineLogger(t, &m.modelBook)}
 	srv := httptest.NewServer(http.HandlerFunc(c.serveTarget))
 	defer srv.Close()
 	c.target = srv.URL + "/deliver"
@@ -172,7 +176,8 @@ type opsCluster struct {
 	target string
 	admin  *postgres.Store
 	m      *opsModel
-	rng    *rand.Rand // under mu
+	log    *slog.Logger // the engines' logs (engineLogger)
+	rng    *rand.Rand   // under mu
 	// cancelled holds the tasks the test cancelled, for its retries; under mu.
 	cancelled []string
 }
@@ -194,7 +199,7 @@ func (c *opsCluster) open(i int) {
 	c.put(i, openSlot(c.t, node, slotSpec{
 		url: c.url,
 		engine: engine.Config{LeaseDuration: opsLease, PollInterval: 100 * time.Millisecond, LeaderTTL: engine.MinLeaderTTL,
-			DefaultPolicy: c.spec(opsTypeLocal, opsInitialMax).Policy},
+			DefaultPolicy: c.spec(opsTypeLocal, opsInitialMax).Policy, Logger: c.log.With("node", node)},
 		worker: engine.WorkerConfig{Types: []string{opsTypeLocal}, Concurrency: 4, ShutdownGrace: 100 * time.Millisecond,
 			Handle: func(hctx context.Context, t *store.Task) error { return c.runLocal(hctx, node, t) }},
 		pulls: 2,

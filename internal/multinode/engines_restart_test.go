@@ -3,9 +3,7 @@ package multinode
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -17,9 +15,6 @@ import (
 
 // envSeed sets the seed of TestEnginesRestartedAtRandom, to replay a run.
 const envSeed = "RETRYQ_MULTINODE_SEED"
-
-// envEngineLog names a file for the engines' logs (info and above).
-const envEngineLog = "RETRYQ_MULTINODE_LOG"
 
 // TestEnginesRestartedAtRandom runs four engines on one PostgreSQL
 // database, each with its own connection pool, an in-process worker and a
@@ -64,16 +59,7 @@ func TestEnginesRestartedAtRandom(t *testing.T) {
 	for i := range c.proxies {
 		c.proxies[i] = newFreezeProxy(t, hostOf(t, dbURL))
 	}
-	logTo := slog.DiscardHandler
-	if path := os.Getenv(envEngineLog); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		logTo = slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelInfo})
-	}
-	c.log = slog.New(outcomeLog{next: logTo, m: m})
+	c.log = engineLogger(t, &m.modelBook)
 
 	// Migrate and configure the types once; the test's own pool stays.
 	c.admin = openAdmin(t, dbURL, "mn-test", watchReaps,

@@ -141,9 +141,10 @@ func (r *modelRun) unrecorded(excused func(*modelRun) bool) string {
 }
 
 // modelBook is what both model tests record while they run: the tasks
-// they enqueued, every handler run, the runs still running, and the
-// violations seen then. mu guards it and whatever else the test's model
-// keeps beside it.
+// they enqueued, every handler run, the runs still running, the
+// violations seen then, and the outcomes the engines logged as not
+// recorded. mu guards it and whatever else the test's model keeps beside
+// it.
 type modelBook struct {
 	mu            sync.Mutex
 	ids           map[string]int // task id -> script index
@@ -151,11 +152,15 @@ type modelBook struct {
 	runs          map[string][]*modelRun
 	violations    []string
 	maxViolations int
+	// outcomeLost holds the lines in which a node logged an in-process
+	// outcome as not recorded (outcomeLog), in the order logged.
+	outcomeLost map[outcomeKey][]*lostOutcome
 }
 
 // initBook makes b's maps; it keeps the first maxViolations violations.
 func (b *modelBook) initBook(maxViolations int) {
 	b.ids, b.active, b.runs = map[string]int{}, map[string][]*modelRun{}, map[string][]*modelRun{}
+	b.outcomeLost = map[outcomeKey][]*lostOutcome{}
 	b.maxViolations = maxViolations
 }
 
