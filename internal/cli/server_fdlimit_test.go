@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -138,21 +137,7 @@ func startAtFileLimit(t *testing.T, args ...string) (string, *lockedBuffer) {
 	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1")
 	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
+	startStoppedAtEnd(t, cmd)
 	diag := func() string { return "server log:\n" + stderr.String() }
 	var addr string
 	pollUntil(t, 20*time.Second, "the server to start", func() bool {

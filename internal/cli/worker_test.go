@@ -374,6 +374,14 @@ func startWorkerProcess(t *testing.T, dir string, args ...string) *lockedBuffer 
 	cmd.Env = append(os.Environ(), "RETRYQ_TEST_CLI=1", "OUT="+dir, "RETRYQ_SERVER=", "RETRYQ_API_TOKEN=")
 	stderr := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = io.Discard, stderr
+	startStoppedAtEnd(t, cmd)
+	return stderr
+}
+
+// startStoppedAtEnd starts cmd, a retryq child process, and stops it when
+// the test ends: SIGTERM, then SIGKILL if it has not exited 20 s later.
+func startStoppedAtEnd(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -389,7 +397,6 @@ func startWorkerProcess(t *testing.T, dir string, args ...string) *lockedBuffer 
 			<-exited
 		}
 	})
-	return stderr
 }
 
 // TestWorkerStopsGracefullyOnHangup: a closed terminal or dropped SSH
