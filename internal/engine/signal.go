@@ -29,11 +29,32 @@ import (
 // retry of one task) when its fetch leased that very task. A waiter that leaves holding a
 // wake-up it did not act on hands it on (leaveGroup), as does one whose
 // fetch failed (Lease).
+//
+// A plain subscriber's wake-up remembers, likewise, the tasks it is for
+// when each of the wake-ups merged in it was for one task alone, so that a
+// worker whose last fetch leased all of them need not fetch again
+// (tookStale): see subState.
 type broadcaster struct {
 	mu     sync.Mutex
-	subs   map[chan struct{}][]string // plain subscribers and their types (nil: every type)
-	groups map[string][]*waiter       // waiters by type set (typeSetKey), longest waiting first
+	subs   map[chan struct{}]*subState // plain subscribers
+	groups map[string][]*waiter        // waiters by type set (typeSetKey), longest waiting first
 }
+
+// subState is what the broadcaster knows of a plain subscriber. b.mu
+// guards it.
+type subState struct {
+	types []string // the types it fetches (nil: every type)
+	// ids are the tasks the wake-ups sent since the subscriber last took
+	// one (tookStale) were for, when each was for one task alone
+	// (broadcastOne) and they were at most maxWakeIDs; any is set when
+	// one of them was for any number of tasks, or there were more.
+	ids []string
+	any bool
+}
+
+// maxWakeIDs bounds the task ids a plain subscriber's wake-up remembers:
+// past it, the wake-up is for any task.
+const maxWakeIDs = 16
 
 // waiter is a pull request waiting in a long poll.
 type waiter struct {
@@ -48,7 +69,7 @@ type waiter struct {
 }
 
 func newBroadcaster() *broadcaster {
-	return &broadcaster{subs: make(map[chan struct{}][]string), groups: make(map[string][]*waiter)}
+	return &broadcaster{subs: make(map[chan struct{}]*subState), groups: make(map[string][]*waiter)}
 }
 
 // subscribe returns a channel woken by the wake-ups of types (any type
@@ -61,9 +82,34 @@ func (b *broadcaster) subscribe(types ...string) chan struct{} {
 		types = slices.Clone(types) // the caller's may change
 	}
 	b.mu.Lock()
-	b.subs[ch] = types
+	b.subs[ch] = &subState{types: types}
 	b.mu.Unlock()
 	return ch
+}
+
+// tookStale is called by a plain subscriber that took a wake-up from ch.
+// It reports whether every wake-up sent to ch since it last took one was
+// for one task alone that held reports the subscriber holds already (its
+// last fetch leased it: the wake-up came from the commit that made the
+// task due, which that fetch followed or shared), so that fetching for it
+// would find nothing it was woken for. A wake-up that came in since the
+// subscriber took its own makes it report false, whatever it is for: the
+// ids may be that one's.
+func (b *broadcaster) tookStale(ch chan struct{}, held func(id string) bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.subs[ch]
+	if st == nil || len(ch) > 0 {
+		return false
+	}
+	stale := !st.any && len(st.ids) > 0
+	for _, id := range st.ids {
+		if stale && !held(id) {
+			stale = false
+		}
+	}
+	st.ids, st.any = st.ids[:0], false
+	return stale
 }
 
 func (b *broadcaster) unsubscribe(ch chan struct{}) {
@@ -223,9 +269,16 @@ func (b *broadcaster) broadcastOne(typ, id string) {
 // is for, when it is for one task alone.
 func (b *broadcaster) broadcastDue(types []string, one string) {
 	b.mu.Lock()
-	for ch, of := range b.subs {
-		if types != nil && of != nil && !namesAny(of, types) {
+	for ch, st := range b.subs {
+		if types != nil && st.types != nil && !namesAny(st.types, types) {
 			continue
+		}
+		switch {
+		case st.any:
+		case one == "" || len(st.ids) == maxWakeIDs:
+			st.ids, st.any = st.ids[:0], true
+		default:
+			st.ids = append(st.ids, one)
 		}
 		select {
 		case ch <- struct{}{}:

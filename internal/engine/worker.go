@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -210,6 +211,9 @@ func (w *workerRun) loop(ctx context.Context) {
 	// once, so a new task starts within milliseconds.
 	backlog := false
 	batchMin := max(1, min(w.capacity/2, int64(w.cfg.FetchBatch)))
+	// The ids of the tasks the last fetch leased: a wake-up for those
+	// alone is stale (see waitWake).
+	var fetched []string
 	for ctx.Err() == nil {
 		free := w.capacity - w.inFlight.Load()
 		if free <= 0 || (backlog && free < batchMin) {
@@ -245,6 +249,10 @@ func (w *workerRun) loop(ctx context.Context) {
 		e.ctr.fetched.Add(int64(len(tasks)))
 		more := fetchMayHaveMore(tasks, limit)
 		tasks = w.leavePushed(tasks)
+		fetched = fetched[:0]
+		for i := range tasks {
+			fetched = append(fetched, tasks[i].ID)
+		}
 		for i := range tasks {
 			t := &tasks[i]
 			w.inFlight.Add(1)
@@ -261,11 +269,34 @@ func (w *workerRun) loop(ctx context.Context) {
 			continue // there may be more
 		}
 		resetTimer(timer, e.cfg.PollInterval)
+		w.waitWake(ctx, sub, timer, fetched)
+	}
+}
+
+// waitWake waits, drained, until sub is woken, the poll timer fires or
+// ctx ends. A wake-up for tasks the last fetch leased alone (fetched) is
+// not one: it came from the commit that made them due, which the fetch
+// followed or shared, and often reaches the worker after the fetch did.
+// Fetching for it would find nothing it was woken for and, while in
+// flight, would keep the next enqueues from being leased at insert
+// (tryReserve), which then wait for a fetch of their own and wake the
+// worker again: on a store whose fetches queue behind its inserts
+// (SQLite's single writer) the worker did not get out of that cycle, and
+// fetched nine tasks in ten of a stream of single enqueues.
+func (w *workerRun) waitWake(ctx context.Context, sub chan struct{}, timer *time.Timer, fetched []string) {
+	held := func(id string) bool { return slices.Contains(fetched, id) }
+	// Each stale wake-up is for one of fetched, at most once: past that
+	// many, the wait ends and the worker fetches.
+	for range len(fetched) + 1 {
 		select {
 		case <-sub:
+			if w.e.wake.tookStale(sub, held) {
+				continue
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 		}
+		return
 	}
 }
 
