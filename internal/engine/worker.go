@@ -275,14 +275,11 @@ func (w *workerRun) loop(ctx context.Context) {
 
 // waitWake waits, drained, until sub is woken, the poll timer fires or
 // ctx ends. A wake-up for tasks the last fetch leased alone (fetched) is
-// not one: it came from the commit that made them due, which the fetch
-// followed or shared, and often reaches the worker after the fetch did.
-// Fetching for it would find nothing it was woken for and, while in
-// flight, would keep the next enqueues from being leased at insert
-// (tryReserve), which then wait for a fetch of their own and wake the
-// worker again: on a store whose fetches queue behind its inserts
-// (SQLite's single writer) the worker did not get out of that cycle, and
-// fetched nine tasks in ten of a stream of single enqueues.
+// skipped: it came from the commit that made them due, which the fetch
+// followed or shared. Fetching for it would find nothing, and keep the
+// next enqueues from being leased at insert (tryReserve) meanwhile; on
+// SQLite, whose fetches queue behind inserts, the worker then fetched
+// nine tasks in ten of a stream of single enqueues.
 func (w *workerRun) waitWake(ctx context.Context, sub chan struct{}, timer *time.Timer, fetched []string) {
 	held := func(id string) bool { return slices.Contains(fetched, id) }
 	// Each stale wake-up is for one of fetched, at most once: past that
