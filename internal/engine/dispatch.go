@@ -22,7 +22,8 @@ import (
 // dispatch does not let a new task overtake older pending ones (short of a
 // task made pending by another path a moment before, whose wake-up the
 // worker has not acted on yet); and the tasks of one commit are offered in
-// dispatch order.
+// dispatch order. A fetch for tasks the worker knows by name, with
+// handlers set aside for all of them, leaves it open (see openFetch).
 
 // locals registers the running in-process workers by type.
 type locals struct {

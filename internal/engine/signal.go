@@ -33,7 +33,7 @@ import (
 // A plain subscriber's wake-up remembers, likewise, the tasks it is for
 // when each of the wake-ups merged in it was for one task alone, so that a
 // worker whose last fetch leased all of them need not fetch again
-// (tookStale): see subState.
+// (tookWake): see subState.
 type broadcaster struct {
 	mu     sync.Mutex
 	subs   map[chan struct{}]*subState // plain subscribers
@@ -45,7 +45,7 @@ type broadcaster struct {
 type subState struct {
 	types []string // the types it fetches (nil: every type)
 	// ids are the tasks the wake-ups sent since the subscriber last took
-	// one (tookStale) were for, when each was for one task alone
+	// one (tookWake) were for, when each was for one task alone
 	// (broadcastOne) and they were at most maxWakeIDs; any is set when
 	// one of them was for any number of tasks, or there were more.
 	ids []string
@@ -87,29 +87,33 @@ func (b *broadcaster) subscribe(types ...string) chan struct{} {
 	return ch
 }
 
-// tookStale is called by a plain subscriber that took a wake-up from ch.
-// It reports whether every wake-up sent to ch since it last took one was
-// for one task alone that held reports the subscriber holds already (its
-// last fetch leased it: the wake-up came from the commit that made the
-// task due, which that fetch followed or shared), so that fetching for it
-// would find nothing it was woken for. A wake-up that came in since the
-// subscriber took its own makes it report false, whatever it is for: the
-// ids may be that one's.
-func (b *broadcaster) tookStale(ch chan struct{}, held func(id string) bool) bool {
+// tookWake is called by a plain subscriber that took a wake-up from ch. When
+// every wake-up sent to ch since it last took one was for one task alone,
+// it returns how many of those tasks held does not report the subscriber
+// holding (its last fetch leased them): 0 means the wake-up is stale, since
+// it came from the commit that made those tasks due, which that fetch
+// followed or shared, and fetching for it would find nothing it was woken
+// for. It returns -1 when one of the wake-ups was for any number of tasks,
+// or for more than maxWakeIDs, and when a wake-up came in since the
+// subscriber took its own (the ids may be that one's).
+func (b *broadcaster) tookWake(ch chan struct{}, held func(id string) bool) (named int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := b.subs[ch]
 	if st == nil || len(ch) > 0 {
-		return false
+		return -1
 	}
-	stale := !st.any && len(st.ids) > 0
-	for _, id := range st.ids {
-		if stale && !held(id) {
-			stale = false
+	named = -1
+	if !st.any && len(st.ids) > 0 {
+		named = 0
+		for _, id := range st.ids {
+			if !held(id) {
+				named++
+			}
 		}
 	}
 	st.ids, st.any = st.ids[:0], false
-	return stale
+	return named
 }
 
 func (b *broadcaster) unsubscribe(ch chan struct{}) {
