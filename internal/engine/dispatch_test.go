@@ -176,14 +176,7 @@ func TestDirectDispatchRefusedByAFullWorkerHoldsItUntilItFetches(t *testing.T) {
 	if first, err := e.Enqueue(context.Background(), EnqueueRequest{Type: "q", Payload: json.RawMessage(`"first"`)}); err != nil || first.Task.State != store.StateRunning {
 		t.Fatalf("first task: %s, %v; want leased at insert to the idle worker", first.Task.State, err)
 	}
-	offer := func(payload string) []dispatchPick {
-		now := e.now()
-		picks := e.pickLocal([]store.NewTask{{ID: NewID(now), Type: "q", Payload: json.RawMessage(payload), RunAt: now}}, now)
-		for _, p := range picks {
-			p.w.unreserve()
-		}
-		return picks
-	}
+	offer := func(payload string) []dispatchPick { return offerLocal(e, "q", payload) }
 	if picks := offer(`"older"`); len(picks) != 0 {
 		t.Fatal("a task was leased at insert to a worker whose handler is busy")
 	}
@@ -192,4 +185,17 @@ func TestDirectDispatchRefusedByAFullWorkerHoldsItUntilItFetches(t *testing.T) {
 	if picks := offer(`"newer"`); len(picks) != 0 {
 		t.Fatal("a newer task would be leased at insert ahead of the one the full worker refused, before the worker fetched")
 	}
+}
+
+// offerLocal asks the engine's direct dispatch whether it would lease a new
+// task of typ to a local worker at insert, as an enqueue's commit would,
+// gives back any slot it reserved, and returns its picks. No wake-up is
+// sent and nothing is inserted.
+func offerLocal(e *Engine, typ, payload string) []dispatchPick {
+	now := e.now()
+	picks := e.pickLocal([]store.NewTask{{ID: NewID(now), Type: typ, Payload: json.RawMessage(payload), RunAt: now}}, now)
+	for _, p := range picks {
+		p.w.unreserve()
+	}
+	return picks
 }

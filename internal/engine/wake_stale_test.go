@@ -120,15 +120,19 @@ func TestWorkerIgnoresTheWakeUpOfTasksItsFetchLeased(t *testing.T) {
 	if _, err := st.InsertTasks(ctx, store.InsertParams{Tasks: []store.NewTask{{ID: id, Type: "q", Payload: json.RawMessage(`"fetched"`), RunAt: now}}, Now: now}); err != nil {
 		t.Fatal(err)
 	}
-	e.wake.broadcast()
-	select {
-	case p := <-ran:
-		if p != `"fetched"` {
-			t.Fatalf("ran %s, want the fetched task", p)
+	next := func(want string) {
+		t.Helper()
+		select {
+		case p := <-ran:
+			if p != want {
+				t.Fatalf("ran %s, want %s", p, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not run", want)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the fetched task did not run")
 	}
+	e.wake.broadcast()
+	next(`"fetched"`)
 	waitFor(t, "the worker to be drained after its fetch", w.drained.Load)
 	fetches := e.Counters().Fetches
 
@@ -144,14 +148,7 @@ func TestWorkerIgnoresTheWakeUpOfTasksItsFetchLeased(t *testing.T) {
 	if n := e.Counters().Fetches; n != fetches {
 		t.Errorf("the worker fetched %d times more for a wake-up of the task its fetch had leased", n-fetches)
 	}
-	select {
-	case p := <-ran:
-		if p != `"next"` {
-			t.Fatalf("ran %s, want the next task", p)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the next task did not run")
-	}
+	next(`"next"`)
 }
 
 // TestWorkerWokenForNamedTasksStaysOpenWhileItFetches: a drained worker
@@ -274,14 +271,7 @@ func TestWorkerWokenForNamedTasksStaysOpenWhileItFetches(t *testing.T) {
 	// closed after the fetch, until a fetch of its own. The refusal is the
 	// engine's own pickLocal, with no wake-up sent: the loop not yet
 	// acting on it.
-	offer := func(payload string) []dispatchPick {
-		now := e.now()
-		picks := e.pickLocal([]store.NewTask{{ID: NewID(now), Type: "q", Payload: json.RawMessage(payload), RunAt: now}}, now)
-		for _, p := range picks {
-			p.w.unreserve()
-		}
-		return picks
-	}
+	offer := func(payload string) []dispatchPick { return offerLocal(e, "q", payload) }
 	gate()
 	e.wake.broadcastOne("q", insert(`"named 3"`)[0])
 	waitFor(t, "the worker's fetch for the third named task", func() bool { return st.heldNow() == 1 })
