@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -52,6 +53,11 @@ func TestCancelledLongPollsLeakNothing(t *testing.T) {
 		}
 		waitLongPolls(t, e, 0)
 	}
+	// The node's scheduler loops, started once it is elected, count in the
+	// baseline too: a baseline taken before the election lacked their
+	// goroutine (a loaded run failed so, with one goroutine more after).
+	// IsLeader turns true just before that goroutine starts.
+	waitSchedulerRunning(t, e)
 	poll() // the server's and the client's lazily started parts count in the baseline
 	hc.CloseIdleConnections()
 	base := leakcheck.Take(t)
@@ -68,6 +74,21 @@ func waitLongPolls(t *testing.T, e *env, n int) {
 	for deadline := time.Now().Add(10 * time.Second); e.eng.LongPolls() != n; time.Sleep(2 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d long polls waiting, want %d", e.eng.LongPolls(), n)
+		}
+	}
+}
+
+// waitSchedulerRunning waits until the env's node leads and its scheduler
+// loops' goroutine runs.
+func waitSchedulerRunning(t *testing.T, e *env) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if e.eng.IsLeader() && bytes.Contains(buf[:runtime.Stack(buf, true)], []byte("engine.(*Engine).runScheduler(")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the node did not lead with its scheduler loops running within 30 s (leader: %v)", e.eng.IsLeader())
 		}
 	}
 }
