@@ -134,9 +134,10 @@ type workerRun struct {
 	// copy; an older copy never removes it (see finish).
 	active map[string]*store.Task
 	// drained is true while the worker has no backlog (its last fetch came
-	// back short) and is neither fetching nor full (tasks may have become
-	// pending that it could not fetch yet): only then may enqueues dispatch
-	// to it directly.
+	// back short) and is neither fetching (short of a fetch for tasks it
+	// knows by name: openFetch) nor full (tasks may have become pending
+	// that it could not fetch yet): only then may enqueues dispatch to it
+	// directly.
 	drained atomic.Bool
 	// closing (under sendMu) stops direct deliveries once shutdown began;
 	// deliveries hold sendMu for reading so the queue is never closed under
