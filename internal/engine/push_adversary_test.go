@@ -99,6 +99,7 @@ func TestPushAgainstMisbehavingTargets(t *testing.T) {
 		})
 	}
 	removeTargets()
+	openReader(t, p.e)
 	base := leakcheck.Take(t)
 
 	// Headers, then a body that never comes (or comes a byte at a time):
