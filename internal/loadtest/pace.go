@@ -11,6 +11,12 @@ type PaceStats struct {
 	Rate   float64       // sends per second achieved, first send to last
 	Behind int           // sends made one interval or more after their slot
 	MaxLag time.Duration // the longest delay of a send after its slot
+	// Slowest is the longest send (enqueue call) and SlowestAt the wall
+	// clock when it began: a lag comes from the send before it, and the
+	// instant lets a stall be matched with the logs of the database, the
+	// disk or the machine.
+	Slowest   time.Duration
+	SlowestAt time.Time
 }
 
 // String is empty for an unpaced run.
@@ -18,8 +24,9 @@ func (s PaceStats) String() string {
 	if s.Target == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" [pace: %.1f/s of %.0f/s, %d sends an interval or more behind their slot, max lag %s]",
-		s.Rate, s.Target, s.Behind, s.MaxLag.Round(10*time.Microsecond))
+	return fmt.Sprintf(" [pace: %.1f/s of %.0f/s, %d sends an interval or more behind their slot, max lag %s, slowest send %s at %s]",
+		s.Rate, s.Target, s.Behind, s.MaxLag.Round(10*time.Microsecond),
+		s.Slowest.Round(10*time.Microsecond), s.SlowestAt.UTC().Format("15:04:05.000"))
 }
 
 // pacer spaces sends on a fixed open-loop schedule: send i belongs to the
@@ -67,6 +74,13 @@ func (p *pacer) next(i int) time.Time {
 	p.last = now
 	p.sends++
 	return slot
+}
+
+// sent records a send that began at began and took took.
+func (p *pacer) sent(began time.Time, took time.Duration) {
+	if took > p.stats.Slowest {
+		p.stats.Slowest, p.stats.SlowestAt = took, began
+	}
 }
 
 // result returns the pacing statistics of the sends so far.

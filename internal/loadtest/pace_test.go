@@ -34,15 +34,21 @@ func TestPacedSendAfterStallIsStampedWithItsSlot(t *testing.T) {
 		if lag := clk.now().Sub(slot); lag < 0 {
 			t.Fatalf("send %d went out %s before its slot", i, -lag)
 		}
+		began, took := clk.now(), time.Duration(0)
 		if i == 10 {
-			clk.advance(100 * time.Millisecond) // this enqueue took 100 ms
+			took = 100 * time.Millisecond // this enqueue took 100 ms
 		}
+		clk.advance(took)
+		p.sent(began, took)
 	}
 	got := p.result()
 	// Slots 11..29 (55..145 ms) fall due during the stall, which ends at
 	// 150 ms, slot 30's instant: 19 sends are an interval or more late.
 	if got.Behind != 19 || got.MaxLag != 95*time.Millisecond {
 		t.Errorf("behind %d, max lag %s; want 19, 95ms", got.Behind, got.MaxLag)
+	}
+	if stalled := start.Add(50 * time.Millisecond); got.Slowest != 100*time.Millisecond || !got.SlowestAt.Equal(stalled) {
+		t.Errorf("slowest send %s at %s after start, want 100ms at 50ms", got.Slowest, got.SlowestAt.Sub(start))
 	}
 	if got.Rate != 200 || got.Target != 200 {
 		t.Errorf("rate %.2f/s of %.0f/s, want 200 of 200", got.Rate, got.Target)

@@ -107,7 +107,10 @@ func Paced(st store.Store, n int, rate float64, o Options) (Result, error) {
 	pace := newPacer(start, rate)
 	for i := 0; i < n; i++ {
 		slot := pace.next(i)
-		if _, err := h.client.Enqueue(ctx, "bench", stampAt(slot)); err != nil {
+		began := time.Now()
+		_, err := h.client.Enqueue(ctx, "bench", stampAt(slot))
+		pace.sent(began, time.Since(began))
+		if err != nil {
 			_ = h.wait(time.Millisecond) // stop the worker; the enqueue error is the one to report
 			return Result{}, fmt.Errorf("paced enqueue: %w", err)
 		}
