@@ -77,8 +77,8 @@ func backoffLabel(p *apiRetryPolicy) string {
 }
 
 // targetLabel names a push target in a table: its method and its URL
-// with the password and query values masked (engine.RedactURL, as the
-// server's log names it), since tables are pasted into tickets and a
+// with its secrets masked (engine.RedactURL: the password, query values,
+// key-like path segments; as the server's log names it), since tables are pasted into tickets and a
 // full-access token is answered with the URL whole. --json keeps it whole.
 func targetLabel(t *apiTarget) string {
 	if t == nil || t.URL == "" {

@@ -43,8 +43,8 @@ package engine
 // otherwise the connection is closed rather than holding the delivery.
 // Response headers are read up to 64 KiB; a response with more fails like
 // an unrecognised delivery error (retried). Log lines and the error
-// messages of failed deliveries name a target by its URL with its password
-// and query values masked (RedactURL); that of a delivery that got no
+// messages of failed deliveries name a target by its URL with its secrets
+// masked (RedactURL); that of a delivery that got no
 // answer says whether its request had gone out whole, on a reused
 // keep-alive connection or not (pushResult.sentNote).
 //
@@ -127,7 +127,7 @@ const (
 // configuration is swapped in as a new value.
 type pushTarget struct {
 	url         string
-	logURL      string // url with its password masked, for the log
+	logURL      string // url with its secrets masked (redactURL), for the log
 	method      string
 	header      http.Header
 	host        string // a "Host" header from the target, else ""

@@ -31,10 +31,13 @@ func redactLocation(loc string) string {
 // of every query parameter (webhook and API URLs often carry a key or a
 // signature there: ?api_key=..., ?sig=...), a query parameter given
 // without '=' or with a name of other than name characters whole (?KEY),
-// the fragment, and the whole text after the scheme of an opaque URL
+// the fragment, every path segment that looks like a key (keyLike: the
+// token of a Slack, Discord, Teams or Telegram webhook URL, a hex digest,
+// a UUID), and the whole text after the scheme of an opaque URL
 // (https:user:pass@host, which has no parts to tell apart). The
-// parameters' names stay, so an operator can still tell targets apart. An
-// unparsable URL gives "(unparsable URL)": no part of it is echoed.
+// parameters' names and the other path segments stay, so an operator can
+// still tell targets apart. An unparsable URL gives "(unparsable URL)": no
+// part of it is echoed.
 func RedactURL(raw, mask string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -58,6 +61,7 @@ func RedactURL(raw, mask string) string {
 			u.User = url.User(mask)
 		}
 	}
+	redactPath(u, url.PathEscape(mask))
 	if u.RawQuery != "" {
 		u.RawQuery = redactQuery(u.RawQuery, url.QueryEscape(mask))
 	}
@@ -65,6 +69,55 @@ func RedactURL(raw, mask string) string {
 		u.Fragment, u.RawFragment = mask, ""
 	}
 	return u.String()
+}
+
+// redactPath replaces every segment of u's path that looks like a key
+// (keyLike, judged on the segment decoded) by mask, an escaped segment;
+// the other segments keep their spelling.
+func redactPath(u *url.URL, mask string) {
+	segs := strings.Split(u.EscapedPath(), "/")
+	masked := false
+	for i, s := range segs {
+		if dec, err := url.PathUnescape(s); err == nil && keyLike(dec) || err != nil && keyLike(s) {
+			segs[i], masked = mask, true
+		}
+	}
+	if !masked {
+		return
+	}
+	raw := strings.Join(segs, "/")
+	p, err := url.PathUnescape(raw)
+	if err != nil {
+		// A segment that does not decode, kept: its text goes out as it
+		// came, escaped anew, with the keys masked.
+		u.Path, u.RawPath = raw, ""
+		return
+	}
+	u.Path, u.RawPath = p, raw
+}
+
+// keyLike reports whether a path segment looks like a key rather than a
+// name: at least 20 characters holding both letters and digits (webhook
+// tokens, hex digests, UUIDs), or at least 24 mixing upper and lower case
+// letters (a random token that happens to hold no digit). Names made of
+// words ("customer-subscription-updated", "IncomingWebhook") and numeric
+// ids (a Discord webhook's, which is no secret without its token) stay.
+func keyLike(s string) bool {
+	if len(s) < 20 {
+		return false
+	}
+	var digit, lower, upper bool
+	for _, r := range s {
+		switch {
+		case '0' <= r && r <= '9':
+			digit = true
+		case 'a' <= r && r <= 'z':
+			lower = true
+		case 'A' <= r && r <= 'Z':
+			upper = true
+		}
+	}
+	return digit && (lower || upper) || len(s) >= 24 && lower && upper
 }
 
 // redactQuery returns the raw query q with every parameter's value

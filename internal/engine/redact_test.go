@@ -91,3 +91,27 @@ func TestTargetValidateDoesNotQuoteSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestRedactURLMasksKeysInThePath: the webhook URLs of many services carry
+// their secret as a path segment (Slack, Discord, Teams, Telegram, a hex
+// digest or a UUID); RedactURL masks a segment that looks like a key and
+// keeps the others, names and numeric ids, so targets can still be told
+// apart.
+func TestRedactURLMasksKeysInThePath(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://hooks.slack.com/services/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":                                                  "https://hooks.slack.com/services/T0AB12CD3/B0CD45EF6/M",
+		"https://discord.com/api/webhooks/112233445566778899/Ab-9_xYz0123456789abcdefGHIJ":                                               "https://discord.com/api/webhooks/112233445566778899/M",
+		"https://api.telegram.org/bot123456:ABC-DEF1234ghIkl-zyx57W2v1u123ew11/sendMessage":                                              "https://api.telegram.org/M/sendMessage",
+		"https://x.webhook.office.com/webhookb2/0f8fad5b-d9cb-469f-a165-70867728950e/IncomingWebhook/9b2c4d6e8f0a1b3c5d7e9f1a2b3c4d5e/x": "https://x.webhook.office.com/webhookb2/M/IncomingWebhook/M/x",
+		"https://hooks.example/aBcDeFgHiJkLmNoPqRsTuVwX":                                                                                 "https://hooks.example/M",
+		"https://api.example/v1/customer-subscription-updated":                                                                           "https://api.example/v1/customer-subscription-updated",
+		"https://api.example/v1/hooks/order/12345678901234567890123":                                                                     "https://api.example/v1/hooks/order/12345678901234567890123",
+		"https://api.example/a%20b/c":                            "https://api.example/a%20b/c",
+		"https://api.example/hook/s3cret%2Fabcdef0123456789?x=1": "https://api.example/hook/M?x=M",
+		"https://svc:pw@api.example/0123456789abcdef0123/hook#f": "https://svc:M@api.example/M/hook#M",
+	} {
+		if got := RedactURL(in, "M"); got != want {
+			t.Errorf("RedactURL(%q)\n = %q\nwant %q", in, got, want)
+		}
+	}
+}
