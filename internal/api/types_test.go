@@ -107,12 +107,13 @@ func testTypes(t *testing.T, backend string) {
 }
 
 // A read-only token sees how a push type is delivered but not the
-// credentials it is delivered with: header values and the URL's password
-// are redacted in GET /v1/types and GET /v1/types/{type}. A full-access
+// credentials it is delivered with: header values, the URL's password,
+// query values and a key in its path are redacted in GET /v1/types and
+// GET /v1/types/{type}. A full-access
 // token, which may change the configuration, sees it whole.
 func TestReadTokenSeesTargetSecretsRedacted(t *testing.T) {
 	e := newEnv(t, envOpts{apiTokens: []string{"full-1"}, readTokens: []string{"read-1"}})
-	e.must(http.StatusOK, "PUT", "/v1/types/hook", `{"target":{"url":"http://svc:s3cret@127.0.0.1:9/in?api_key=q-456&sig=z","headers":{"X-Api-Key":"k-123","Authorization":"Bearer abc"}}}`)
+	e.must(http.StatusOK, "PUT", "/v1/types/hook", `{"target":{"url":"http://svc:s3cret@127.0.0.1:9/in/T01/p4th5ecretT0ken0123456789?api_key=q-456&sig=z","headers":{"X-Api-Key":"k-123","Authorization":"Bearer abc"}}}`)
 	e.must(http.StatusOK, "PUT", "/v1/types/plain", `{"target":{"url":"http://127.0.0.1:9/in"}}`)
 
 	target := func(m map[string]any) map[string]any {
@@ -129,16 +130,17 @@ func TestReadTokenSeesTargetSecretsRedacted(t *testing.T) {
 			t.Fatalf("target = %v; want url %q, X-Api-Key %q, Authorization %q", tg, wantURL, wantKey, wantAuth)
 		}
 	}
-	const redactedURL = "http://svc:REDACTED@127.0.0.1:9/in?api_key=REDACTED&sig=REDACTED"
+	const redactedURL = "http://svc:REDACTED@127.0.0.1:9/in/T01/REDACTED?api_key=REDACTED&sig=REDACTED"
 
 	r := e.must(http.StatusOK, "GET", "/v1/types/hook", nil, withToken("read-1"))
 	check(target(r.m), redactedURL, "REDACTED", "REDACTED")
-	if strings.Contains(string(r.raw), "s3cret") || strings.Contains(string(r.raw), "k-123") || strings.Contains(string(r.raw), "q-456") {
+	if strings.Contains(string(r.raw), "s3cret") || strings.Contains(string(r.raw), "k-123") || strings.Contains(string(r.raw), "q-456") ||
+		strings.Contains(string(r.raw), "5ecret") {
 		t.Fatalf("read-only answer leaks a secret: %s", r.raw)
 	}
 	r = e.must(http.StatusOK, "GET", "/v1/types", nil, withToken("read-1"))
 	if strings.Contains(string(r.raw), "s3cret") || strings.Contains(string(r.raw), "k-123") || strings.Contains(string(r.raw), "Bearer abc") ||
-		strings.Contains(string(r.raw), "q-456") {
+		strings.Contains(string(r.raw), "q-456") || strings.Contains(string(r.raw), "5ecret") {
 		t.Fatalf("read-only listing leaks a secret: %s", r.raw)
 	}
 	for _, it := range r.m["types"].([]any) {
@@ -156,7 +158,7 @@ func TestReadTokenSeesTargetSecretsRedacted(t *testing.T) {
 	// The full-access token gets the configuration whole, so that it can be
 	// read, edited and stored back.
 	r = e.must(http.StatusOK, "GET", "/v1/types/hook", nil)
-	check(target(r.m), "http://svc:s3cret@127.0.0.1:9/in?api_key=q-456&sig=z", "k-123", "Bearer abc")
+	check(target(r.m), "http://svc:s3cret@127.0.0.1:9/in/T01/p4th5ecretT0ken0123456789?api_key=q-456&sig=z", "k-123", "Bearer abc")
 	// And the stored configuration itself is untouched by a read-only read.
 	spec, err := e.eng.TypeSpec(context.Background(), "hook")
 	if err != nil || spec.Target == nil || spec.Target.Headers["X-Api-Key"] != "k-123" {
