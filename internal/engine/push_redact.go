@@ -73,12 +73,13 @@ func RedactURL(raw, mask string) string {
 
 // redactPath replaces every segment of u's path that looks like a key
 // (keyLike, judged on the segment decoded) by mask, an escaped segment;
-// the other segments keep their spelling.
+// the other segments keep their spelling. EscapedPath is always a valid
+// encoding, so every segment decodes (one that did not would be masked).
 func redactPath(u *url.URL, mask string) {
 	segs := strings.Split(u.EscapedPath(), "/")
 	masked := false
 	for i, s := range segs {
-		if dec, err := url.PathUnescape(s); err == nil && keyLike(dec) || err != nil && keyLike(s) {
+		if dec, err := url.PathUnescape(s); err != nil || keyLike(dec) {
 			segs[i], masked = mask, true
 		}
 	}
@@ -86,14 +87,9 @@ func redactPath(u *url.URL, mask string) {
 		return
 	}
 	raw := strings.Join(segs, "/")
-	p, err := url.PathUnescape(raw)
-	if err != nil {
-		// A segment that does not decode, kept: its text goes out as it
-		// came, escaped anew, with the keys masked.
-		u.Path, u.RawPath = raw, ""
-		return
+	if p, err := url.PathUnescape(raw); err == nil {
+		u.Path, u.RawPath = p, raw
 	}
-	u.Path, u.RawPath = p, raw
 }
 
 // keyLike reports whether a path segment looks like a key rather than a
